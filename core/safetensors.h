@@ -1,0 +1,63 @@
+/* safetensors: read (mmap, single file or sharded through model.safetensors.index.json) and write (atomic).
+ *
+ * Format: 8-byte little-endian header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets"}, ...,
+ * "__metadata__": {str: str}}, then the data. Every header is validated before any tensor is touched: offsets
+ * in range, contiguous-or-not but never overlapping, size == prod(shape) * dtype size, known dtype, unique names. */
+#ifndef CPT_CORE_SAFETENSORS_H
+#define CPT_CORE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum { CPT_DT_F32 = 0, CPT_DT_BF16, CPT_DT_F16, CPT_DT_I32, CPT_DT_I64, CPT_DT_U8, CPT_DT_F64 } cpt_dtype;
+
+size_t cpt_dtype_size(cpt_dtype dt);
+const char *cpt_dtype_name(cpt_dtype dt); /* "F32", "BF16", ... as safetensors spells them */
+
+#define CPT_ST_MAX_DIMS 8
+
+typedef struct cpt_st_tensor {
+    char *name;
+    cpt_dtype dtype;
+    int ndim;
+    int64_t shape[CPT_ST_MAX_DIMS];
+    size_t nbytes;
+    const void *data; /* points into the mapping; valid while the file is open */
+} cpt_st_tensor;
+
+/* An open safetensors file or a sharded set of them; tensors sorted by name. */
+typedef struct cpt_st_file cpt_st_file;
+
+/* path: a .safetensors file, a model.safetensors.index.json, or a folder holding either. */
+cpt_st_file *cpt_st_open(const char *path, cpt_err *err);
+/* Validates a header held in memory (the whole file's bytes): the fuzzed entry point. */
+cpt_st_file *cpt_st_open_memory(const void *bytes, size_t len, const char *name_for_errors, cpt_err *err);
+void cpt_st_close(cpt_st_file *f);
+
+size_t cpt_st_count(const cpt_st_file *f);
+const cpt_st_tensor *cpt_st_at(const cpt_st_file *f, size_t i);
+const cpt_st_tensor *cpt_st_find(const cpt_st_file *f, const char *name); /* NULL if absent */
+const char *cpt_st_metadata(const cpt_st_file *f, const char *key);       /* NULL if absent */
+
+/* Copies a tensor into float32 (converting BF16/F16/F64/ints); n must equal its element count. */
+int cpt_st_read_f32(const cpt_st_tensor *t, float *out, size_t n, cpt_err *err);
+
+/* Writer: add tensors (data copied or referenced until finish), then finish writes the file atomically. */
+typedef struct cpt_st_writer cpt_st_writer;
+cpt_st_writer *cpt_st_writer_new(void);
+/* data is referenced, not copied: it must stay valid until cpt_st_writer_finish. */
+int cpt_st_writer_add(cpt_st_writer *w, const char *name, cpt_dtype dt, int ndim, const int64_t *shape,
+                      const void *data, cpt_err *err);
+int cpt_st_writer_meta(cpt_st_writer *w, const char *key, const char *value, cpt_err *err);
+int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err); /* atomic; frees w */
+void cpt_st_writer_free(cpt_st_writer *w);
+
+/* bf16/f16 <-> f32 helpers (round to nearest even). */
+float cpt_bf16_to_f32(uint16_t h);
+uint16_t cpt_f32_to_bf16(float f);
+float cpt_f16_to_f32(uint16_t h);
+uint16_t cpt_f32_to_f16(float f);
+
+#endif

@@ -1,0 +1,4 @@
+/* cpt-rollout: see scheduler/commands.h. */
+#include "scheduler/commands.h"
+
+int main(int argc, char **argv) { return cpt_run_command("cpt-rollout", cmd_rollout, argc, argv); }
