@@ -1,0 +1,82 @@
+#include "core/rng.h"
+
+#include <math.h>
+#include <string.h>
+
+/* splitmix64: a bijective mixer, used to spread (seed, stream) over the 256-bit state. */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+void cpt_rng_seed(cpt_rng *rng, uint64_t seed, uint64_t stream) {
+    /* Mix seed and stream separately before combining, so (seed, stream) and (stream, seed) differ and nearby
+     * seeds or streams do not give correlated starting points. */
+    uint64_t a = seed, b = stream ^ 0x6a09e667f3bcc909ULL;
+    uint64_t x = splitmix64(&a) ^ rotl(splitmix64(&b), 17);
+    for (int i = 0; i < CPT_RNG_STATE_WORDS; i++) rng->s[i] = splitmix64(&x);
+    if (!(rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3])) rng->s[0] = 1; /* all-zero is a fixed point */
+}
+
+uint64_t cpt_rng_u64(cpt_rng *rng) {
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+uint32_t cpt_rng_u32(cpt_rng *rng) { return (uint32_t)(cpt_rng_u64(rng) >> 32); }
+
+uint64_t cpt_rng_below(cpt_rng *rng, uint64_t n) {
+    if (n == 0) return 0;
+    /* Rejection on the top of the range: accept x < limit where limit is the largest multiple of n. */
+    uint64_t limit = UINT64_MAX - (UINT64_MAX % n + 1) % n;
+    uint64_t x;
+    do x = cpt_rng_u64(rng);
+    while (x > limit);
+    return x % n;
+}
+
+float cpt_rng_float(cpt_rng *rng) { return (float)(cpt_rng_u64(rng) >> 40) * (1.0f / 16777216.0f); }
+
+double cpt_rng_double(cpt_rng *rng) { return (double)(cpt_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0); }
+
+double cpt_rng_normal(cpt_rng *rng) {
+    double u1 = 1.0 - cpt_rng_double(rng); /* (0, 1]: log is finite */
+    double u2 = cpt_rng_double(rng);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void cpt_rng_fill_normal(cpt_rng *rng, float *out, size_t n, float mean, float std) {
+    for (size_t i = 0; i < n; i++) out[i] = mean + std * (float)cpt_rng_normal(rng);
+}
+
+void cpt_rng_permutation(cpt_rng *rng, uint64_t *perm, size_t n) {
+    for (size_t i = 0; i < n; i++) perm[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)cpt_rng_below(rng, i);
+        uint64_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}
+
+void cpt_rng_save(const cpt_rng *rng, uint64_t out[CPT_RNG_STATE_WORDS]) {
+    memcpy(out, rng->s, sizeof rng->s);
+}
+
+int cpt_rng_restore(cpt_rng *rng, const uint64_t in[CPT_RNG_STATE_WORDS]) {
+    if (!(in[0] | in[1] | in[2] | in[3])) return -1;
+    memcpy(rng->s, in, sizeof rng->s);
+    return 0;
+}

@@ -1,0 +1,90 @@
+/* The decoder-only transformer (qwen2, qwen3, llama) on the kernels interface.
+ *
+ * Contract used by the trainer, rollout and reward roles. Parameters keep their Hugging Face names; each has a
+ * gradient buffer of the same shape. All objectives meet the model at per-token logprobs: the forward returns the
+ * logprob of each token's target (and the entropy of its distribution), and the backward takes d(loss)/d(logprob)
+ * per token, so SFT, DPO, GRPO, PPO and OPD share one backward pass. */
+#ifndef CPT_MODEL_MODEL_H
+#define CPT_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum { CPT_ARCH_QWEN2 = 0, CPT_ARCH_QWEN3, CPT_ARCH_LLAMA } cpt_arch;
+
+typedef struct cpt_model_config {
+    cpt_arch arch;
+    int vocab_size, hidden_size, intermediate_size, num_layers;
+    int num_heads, num_kv_heads, head_dim; /* head_dim may differ from hidden_size / num_heads (qwen3) */
+    float rms_norm_eps, rope_theta;
+    int tie_word_embeddings;
+    int qkv_bias;   /* qwen2 (and llama's attention_bias) */
+    int qk_norm;    /* qwen3: RMSNorm over each head of q and k */
+    int rope_llama3; /* rope_scaling {"rope_type": "llama3"} */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    int max_position_embeddings;
+    int bos_token_id, eos_token_id; /* -1 when absent */
+} cpt_model_config;
+
+/* Parses HF_DIR/config.json; an unknown architecture or a missing field is an error naming it. */
+int cpt_model_config_load(const char *hf_dir, cpt_model_config *cfg, cpt_err *err);
+/* Writes config.json for cfg (for exports), atomically. */
+int cpt_model_config_save(const cpt_model_config *cfg, const char *path, cpt_err *err);
+
+typedef struct cpt_param {
+    const char *name; /* HF name, e.g. "model.layers.0.self_attn.q_proj.weight" */
+    float *data;      /* fp32 master weights */
+    float *grad;      /* same shape, accumulated by backward */
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+    int no_decay;     /* norms and biases: no weight decay */
+} cpt_param;
+
+typedef struct cpt_model cpt_model;
+
+cpt_model *cpt_model_load(const char *hf_dir, cpt_err *err); /* config.json + safetensors (sharded too) */
+cpt_model *cpt_model_new_random(const cpt_model_config *cfg, uint64_t seed, cpt_err *err);
+void cpt_model_free(cpt_model *m);
+const cpt_model_config *cpt_model_cfg(const cpt_model *m);
+size_t cpt_model_num_params(const cpt_model *m); /* number of parameter tensors */
+cpt_param *cpt_model_param(cpt_model *m, size_t i);
+cpt_param *cpt_model_find_param(cpt_model *m, const char *name);
+/* config.json + model.safetensors in out_dir (created), written atomically; dtype F32 or BF16. */
+int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err *err);
+/* Copies weights from a safetensors file written by cpt_model_save_hf (weight-version loads). */
+int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *err);
+
+/* A scalar value head on the final (normed) hidden state: parameter "score.weight" [1, hidden]. */
+int cpt_model_add_value_head(cpt_model *m, uint64_t seed, cpt_err *err);
+
+/* A batch of packed sequences: sequence s is tokens[seq_start[s] .. seq_start[s+1]), positions restart at 0 and
+ * no attention crosses a boundary. targets[i] is the token whose logprob is taken at position i (normally
+ * tokens[i+1] of the same sequence), or -1 for none. */
+typedef struct cpt_batch {
+    int n_tokens, n_seqs;
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *seq_start; /* [n_seqs + 1] */
+    const int32_t *targets;   /* [n_tokens], -1 = no target */
+} cpt_batch;
+
+/* Caller-owned outputs; any pointer may be NULL when not wanted. */
+typedef struct cpt_forward_out {
+    float *logprobs; /* [n_tokens]: log p(target) (0 where target < 0) */
+    float *entropy;  /* [n_tokens]: entropy of the next-token distribution */
+    float *logits;   /* [n_tokens x vocab] */
+    float *values;   /* [n_tokens]: value head output (needs the value head) */
+} cpt_forward_out;
+
+/* keep_activations: store what backward needs (a training forward). */
+int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep_activations, cpt_err *err);
+/* Accumulates into every param's grad the gradient of a loss given d(loss)/d(logprob) [n_tokens] and optionally
+ * d(loss)/d(entropy) and d(loss)/d(value) (NULL when unused), for the batch of the last keep_activations forward. */
+int cpt_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
+                       const float *d_values, cpt_err *err);
+void cpt_model_zero_grad(cpt_model *m);
+
+#endif
