@@ -1,0 +1,229 @@
+#include "scheduler/supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+
+static char **copy_strv(char *const v[]) {
+    int n = 0;
+    while (v && v[n]) n++;
+    char **out = calloc((size_t)n + 1, sizeof *out);
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) {
+        out[i] = strdup(v[i]);
+        if (!out[i]) {
+            for (int j = 0; j < i; j++) free(out[j]);
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static void free_strv(char **v) {
+    for (int i = 0; v && v[i]; i++) free(v[i]);
+    free(v);
+}
+
+void cpt_sup_init(cpt_supervisor *s) {
+    memset(s, 0, sizeof *s);
+    s->backoff_min = 0.5;
+    s->backoff_max = 30.0;
+    s->healthy_after = 60.0;
+    s->max_restarts = 20;
+}
+
+void cpt_sup_free(cpt_supervisor *s) {
+    for (int i = 0; i < s->n; i++) {
+        free_strv(s->procs[i].argv);
+        free_strv(s->procs[i].env);
+    }
+    free(s->procs);
+    memset(s, 0, sizeof *s);
+}
+
+int cpt_sup_add(cpt_supervisor *s, const char *name, char *const argv[], char *const env[], const char *log_path,
+                cpt_restart_policy policy, cpt_err *err) {
+    if (!argv || !argv[0]) return cpt_errf(err, "process '%s': empty command", name);
+    if (cpt_sup_find(s, name) >= 0) return cpt_errf(err, "process '%s' already exists", name);
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        cpt_proc *np = realloc(s->procs, (size_t)cap * sizeof *np);
+        if (!np) return cpt_errf(err, "out of memory");
+        s->procs = np;
+        s->cap = cap;
+    }
+    cpt_proc *p = &s->procs[s->n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->argv = copy_strv(argv);
+    p->env = copy_strv(env);
+    if (!p->argv || !p->env) {
+        free_strv(p->argv);
+        free_strv(p->env);
+        return cpt_errf(err, "out of memory");
+    }
+    if (log_path) snprintf(p->log_path, sizeof p->log_path, "%s", log_path);
+    p->policy = policy;
+    p->backoff = s->backoff_min;
+    return s->n++;
+}
+
+int cpt_sup_find(const cpt_supervisor *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->procs[i].name, name)) return i;
+    return -1;
+}
+
+int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err) {
+    cpt_proc *p = &s->procs[i];
+    /* A pipe that closes on exec tells the parent whether exec itself failed. */
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return cpt_errno(err, "process '%s': pipe", p->name);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return cpt_errno(err, "process '%s': fork", p->name);
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        setpgid(0, 0); /* its own group: a terminal's Ctrl-C reaches the launcher, which drains in order */
+        if (p->log_path[0]) {
+            int fd = open(p->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        for (int k = 0; p->env[k]; k++) putenv(p->env[k]);
+        signal(SIGPIPE, SIG_DFL);
+        execvp(p->argv[0], p->argv);
+        int e = errno;
+        if (write(fds[1], &e, sizeof e) < 0) _exit(127);
+        _exit(127);
+    }
+    close(fds[1]);
+    int child_errno = 0;
+    ssize_t got;
+    do got = read(fds[0], &child_errno, sizeof child_errno);
+    while (got < 0 && errno == EINTR);
+    close(fds[0]);
+    if (got == (ssize_t)sizeof child_errno) {
+        waitpid(pid, NULL, 0);
+        p->state = CPT_PROC_FAILED;
+        errno = child_errno;
+        return cpt_errno(err, "process '%s': cannot run %s", p->name, p->argv[0]);
+    }
+    p->pid = pid;
+    p->state = CPT_PROC_RUNNING;
+    p->started_at = cpt_now();
+    p->stop_requested = 0;
+    return 0;
+}
+
+static void on_exit_status(cpt_supervisor *s, cpt_proc *p, int status) {
+    double ran = cpt_now() - p->started_at;
+    p->pid = 0;
+    p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int failed = p->exit_status != 0;
+    if (!failed || p->stop_requested || p->policy == CPT_RESTART_NEVER) {
+        p->state = failed && !p->stop_requested ? CPT_PROC_FAILED : CPT_PROC_EXITED;
+        return;
+    }
+    if (p->restarts >= s->max_restarts) {
+        p->state = CPT_PROC_FAILED;
+        fprintf(stderr, "cpt: %s failed %d times; giving up\n", p->name, p->restarts + 1);
+        return;
+    }
+    if (ran >= s->healthy_after) p->backoff = s->backoff_min;
+    p->state = CPT_PROC_BACKOFF;
+    p->next_start_at = cpt_now() + p->backoff;
+    fprintf(stderr, "cpt: %s exited with status %d after %.1f s; restarting in %.1f s\n", p->name, p->exit_status,
+            ran, p->backoff);
+    p->backoff = p->backoff * 2 > s->backoff_max ? s->backoff_max : p->backoff * 2;
+}
+
+int cpt_sup_poll(cpt_supervisor *s, double timeout) {
+    int changes = 0;
+    double deadline = cpt_now() + timeout;
+    for (;;) {
+        /* Only our own children are reaped: other children of this process (a redis-server) keep theirs. */
+        for (int i = 0; i < s->n; i++) {
+            int status;
+            cpt_proc *p = &s->procs[i];
+            if (p->state == CPT_PROC_RUNNING && waitpid(p->pid, &status, WNOHANG) == p->pid) {
+                on_exit_status(s, p, status);
+                changes++;
+            }
+        }
+        double now = cpt_now();
+        for (int i = 0; i < s->n; i++) {
+            cpt_proc *p = &s->procs[i];
+            if (p->state == CPT_PROC_BACKOFF && now >= p->next_start_at) {
+                cpt_err err;
+                p->restarts++;
+                if (cpt_sup_start(s, i, &err) != 0) fprintf(stderr, "cpt: %s\n", err.msg);
+                changes++;
+            }
+        }
+        if (changes || cpt_now() >= deadline) return changes;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void wait_gone(cpt_supervisor *s, cpt_proc *p, double grace) {
+    double deadline = cpt_now() + grace;
+    while (p->state == CPT_PROC_RUNNING && cpt_now() < deadline) cpt_sup_poll(s, 0.05);
+}
+
+void cpt_sup_stop(cpt_supervisor *s, int i, double grace) {
+    cpt_proc *p = &s->procs[i];
+    p->stop_requested = 1;
+    if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
+    if (p->state != CPT_PROC_RUNNING) return;
+    kill(p->pid, SIGTERM);
+    wait_gone(s, p, grace);
+    if (p->state == CPT_PROC_RUNNING) {
+        kill(p->pid, SIGKILL);
+        wait_gone(s, p, 5.0);
+    }
+}
+
+void cpt_sup_stop_all(cpt_supervisor *s, double grace) {
+    /* TERM everyone first so they drain in parallel, then wait and KILL the stragglers. */
+    for (int i = 0; i < s->n; i++) {
+        cpt_proc *p = &s->procs[i];
+        p->stop_requested = 1;
+        if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
+        if (p->state == CPT_PROC_RUNNING) kill(p->pid, SIGTERM);
+    }
+    double deadline = cpt_now() + grace;
+    while (cpt_sup_running(s) && cpt_now() < deadline) cpt_sup_poll(s, 0.05);
+    for (int i = 0; i < s->n; i++)
+        if (s->procs[i].state == CPT_PROC_RUNNING) kill(s->procs[i].pid, SIGKILL);
+    deadline = cpt_now() + 5.0;
+    while (cpt_sup_running(s) && cpt_now() < deadline) cpt_sup_poll(s, 0.05);
+}
+
+int cpt_sup_signal(cpt_supervisor *s, int i, int sig) {
+    cpt_proc *p = &s->procs[i];
+    if (p->state != CPT_PROC_RUNNING) return -1;
+    return kill(p->pid, sig);
+}
+
+int cpt_sup_running(const cpt_supervisor *s) {
+    int n = 0;
+    for (int i = 0; i < s->n; i++) n += s->procs[i].state == CPT_PROC_RUNNING;
+    return n;
+}
