@@ -22,6 +22,7 @@ CPT_COMMAND(cmd_preflight)     /* cpt preflight CONFIG                          
 CPT_COMMAND(cmd_plot)          /* cpt plot RUN_DIR                               scheduler/cmd_plot.c */
 CPT_COMMAND(cmd_sched)         /* cpt-sched (Slurm batch step)                   scheduler/cmd_sched.c */
 CPT_COMMAND(cmd_scale)         /* cpt-scale rollout=N                            scheduler/cmd_scale.c */
+CPT_COMMAND(cmd_check_bootstrap) /* cpt check-bootstrap [--kind K] [--dir D]    scheduler/cmd_check_bootstrap.c */
 #undef CPT_COMMAND
 
 typedef struct cpt_command {

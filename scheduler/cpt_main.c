@@ -18,6 +18,7 @@ static const cpt_command commands[] = {
     {"data", cmd_data, "data gen TASK --n N --seed S               synthetic datasets"},
     {"plot", cmd_plot, "plot RUN_DIR                               metrics as PNG"},
     {"queue", cmd_queue, "queue stats|peek|dead                     (same as cpt-queue)"},
+    {"check-bootstrap", cmd_check_bootstrap, "check-bootstrap [--kind auto|pmix|file] [--dir D]  test rank bootstrap"},
     {"scale", cmd_scale, "scale rollout=N [reward=M]                (same as cpt-scale)"},
 };
 

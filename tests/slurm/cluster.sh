@@ -19,7 +19,8 @@ if [ "$cmd" = stop ]; then stop; exit 0; fi
 
 mkdir -p "$dir"/{spool,state,log,munge}
 node=$(hostname -s)
-cpus=$(nproc)
+# More CPUs than the machine has (config_overrides keeps the node up) so role steps can run side by side.
+cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
 
 # munge: our own key and socket, so the test never depends on a system daemon.
 chown munge:munge "$dir/munge" 2>/dev/null || true
@@ -62,6 +63,7 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
+SlurmdParameters=config_overrides
 MinJobAge=600
 SchedulerParameters=sched_interval=2,bf_interval=2
 PreemptType=preempt/partition_prio
