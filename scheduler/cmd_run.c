@@ -1,0 +1,56 @@
+/* cpt run CONFIG [k=v ...] | cpt run --resume RUN_DIR [k=v ...]: a whole job on this machine (see launcher.h). */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "scheduler/commands.h"
+#include "scheduler/launcher.h"
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *config = NULL, *resume = NULL;
+    int first_override = argc;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
+            resume = argv[++i];
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: cpt run CONFIG [section.key=value ...]\n       cpt run --resume RUN_DIR [section.key=value ...]\n");
+            return 0;
+        } else if (strchr(argv[i], '=') || config || resume) {
+            first_override = i;
+            break;
+        } else {
+            config = argv[i];
+        }
+    }
+    if (!config && !resume) {
+        fprintf(stderr, "usage: cpt run CONFIG [section.key=value ...] | cpt run --resume RUN_DIR\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    cpt_launcher L;
+    cpt_err err;
+    cpt_err_clear(&err);
+    if (cpt_launcher_prepare(&L, CPT_EXEC_LOCAL, config, argc - first_override, argv + first_override, resume, &err) != 0) {
+        cpt_launcher_free(&L);
+        cpt_die(&err);
+    }
+    L.stop_flag = &stop_requested;
+    int status = cpt_launcher_run(&L, &err);
+    if (status == 0) fprintf(stderr, "cpt: run finished: %s\n", L.run_dir);
+    else if (status == CPT_EXIT_STOPPED) fprintf(stderr, "cpt: run stopped; continue it with `cpt run --resume %s`\n", L.run_dir);
+    else fprintf(stderr, "cpt: %s\n", err.msg);
+    cpt_launcher_free(&L);
+    return status;
+}

@@ -1,0 +1,82 @@
+/* cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]: sets the desired worker counts of a live run; the launcher
+ * (cpt run or cpt-sched) applies them within seconds. With no counts it prints current and desired counts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/commands.h"
+#include "scheduler/run_dir.h"
+
+static const char *field(const redisReply *r, const char *name) {
+    if (!r || r->type != REDIS_REPLY_ARRAY) return NULL;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (!strcmp(r->element[i]->str, name)) return r->element[i + 1]->str;
+    return NULL;
+}
+
+int cmd_scale(int argc, char **argv) {
+    const char *run = NULL;
+    const char *set_argv[8];
+    char values[2][32];
+    int nset = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--run") && i + 1 < argc) {
+            run = argv[++i];
+            continue;
+        }
+        const char *eq = strchr(argv[i], '=');
+        char *end = NULL;
+        long v = eq ? strtol(eq + 1, &end, 10) : -1;
+        int role = !eq ? -1 : !strncmp(argv[i], "rollout=", 8) ? 0 : !strncmp(argv[i], "reward=", 7) ? 1 : -1;
+        if (role < 0 || !end || *end || end == eq + 1 || v < 0 || v > 4096) {
+            fprintf(stderr, "cpt-scale: '%s': expected rollout=N or reward=N (0..4096)\n"
+                            "usage: cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]\n", argv[i]);
+            return 2;
+        }
+        snprintf(values[role], sizeof values[role], "%ld", v);
+        set_argv[2 + 2 * nset] = role == 0 ? "rollout" : "reward";
+        set_argv[3 + 2 * nset] = values[role];
+        nset++;
+    }
+    cpt_config *cfg;
+    cpt_redis *r;
+    cpt_err err;
+    if (cpt_run_dir_open(run, &cfg, &r, &err) != 0) cpt_die(&err);
+    char key[512];
+    snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(cfg, "run.name"));
+    int status = 0;
+    if (nset) {
+        set_argv[0] = "HSET";
+        set_argv[1] = key;
+        redisReply *rep = cpt_redis_command(r, 2 + 2 * nset, set_argv, NULL, key, 0, &err);
+        if (!rep) {
+            fprintf(stderr, "cpt-scale: %s\n", err.msg);
+            status = 1;
+        } else {
+            freeReplyObject(rep);
+            printf("desired:");
+            for (int i = 0; i < nset; i++) printf(" %s=%s", set_argv[2 + 2 * i], set_argv[3 + 2 * i]);
+            printf("\n");
+        }
+    } else {
+        const char *hg[] = {"HGETALL", key};
+        redisReply *rep = cpt_redis_command(r, 2, hg, NULL, key, 0, &err);
+        if (!rep) {
+            fprintf(stderr, "cpt-scale: %s\n", err.msg);
+            status = 1;
+        } else {
+            const char *dr = field(rep, "rollout"), *dw = field(rep, "reward");
+            const char *cr = field(rep, "running_rollout"), *cw = field(rep, "running_reward");
+            char cfg_r[32], cfg_w[32];
+            snprintf(cfg_r, sizeof cfg_r, "%lld", (long long)cpt_cfg_int(cfg, "roles.rollout"));
+            snprintf(cfg_w, sizeof cfg_w, "%lld", (long long)cpt_cfg_int(cfg, "roles.reward"));
+            printf("role      running  desired\n");
+            printf("rollout   %7s  %7s\n", cr ? cr : "?", dr ? dr : cfg_r);
+            printf("reward    %7s  %7s\n", cw ? cw : "?", dw ? dw : cfg_w);
+            freeReplyObject(rep);
+        }
+    }
+    cpt_redis_close(r);
+    cpt_config_free(cfg);
+    return status;
+}

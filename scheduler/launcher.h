@@ -1,0 +1,55 @@
+/* The launcher behind `cpt run` (local processes) and cpt-sched (Slurm steps inside an allocation).
+ *
+ * It prepares the run directory (RUN_DIR/config.toml is the resolved config every role reads), starts a private
+ * redis-server for online methods unless queue.url names one, starts the trainer and the worker roles, restarts
+ * failed processes with backoff (a restarted trainer resumes from checkpoints/latest by itself), follows scale
+ * requests written by cpt-scale into cpt:{run}:control, prints a progress line, and on a stop request (Ctrl-C,
+ * SIGTERM, Slurm's USR1) stops the trainer first (it checkpoints at its step boundary), then drains the workers.
+ *
+ * Role processes: `cpt-train RUN_DIR/config.toml`, `cpt-rollout RUN_DIR/config.toml --worker-id rollout-K`,
+ * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
+ * RUN_DIR/logs/<name>.log. */
+#ifndef CPT_SCHEDULER_LAUNCHER_H
+#define CPT_SCHEDULER_LAUNCHER_H
+
+#include <signal.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "queue/redis_server.h"
+#include "scheduler/supervisor.h"
+
+typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
+
+/* Exit status of a role that stopped on request after saving its state (not a failure, not finished). */
+#define CPT_EXIT_STOPPED 3
+
+typedef struct cpt_launcher {
+    cpt_executor exec;
+    cpt_config *cfg;
+    char run_dir[2048];
+    char config_path[2100]; /* RUN_DIR/config.toml */
+    char bin_dir[2048];     /* folder of the cpt programs */
+    int online;             /* grpo, ppo, opd: queue and workers */
+    cpt_redis_server redis;
+    int redis_owned;
+    cpt_supervisor sup;
+    int want[2];            /* desired rollout, reward workers */
+    volatile sig_atomic_t *stop_flag; /* set by the caller's signal handler */
+    double last_progress, last_control;
+} cpt_launcher;
+
+enum { CPT_ROLE_ROLLOUT = 0, CPT_ROLE_REWARD = 1 };
+
+/* Loads the config (config_path + overrides), or RUN_DIR/config.toml when resume_dir is given, and prepares the
+ * run directory. */
+int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
+                         char *const *overrides, const char *resume_dir, cpt_err *err);
+
+/* Starts everything and supervises until the trainer finishes, fails for good, or a stop is requested.
+ * Returns the exit status for the command: 0 finished, CPT_EXIT_STOPPED stopped after a checkpoint, 1 failed. */
+int cpt_launcher_run(cpt_launcher *L, cpt_err *err);
+
+void cpt_launcher_free(cpt_launcher *L);
+
+#endif

@@ -1,0 +1,41 @@
+#include "scheduler/run_dir.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, cpt_err *err) {
+    *cfg = NULL;
+    *redis = NULL;
+    if (!run_dir) run_dir = getenv("CPT_RUN");
+    if (!run_dir || !*run_dir) return cpt_errf(err, "which run? pass --run RUN_DIR or set CPT_RUN");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.toml", run_dir);
+    *cfg = cpt_config_load(path, 0, NULL, err);
+    if (!*cfg) return cpt_err_prefix(err, "%s: not a run directory", run_dir);
+    char url[1024];
+    snprintf(url, sizeof url, "%s", cpt_cfg_str(*cfg, "queue.url"));
+    if (!url[0]) {
+        snprintf(path, sizeof path, "%s/queue.json", run_dir);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        const char *u = j ? json_string_value(json_object_get(j, "url")) : NULL;
+        if (!u) {
+            json_decref(j);
+            cpt_config_free(*cfg);
+            *cfg = NULL;
+            return cpt_errf(err, "%s: no queue URL (is the run started?)", path);
+        }
+        snprintf(url, sizeof url, "%s", u);
+        json_decref(j);
+    }
+    cpt_redis_opts o = {.url = url, .password_file = cpt_cfg_str(*cfg, "queue.password_file"), .reconnect_ms = 2000};
+    *redis = cpt_redis_open(&o, err);
+    if (!*redis) {
+        cpt_config_free(*cfg);
+        *cfg = NULL;
+        return -1;
+    }
+    return 0;
+}
