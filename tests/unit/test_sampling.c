@@ -1,0 +1,99 @@
+/* Sampling: greedy, determinism per seed, empirical frequencies against the intended distribution, each
+ * truncation rule, and recorded logprobs equal to the distribution's own log-probabilities. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "rollout/sampling.h"
+#include "tests/check.h"
+
+#define V 6
+
+static double logsumexp_scaled(const float *l, int n, double t) {
+    double m = l[0] / t, s = 0;
+    for (int i = 1; i < n; i++) m = fmax(m, l[i] / t);
+    for (int i = 0; i < n; i++) s += exp(l[i] / t - m);
+    return m + log(s);
+}
+
+int main(void) {
+    float logits[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.9f};
+    cpt_sampler_work w;
+    CHECK(cpt_sampler_work_init(&w, V) == 0);
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 7, 0);
+    float lp;
+
+    /* Greedy: the argmax with log_softmax at T = 1. */
+    cpt_sampling greedy = {0, 0, 1, 0};
+    CHECK_EQ_INT(cpt_sample(logits, &greedy, &rng, &w, &lp), 1);
+    CHECK_NEAR(lp, 3.0 - logsumexp_scaled(logits, V, 1.0), 1e-6);
+
+    /* Plain temperature: frequencies follow softmax(l / T); logprobs equal log_softmax(l / T). */
+    cpt_sampling plain = {0.7f, 0, 1, 0};
+    int counts[V] = {0};
+    const int N = 200000;
+    double lse = logsumexp_scaled(logits, V, 0.7);
+    int logprob_ok = 1;
+    for (int i = 0; i < N; i++) {
+        int32_t t = cpt_sample(logits, &plain, &rng, &w, &lp);
+        counts[t]++;
+        if (fabs(lp - (logits[t] / 0.7 - lse)) > 1e-5) logprob_ok = 0;
+    }
+    CHECK(logprob_ok);
+    for (int i = 0; i < V; i++) {
+        double p = exp(logits[i] / 0.7 - lse);
+        CHECK_MSG(fabs(counts[i] / (double)N - p) < 4 * sqrt(p * (1 - p) / N) + 1e-4, "token %d: %f vs %f", i,
+                  counts[i] / (double)N, p);
+    }
+
+    /* Same seed, same tokens; another seed, another sequence. */
+    cpt_rng a, b, c;
+    cpt_rng_seed(&a, 42, 3);
+    cpt_rng_seed(&b, 42, 3);
+    cpt_rng_seed(&c, 43, 3);
+    int same = 1, differ = 0;
+    for (int i = 0; i < 64; i++) {
+        int32_t ta = cpt_sample(logits, &plain, &a, &w, NULL), tb = cpt_sample(logits, &plain, &b, &w, NULL);
+        int32_t tc = cpt_sample(logits, &plain, &c, &w, NULL);
+        same &= ta == tb;
+        differ |= ta != tc;
+    }
+    CHECK(same);
+    CHECK(differ);
+
+    /* top-k 2: only tokens 1 and 5 (logits 3.0, 2.9), renormalised. */
+    cpt_sampling topk = {1.0f, 2, 1, 0};
+    int seen[V] = {0};
+    double z = exp(3.0) + exp(2.9);
+    for (int i = 0; i < 20000; i++) {
+        int32_t t = cpt_sample(logits, &topk, &rng, &w, &lp);
+        seen[t]++;
+        CHECK_NEAR(lp, logits[t] - log(z), 1e-5);
+    }
+    CHECK_EQ_INT(seen[0] + seen[2] + seen[3] + seen[4], 0);
+    CHECK(seen[1] > seen[5] && seen[5] > 0);
+
+    /* top-p: probabilities at T = 1 are sorted 1, 5, 2, 0, 4, 3; with top_p just above p1 + p5 the set is {1, 5, 2}. */
+    double lse1 = logsumexp_scaled(logits, V, 1.0);
+    double p1 = exp(3.0 - lse1), p5 = exp(2.9 - lse1);
+    cpt_sampling topp = {1.0f, 0, (float)(p1 + p5 + 1e-3), 0};
+    int seen_p[V] = {0};
+    for (int i = 0; i < 20000; i++) seen_p[cpt_sample(logits, &topp, &rng, &w, &lp)]++;
+    CHECK(seen_p[2] > 0 && seen_p[1] > 0 && seen_p[5] > 0);
+    CHECK_EQ_INT(seen_p[0] + seen_p[3] + seen_p[4], 0);
+
+    /* min-p 0.5: keep p >= 0.5 * p_max: exp(l - 3) >= 0.5 <=> l >= 3 - ln 2 = 2.307: tokens 1, 5, 2. */
+    cpt_sampling minp = {1.0f, 0, 1, 0.5f};
+    int seen_m[V] = {0};
+    double zm = exp(3.0) + exp(2.9) + exp(2.5);
+    for (int i = 0; i < 20000; i++) {
+        int32_t t = cpt_sample(logits, &minp, &rng, &w, &lp);
+        seen_m[t]++;
+        CHECK_NEAR(lp, logits[t] - log(zm), 1e-5);
+    }
+    CHECK_EQ_INT(seen_m[0] + seen_m[3] + seen_m[4], 0);
+    CHECK(seen_m[2] > 0);
+
+    cpt_sampler_work_free(&w);
+    return check_summary("test_sampling");
+}
