@@ -39,7 +39,7 @@ static void sort_desc(int32_t *idx, int n, const float *prob) {
     }
 }
 
-int32_t cpt_sample(const float *logits, const cpt_sampling *sp, cpt_rng *rng, cpt_sampler_work *w, float *logprob) {
+int32_t cpt_sample(const float *logits, const cpt_sample_params *sp, cpt_rng *rng, cpt_sampler_work *w, float *logprob) {
     int V = w->vocab;
     int32_t best = 0;
     for (int i = 1; i < V; i++)

@@ -14,12 +14,12 @@
 
 #include "core/rng.h"
 
-typedef struct cpt_sampling {
+typedef struct cpt_sample_params {
     float temperature; /* 0: greedy */
     int top_k;         /* 0: off */
     float top_p;       /* 1: off */
     float min_p;       /* 0: off */
-} cpt_sampling;
+} cpt_sample_params;
 
 /* Scratch for one vocabulary: caller-owned so sampling allocates nothing per token. */
 typedef struct cpt_sampler_work {
@@ -32,6 +32,6 @@ int cpt_sampler_work_init(cpt_sampler_work *w, int vocab);
 void cpt_sampler_work_free(cpt_sampler_work *w);
 
 /* Draws one token from logits[vocab]; *logprob gets its log-probability under the distribution above. */
-int32_t cpt_sample(const float *logits, const cpt_sampling *sp, cpt_rng *rng, cpt_sampler_work *w, float *logprob);
+int32_t cpt_sample(const float *logits, const cpt_sample_params *sp, cpt_rng *rng, cpt_sampler_work *w, float *logprob);
 
 #endif

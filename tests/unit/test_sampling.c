@@ -24,12 +24,12 @@ int main(void) {
     float lp;
 
     /* Greedy: the argmax with log_softmax at T = 1. */
-    cpt_sampling greedy = {0, 0, 1, 0};
+    cpt_sample_params greedy = {0, 0, 1, 0};
     CHECK_EQ_INT(cpt_sample(logits, &greedy, &rng, &w, &lp), 1);
     CHECK_NEAR(lp, 3.0 - logsumexp_scaled(logits, V, 1.0), 1e-6);
 
     /* Plain temperature: frequencies follow softmax(l / T); logprobs equal log_softmax(l / T). */
-    cpt_sampling plain = {0.7f, 0, 1, 0};
+    cpt_sample_params plain = {0.7f, 0, 1, 0};
     int counts[V] = {0};
     const int N = 200000;
     double lse = logsumexp_scaled(logits, V, 0.7);
@@ -62,7 +62,7 @@ int main(void) {
     CHECK(differ);
 
     /* top-k 2: only tokens 1 and 5 (logits 3.0, 2.9), renormalised. */
-    cpt_sampling topk = {1.0f, 2, 1, 0};
+    cpt_sample_params topk = {1.0f, 2, 1, 0};
     int seen[V] = {0};
     double z = exp(3.0) + exp(2.9);
     for (int i = 0; i < 20000; i++) {
@@ -76,14 +76,14 @@ int main(void) {
     /* top-p: probabilities at T = 1 are sorted 1, 5, 2, 0, 4, 3; with top_p just above p1 + p5 the set is {1, 5, 2}. */
     double lse1 = logsumexp_scaled(logits, V, 1.0);
     double p1 = exp(3.0 - lse1), p5 = exp(2.9 - lse1);
-    cpt_sampling topp = {1.0f, 0, (float)(p1 + p5 + 1e-3), 0};
+    cpt_sample_params topp = {1.0f, 0, (float)(p1 + p5 + 1e-3), 0};
     int seen_p[V] = {0};
     for (int i = 0; i < 20000; i++) seen_p[cpt_sample(logits, &topp, &rng, &w, &lp)]++;
     CHECK(seen_p[2] > 0 && seen_p[1] > 0 && seen_p[5] > 0);
     CHECK_EQ_INT(seen_p[0] + seen_p[3] + seen_p[4], 0);
 
     /* min-p 0.5: keep p >= 0.5 * p_max: exp(l - 3) >= 0.5 <=> l >= 3 - ln 2 = 2.307: tokens 1, 5, 2. */
-    cpt_sampling minp = {1.0f, 0, 1, 0.5f};
+    cpt_sample_params minp = {1.0f, 0, 1, 0.5f};
     int seen_m[V] = {0};
     double zm = exp(3.0) + exp(2.9) + exp(2.5);
     for (int i = 0; i < 20000; i++) {
