@@ -23,8 +23,11 @@
 typedef struct cpt_config cpt_config;
 
 /* Loads path (NULL: defaults only) then applies overrides "section.key=value" in order. Errors name file:line
- * (or "override N") and, for an unknown key, the closest declared key. */
+ * (or "override 'k=v'") and, for an unknown key, the closest declared key. */
 cpt_config *cpt_config_load(const char *path, int n_overrides, char *const *overrides, cpt_err *err);
+/* Same from text in memory (NULL: defaults only); name is used in messages. */
+cpt_config *cpt_config_load_text(const char *text, size_t len, const char *name, int n_overrides,
+                                 char *const *overrides, cpt_err *err);
 void cpt_config_free(cpt_config *cfg);
 
 int64_t cpt_cfg_int(const cpt_config *cfg, const char *key);
@@ -43,5 +46,11 @@ uint64_t cpt_config_hash(const cpt_config *cfg);
 
 /* The generated reference (markdown) of every declared key, malloc'd. */
 char *cpt_config_docs_markdown(void);
+
+/* 1 if key is declared (for tools that take key names from users, e.g. preflight). */
+int cpt_config_has_key(const char *key);
+/* Checks the declared table itself: no key declared twice, no key that is also a table of another, defaults
+ * inside their bounds and choices, a doc for each. Returns -1 naming the offending key. */
+int cpt_config_check_table(cpt_err *err);
 
 #endif

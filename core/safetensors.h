@@ -15,6 +15,7 @@ typedef enum { CPT_DT_F32 = 0, CPT_DT_BF16, CPT_DT_F16, CPT_DT_I32, CPT_DT_I64, 
 
 size_t cpt_dtype_size(cpt_dtype dt);
 const char *cpt_dtype_name(cpt_dtype dt); /* "F32", "BF16", ... as safetensors spells them */
+int cpt_dtype_from_name(const char *name, cpt_dtype *out); /* 0, or -1 for a name not in cpt_dtype */
 
 #define CPT_ST_MAX_DIMS 8
 
@@ -32,7 +33,8 @@ typedef struct cpt_st_file cpt_st_file;
 
 /* path: a .safetensors file, a model.safetensors.index.json, or a folder holding either. */
 cpt_st_file *cpt_st_open(const char *path, cpt_err *err);
-/* Validates a header held in memory (the whole file's bytes): the fuzzed entry point. */
+/* Validates a header held in memory (the whole file's bytes): the fuzzed entry point. The bytes are not copied:
+ * they must outlive the returned file. */
 cpt_st_file *cpt_st_open_memory(const void *bytes, size_t len, const char *name_for_errors, cpt_err *err);
 void cpt_st_close(cpt_st_file *f);
 
@@ -40,9 +42,18 @@ size_t cpt_st_count(const cpt_st_file *f);
 const cpt_st_tensor *cpt_st_at(const cpt_st_file *f, size_t i);
 const cpt_st_tensor *cpt_st_find(const cpt_st_file *f, const char *name); /* NULL if absent */
 const char *cpt_st_metadata(const cpt_st_file *f, const char *key);       /* NULL if absent */
+/* Metadata in key order: the file's __metadata__ (sharded: the index's "metadata", numbers as decimal text, then
+ * each shard's keys not already present). Returns -1 when i is out of range. */
+size_t cpt_st_metadata_count(const cpt_st_file *f);
+int cpt_st_metadata_at(const cpt_st_file *f, size_t i, const char **key, const char **value);
+/* The path (or name_for_errors) of the file a tensor of f lives in: for messages about sharded sets. */
+const char *cpt_st_tensor_file(const cpt_st_file *f, const cpt_st_tensor *t);
+size_t cpt_st_numel(const cpt_st_tensor *t); /* product of the shape; 1 for a scalar */
 
 /* Copies a tensor into float32 (converting BF16/F16/F64/ints); n must equal its element count. */
 int cpt_st_read_f32(const cpt_st_tensor *t, float *out, size_t n, cpt_err *err);
+/* Copies a floating-point tensor (F32, BF16, F16, F64) into bf16, rounding to nearest even. */
+int cpt_st_read_bf16(const cpt_st_tensor *t, uint16_t *out, size_t n, cpt_err *err);
 
 /* Writer: add tensors (data copied or referenced until finish), then finish writes the file atomically. */
 typedef struct cpt_st_writer cpt_st_writer;
@@ -50,14 +61,27 @@ cpt_st_writer *cpt_st_writer_new(void);
 /* data is referenced, not copied: it must stay valid until cpt_st_writer_finish. */
 int cpt_st_writer_add(cpt_st_writer *w, const char *name, cpt_dtype dt, int ndim, const int64_t *shape,
                       const void *data, cpt_err *err);
+/* The same, but the data are copied now (for temporaries). */
+int cpt_st_writer_add_copy(cpt_st_writer *w, const char *name, cpt_dtype dt, int ndim, const int64_t *shape,
+                           const void *data, cpt_err *err);
+/* A repeated key replaces the value. */
 int cpt_st_writer_meta(cpt_st_writer *w, const char *key, const char *value, cpt_err *err);
-int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err); /* atomic; frees w */
+/* Atomic; frees w. The data are laid out back to back, widest dtype first, then by name (as the Python
+ * safetensors package does: readable by it, and with the header padded with spaces to a multiple of 8 every
+ * tensor starts aligned to its element size). A repeated tensor name is an error here. */
+int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err);
 void cpt_st_writer_free(cpt_st_writer *w);
 
-/* bf16/f16 <-> f32 helpers (round to nearest even). */
+/* bf16/f16 <-> f32 helpers (round to nearest even; f16 subnormals, infinities and NaN handled; NaN stays a quiet
+ * NaN with its sign; f32 values past the largest finite bf16/f16 round to infinity). */
 float cpt_bf16_to_f32(uint16_t h);
 uint16_t cpt_f32_to_bf16(float f);
 float cpt_f16_to_f32(uint16_t h);
 uint16_t cpt_f32_to_f16(float f);
+/* Bulk forms; the 16-bit sources may be unaligned. */
+void cpt_bf16_to_f32_n(const void *in, float *out, size_t n);
+void cpt_f16_to_f32_n(const void *in, float *out, size_t n);
+void cpt_f32_to_bf16_n(const float *in, uint16_t *out, size_t n);
+void cpt_f32_to_f16_n(const float *in, uint16_t *out, size_t n);
 
 #endif

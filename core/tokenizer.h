@@ -30,6 +30,19 @@ int32_t cpt_tokenizer_token_id(const cpt_tokenizer *tok, const char *token); /* 
 const char *cpt_tokenizer_id_token(const cpt_tokenizer *tok, int32_t id);    /* NULL if absent */
 int cpt_tokenizer_is_special(const cpt_tokenizer *tok, int32_t id);
 
+/* Loads a tokenizer from tokenizer.json text in memory; name (e.g. a path) prefixes error messages. */
+cpt_tokenizer *cpt_tokenizer_load_json(const char *json, size_t len, const char *name, cpt_err *err);
+
+/* Encodes n texts on up to nthreads threads (<= 0: OpenMP's default). ids[i] is malloc'd (caller frees, NULL
+ * when counts[i] is 0) and counts[i] set. Returns 0, or -1 with the first failing text's index in the message
+ * (then every ids[i] is freed and NULL). */
+int cpt_tokenizer_encode_batch(const cpt_tokenizer *tok, const char *const *texts, const size_t *lens, size_t n,
+                               int nthreads, int32_t **ids, size_t *counts, cpt_err *err);
+
+/* The bytes id decodes to (a token may hold part of a UTF-8 sequence): for streaming decoders that join tokens
+ * themselves. NULL if id is absent. */
+const char *cpt_tokenizer_id_bytes(const cpt_tokenizer *tok, int32_t id, size_t *len);
+
 /* From tokenizer_config.json when present (-1 when unknown). */
 int32_t cpt_tokenizer_eos_id(const cpt_tokenizer *tok);
 int32_t cpt_tokenizer_bos_id(const cpt_tokenizer *tok);

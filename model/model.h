@@ -27,6 +27,7 @@ typedef struct cpt_model_config {
     int rope_original_max_pos;
     int max_position_embeddings;
     int bos_token_id, eos_token_id; /* -1 when absent */
+    int o_bias;      /* llama / qwen3 attention_bias: o_proj has a bias too */
 } cpt_model_config;
 
 /* Parses HF_DIR/config.json; an unknown architecture or a missing field is an error naming it. */
@@ -58,8 +59,17 @@ int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err
 /* Copies weights from a safetensors file written by cpt_model_save_hf (weight-version loads). */
 int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *err);
 
-/* A scalar value head on the final (normed) hidden state: parameter "score.weight" [1, hidden]. */
+/* A scalar value head on the final (normed) hidden state: parameter "score.weight" [1, hidden]. It grows the
+ * parameter allocation, so call it before keeping param pointers (optimizer state). Loading a folder whose
+ * safetensors hold "score.weight" adds the head automatically. */
 int cpt_model_add_value_head(cpt_model *m, uint64_t seed, cpt_err *err);
+int cpt_model_has_value_head(const cpt_model *m);
+
+/* All parameters (and all gradients) live in one allocation each, in cpt_model_param order: flat views for
+ * fused optimizers and checksums. */
+size_t cpt_model_numel(const cpt_model *m);
+float *cpt_model_data(cpt_model *m);
+float *cpt_model_grads(cpt_model *m);
 
 /* A batch of packed sequences: sequence s is tokens[seq_start[s] .. seq_start[s+1]), positions restart at 0 and
  * no attention crosses a boundary. targets[i] is the token whose logprob is taken at position i (normally
@@ -86,5 +96,24 @@ int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, in
 int cpt_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
                        const float *d_values, cpt_err *err);
 void cpt_model_zero_grad(cpt_model *m);
+
+/* Padded batches: B rows of T tokens with an attention mask (1 = real token, 0 = padding; each row's real tokens
+ * must be one contiguous run, so left and right padding both work; an all-padding row is allowed and yields no
+ * sequence). cpt_batch_from_padded packs the real tokens of each row into one sequence with next-token targets
+ * (the last real token of a row has none), and remembers where each packed token came from. */
+typedef struct cpt_packed {
+    cpt_batch batch;   /* points into the arrays below */
+    int B, T;
+    int32_t *tokens, *seq_start, *targets;
+    int32_t *src;      /* [n_tokens]: index b * T + t of each packed token in the padded batch */
+} cpt_packed;
+
+int cpt_batch_from_padded(const int32_t *ids, const int32_t *mask, int B, int T, cpt_packed *p, cpt_err *err);
+/* padded [B x T] = packed [n_tokens] at the real positions, fill elsewhere (e.g. logprobs back to B x T: entry
+ * (b, t) is log p(ids[b, t+1]) as with HF logits shifted by one). */
+void cpt_packed_to_padded(const cpt_packed *p, const float *packed, float *padded, float fill);
+/* packed [n_tokens] = padded [B x T] at the real positions (e.g. per-token loss weights to d_logprobs). */
+void cpt_padded_to_packed(const cpt_packed *p, const float *padded, float *packed);
+void cpt_packed_free(cpt_packed *p);
 
 #endif

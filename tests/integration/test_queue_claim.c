@@ -1,0 +1,122 @@
+/* A consumer killed with SIGKILL while holding pending messages: another consumer claims them after
+ * queue.claim_idle_ms (XAUTOCLAIM) and finishes them; a message that keeps coming back is parked in dead. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/check.h"
+#include "tests/integration/redis_helper.h"
+#include "tests/unit/test_schema_samples.h"
+
+#define N 10
+#define HELD 4
+
+static void add_prompts(cpt_queue *q, uint64_t from, int n) {
+    cpt_err err;
+    for (int i = 0; i < n; i++) {
+        sample_prompt s;
+        sample_prompt_init(&s, "claim", 0, from + (uint64_t)i, 6);
+        cpt_buf b;
+        CHECK_EQ_INT(cpt_prompt_group_encode(&s.m, &b, &err), 0);
+        CHECK_EQ_INT(cpt_queue_add(q, CPT_STREAM_PROMPTS, b.data, b.len, NULL, &err), 0);
+        cpt_buf_free(&b);
+    }
+}
+
+static void killed_consumer(test_redis *t) {
+    cpt_queue *q = test_queue_open(t, "claim", 1000, 300);
+    cpt_err err = {{0}};
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_PROMPTS, "rollout", &err), 0);
+    add_prompts(q, 0, N);
+
+    int pipefd[2];
+    CHECK_EQ_INT(pipe(pipefd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        /* The doomed worker: its own connection, reads HELD messages and never acks them. */
+        close(pipefd[0]);
+        cpt_queue *cq = test_queue_open(t, "claim", 1000, 300);
+        cpt_queue_msg msgs[HELD];
+        int n = cpt_queue_read(cq, CPT_STREAM_PROMPTS, "rollout", "doomed", HELD, 1000, msgs, &err);
+        char c = (char)n;
+        if (write(pipefd[1], &c, 1) != 1) _exit(2);
+        for (;;) pause();
+    }
+    close(pipefd[1]);
+    char held = 0;
+    CHECK_EQ_INT(read(pipefd[0], &held, 1), 1);
+    CHECK_EQ_INT(held, HELD);
+    close(pipefd[0]);
+    kill(child, SIGKILL);
+    int status;
+    waitpid(child, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), HELD);
+
+    /* The rescuer finishes everything: the N - HELD fresh ones at once, the held ones once idle for 300 ms. */
+    int seen[N] = {0}, total = 0;
+    double start = cpt_now();
+    cpt_queue_item it;
+    while (total < N && cpt_now() - start < 20) {
+        int rc = cpt_queue_next(q, CPT_STREAM_PROMPTS, "rollout", "rescuer", &it, &err);
+        CHECK(rc >= 0);
+        if (rc < 0) break;
+        if (rc == 0) continue;
+        uint64_t i = it.prompt.id.index;
+        if (i < N) seen[i]++;
+        CHECK_EQ_INT(cpt_queue_done(q, &it, &err), 0);
+        cpt_queue_item_free(&it);
+        total++;
+    }
+    CHECK_EQ_INT(total, N);
+    int once = 1;
+    for (int i = 0; i < N; i++) once &= seen[i] == 1;
+    CHECK(once);
+    CHECK_EQ_INT(q->stats.claimed, HELD);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    cpt_queue_close(q);
+}
+
+static void poison(test_redis *t) {
+    cpt_queue_opts o = {.url = t->srv.url, .run = "claim", .claim_idle_ms = 100, .block_ms = 100,
+                        .max_deliveries = 2};
+    cpt_err err = {{0}};
+    cpt_queue *q = cpt_queue_open(&o, &err);
+    CHECK(q != NULL);
+    if (!q) return;
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_ROLLOUTS, "reward", &err), 0);
+    CHECK_EQ_INT(cpt_queue_add(q, CPT_STREAM_ROLLOUTS, "crashes-its-reader", 18, NULL, &err), 0);
+    cpt_queue_msg m;
+    /* A, B and C each take it and "crash" (never ack). The third delivery exceeds max_deliveries = 2. */
+    CHECK_EQ_INT(cpt_queue_read(q, CPT_STREAM_ROLLOUTS, "reward", "A", 1, 100, &m, &err), 1);
+    cpt_queue_msg_free(&m);
+    usleep(150 * 1000);
+    CHECK_EQ_INT(cpt_queue_read(q, CPT_STREAM_ROLLOUTS, "reward", "B", 1, 100, &m, &err), 1);
+    CHECK(m.claimed);
+    cpt_queue_msg_free(&m);
+    usleep(150 * 1000);
+    CHECK_EQ_INT(cpt_queue_read(q, CPT_STREAM_ROLLOUTS, "reward", "C", 1, 100, &m, &err), 0);
+    CHECK_EQ_INT(q->stats.dead, 1);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_ROLLOUTS, "reward"), 0);
+    const char *argv[] = {"XREVRANGE", cpt_queue_key(q, CPT_STREAM_DEAD), "+", "-", "COUNT", "1"};
+    redisReply *r = cpt_redis_command(q->redis, 6, argv, NULL, argv[1], 0, &err);
+    int found = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+        redisReply *f = r->element[0]->element[1];
+        for (size_t k = 0; k + 1 < f->elements; k += 2)
+            if (!strcmp(f->element[k]->str, "reason") && strstr(f->element[k + 1]->str, "delivered 3 times")) found = 1;
+    }
+    CHECK(found);
+    if (r) freeReplyObject(r);
+    cpt_queue_close(q);
+}
+
+int main(void) {
+    test_redis t;
+    test_redis_start(&t, "everysec");
+    killed_consumer(&t);
+    poison(&t);
+    test_redis_stop(&t);
+    return check_summary("test_queue_claim");
+}

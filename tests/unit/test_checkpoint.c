@@ -1,0 +1,202 @@
+/* Checkpoints: atomic layout, manifest verification, `latest`, keep-last-K, exact restore of weights, optimizer
+ * moments, data cursor, outstanding group ids and RNG states; a corrupt or truncated newest checkpoint is refused
+ * and the previous good one is chosen; temporary and uncommitted folders are never chosen. Tiny random model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "tests/check.h"
+#include "trainer/checkpoint.h"
+
+static cpt_model *tiny(uint64_t seed) {
+    cpt_model_config mc = {.arch = CPT_ARCH_QWEN2, .vocab_size = 32, .hidden_size = 16, .intermediate_size = 24,
+                           .num_layers = 1, .num_heads = 2, .num_kv_heads = 1, .head_dim = 8, .rms_norm_eps = 1e-6f,
+                           .rope_theta = 10000.0f, .tie_word_embeddings = 1, .qkv_bias = 1,
+                           .max_position_embeddings = 64, .bos_token_id = -1, .eos_token_id = -1};
+    cpt_err err;
+    cpt_model *m = cpt_model_new_random(&mc, seed, &err);
+    if (!m) fprintf(stderr, "cpt_model_new_random: %s\n", err.msg);
+    return m;
+}
+
+/* Deterministic fake gradients and one AdamW step. */
+static void fake_step(cpt_param **ps, size_t n, cpt_adamw *o, int t) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < ps[i]->numel; j++) ps[i]->grad[j] = (float)(((j * 7 + i * 3 + (size_t)t) % 11) - 5) * 0.01f;
+    cpt_adamw_step(o, 1e-2);
+}
+
+static int same_weights(cpt_model *a, cpt_model *b) {
+    size_t n = cpt_model_num_params(a);
+    if (n != cpt_model_num_params(b)) return 0;
+    for (size_t i = 0; i < n; i++) {
+        cpt_param *pa = cpt_model_param(a, i), *pb = cpt_model_param(b, i);
+        if (pa->numel != pb->numel || memcmp(pa->data, pb->data, pa->numel * sizeof(float))) return 0;
+    }
+    return 1;
+}
+
+static void flip_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+}
+
+int main(void) {
+    cpt_err err;
+    char run[] = "/tmp/cpt-test-ckpt-XXXXXX";
+    CHECK(mkdtemp(run) != NULL);
+    cpt_model *m = tiny(5);
+    if (!m) return check_summary("test_checkpoint");
+    size_t n;
+    cpt_param **ps = cpt_model_param_list(m, &n, &err);
+    cpt_adamw_hparams hp = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+    cpt_adamw *o = cpt_adamw_new(ps, n, &hp, &err);
+
+    cpt_train_state st = {0};
+    st.data_epoch = 1;
+    st.config_hash = 0xfedcba9876543210ULL;
+    st.n_outstanding = 2;
+    st.outstanding = calloc(2, sizeof *st.outstanding);
+    st.outstanding[0] = (cpt_group_id){0, 3};
+    st.outstanding[1] = (cpt_group_id){1, 4};
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 9, 2);
+    cpt_rng_u64(&rng);
+    CHECK_EQ_INT(cpt_train_state_set_rng(&st, "sampling", &rng, &err), 0);
+
+    char dir[CPT_CKPT_PATH_MAX + 64], p[CPT_CKPT_PATH_MAX + 128];
+    cpt_ckpt_save_args a = {.run_dir = run, .model = m, .opt = o, .state = &st, .config_text = "[run]\nname = \"t\"\n",
+                            .keep_last = 2};
+    float saved3[8];
+    for (int t = 1; t <= 3; t++) {
+        fake_step(ps, n, o, t);
+        st.step = st.weight_version = t;
+        st.data_index = 10 * t;
+        CHECK_EQ_INT(cpt_ckpt_save(&a, dir, sizeof dir, &err), 0);
+        if (t == 3) memcpy(saved3, ps[0]->data, sizeof saved3);
+    }
+    snprintf(p, sizeof p, "%s/checkpoints/step-3", run);
+    CHECK_EQ_STR(dir, p);
+    snprintf(p, sizeof p, "%s/checkpoints/latest", run);
+    char *latest = cpt_read_file(p, NULL, &err);
+    CHECK_EQ_STR(latest, "step-3\n");
+    free(latest);
+    /* keep_last = 2: step-1 removed */
+    snprintf(p, sizeof p, "%s/checkpoints/step-1", run);
+    CHECK(!cpt_path_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/step-2/manifest.json", run);
+    CHECK(cpt_path_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/step-3/model/config.json", run);
+    CHECK(cpt_path_exists(p));
+    CHECK_EQ_INT(cpt_ckpt_verify(dir, &err), 0);
+
+    /* exact restore into a differently initialised model and a fresh optimizer */
+    char found[CPT_CKPT_PATH_MAX];
+    CHECK_EQ_INT(cpt_ckpt_find_latest(run, found, sizeof found, &err), 1);
+    CHECK_EQ_STR(found, dir);
+    cpt_model *m2 = tiny(77);
+    size_t n2;
+    cpt_param **ps2 = cpt_model_param_list(m2, &n2, &err);
+    cpt_adamw *o2 = cpt_adamw_new(ps2, n2, &hp, &err);
+    CHECK(!same_weights(m, m2));
+    cpt_train_state st2;
+    CHECK_EQ_INT(cpt_ckpt_load(found, m2, o2, &st2, &err), 0);
+    CHECK(same_weights(m, m2));
+    CHECK(memcmp(ps2[0]->data, saved3, sizeof saved3) == 0);
+    CHECK_EQ_INT(o2->step, 3);
+    int moments_same = 1;
+    for (size_t i = 0; i < n; i++)
+        moments_same &= !memcmp(o->m[i], o2->m[i], ps[i]->numel * 4) && !memcmp(o->v[i], o2->v[i], ps[i]->numel * 4);
+    CHECK(moments_same);
+    CHECK_EQ_INT(st2.step, 3);
+    CHECK_EQ_INT(st2.weight_version, 3);
+    CHECK_EQ_INT(st2.data_epoch, 1);
+    CHECK_EQ_INT(st2.data_index, 30);
+    CHECK_EQ_INT(st2.n_outstanding, 2);
+    CHECK_EQ_INT(st2.outstanding[1].epoch, 1);
+    CHECK_EQ_INT(st2.outstanding[1].index, 4);
+    CHECK(st2.config_hash == 0xfedcba9876543210ULL);
+    cpt_rng r2;
+    CHECK_EQ_INT(cpt_train_state_get_rng(&st2, "sampling", &r2, &err), 0);
+    CHECK(cpt_rng_u64(&r2) == cpt_rng_u64(&rng));
+    CHECK_EQ_INT(cpt_train_state_get_rng(&st2, "nope", &r2, &err), -1);
+    cpt_train_state_free(&st2);
+
+    /* corrupt the newest: refused (checksum, naming the file), the previous one is used */
+    snprintf(p, sizeof p, "%s/checkpoints/step-3/model/model.safetensors", run);
+    flip_byte(p, 200);
+    CHECK_EQ_INT(cpt_ckpt_verify(dir, &err), -1);
+    CHECK(strstr(err.msg, "model/model.safetensors") && strstr(err.msg, "checksum"));
+    CHECK_EQ_INT(cpt_ckpt_find_latest(run, found, sizeof found, &err), 1);
+    snprintf(p, sizeof p, "%s/checkpoints/step-2", run);
+    CHECK_EQ_STR(found, p);
+    CHECK_EQ_INT(cpt_ckpt_load(dir, m2, o2, &st2, &err), -1); /* loading the corrupt one directly fails too */
+
+    /* a truncated file: refused with the sizes; with no good checkpoint left, find_latest is an error */
+    snprintf(p, sizeof p, "%s/checkpoints/step-2/optimizer.safetensors", run);
+    CHECK_EQ_INT(truncate(p, 100), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/step-2", run);
+    CHECK_EQ_INT(cpt_ckpt_verify(p, &err), -1);
+    CHECK(strstr(err.msg, "optimizer.safetensors") && strstr(err.msg, "bytes"));
+    CHECK_EQ_INT(cpt_ckpt_find_latest(run, found, sizeof found, &err), -1);
+    CHECK(strstr(err.msg, "no good checkpoint") != NULL);
+
+    /* a partial folder (no manifest) and a temporary folder are never chosen; an uncommitted newer folder is
+     * ignored while `latest` names an older one */
+    char run2[] = "/tmp/cpt-test-ckpt2-XXXXXX";
+    CHECK(mkdtemp(run2) != NULL);
+    a.run_dir = run2;
+    st.step = 4;
+    CHECK_EQ_INT(cpt_ckpt_save(&a, dir, sizeof dir, &err), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/step-6.tmp-99999", run2);
+    CHECK_EQ_INT(cpt_mkdir_p(p, 0755, &err), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/step-5/model", run2);
+    CHECK_EQ_INT(cpt_mkdir_p(p, 0755, &err), 0);
+    CHECK_EQ_INT(cpt_ckpt_find_latest(run2, found, sizeof found, &err), 1);
+    CHECK_EQ_STR(found, dir);
+    snprintf(p, sizeof p, "%s/checkpoints/step-5", run2);
+    CHECK_EQ_INT(cpt_ckpt_verify(p, &err), -1);
+    CHECK(strstr(err.msg, "manifest.json") && strstr(err.msg, "partial"));
+    /* the next save replaces the uncommitted step-5 and sweeps the temporary folder */
+    st.step = 5;
+    CHECK_EQ_INT(cpt_ckpt_save(&a, dir, sizeof dir, &err), 0);
+    CHECK_EQ_INT(cpt_ckpt_verify(dir, &err), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/step-6.tmp-99999", run2);
+    CHECK(!cpt_path_exists(p));
+    /* resolve: a run folder, its checkpoints folder, or a step folder */
+    CHECK_EQ_INT(cpt_ckpt_resolve(run2, found, sizeof found, &err), 0);
+    CHECK_EQ_STR(found, dir);
+    snprintf(p, sizeof p, "%s/checkpoints", run2);
+    CHECK_EQ_INT(cpt_ckpt_resolve(p, found, sizeof found, &err), 0);
+    CHECK(strstr(found, "step-5") != NULL);
+    CHECK_EQ_INT(cpt_ckpt_resolve("/nonexistent/cpt-run", found, sizeof found, &err), -1);
+    /* saving a step that is already the latest is refused (saves only move forward) */
+    CHECK_EQ_INT(cpt_ckpt_save(&a, dir, sizeof dir, &err), -1);
+    CHECK(strstr(err.msg, "already exists") != NULL);
+
+    /* trainer_state.json errors name the file and the field */
+    snprintf(p, sizeof p, "%s/bad_state.json", run2);
+    const char *bad = "{\"format\": \"cpt-trainer-state-1\", \"step\": 3}";
+    CHECK_EQ_INT(cpt_write_file_atomic(p, bad, strlen(bad), &err), 0);
+    CHECK_EQ_INT(cpt_train_state_read(p, &st2, &err), -1);
+    CHECK(strstr(err.msg, "bad_state.json") && strstr(err.msg, "weight_version"));
+
+    cpt_train_state_free(&st);
+    cpt_adamw_free(o);
+    cpt_adamw_free(o2);
+    free(ps);
+    free(ps2);
+    cpt_model_free(m);
+    cpt_model_free(m2);
+    cpt_remove_tree(run, &err);
+    cpt_remove_tree(run2, &err);
+    return check_summary("test_checkpoint");
+}

@@ -1,0 +1,408 @@
+/* Queue message codecs: round trips of every type, and strict decoding that rejects with a reason naming the
+ * field. With CPT_WRITE_CORPUS=DIR it also writes the fuzz seed corpora (DIR/schema_NAME/). */
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "queue/schema.h"
+#include "queue/seen.h"
+#include "tests/check.h"
+#include "tests/unit/test_schema_samples.h"
+
+static const char *corpus_dir;
+
+static void save_seed(const char *harness, const char *name, const void *data, size_t len) {
+    if (!corpus_dir) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/schema_%s", corpus_dir, harness);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/schema_%s/%s", corpus_dir, harness, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); return; }
+    fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+/* A valid message of one type is a useful seed for every decoder (the wrong-type path). */
+static void save_seed_all(const char *name, const void *data, size_t len) {
+    static const char *all[] = {"prompt", "rollout", "scored", "weights", "control", "heartbeat"};
+    for (int i = 0; i < 6; i++) save_seed(all[i], name, data, len);
+}
+
+/* Re-encodes a message with one top-level change: key `key` replaced by the packed value written by `put`
+ * (or removed if put is NULL; or added if absent). */
+typedef void (*put_fn)(msgpack_packer *pk);
+static cpt_buf mutate(const cpt_buf *in, const char *key, put_fn put) {
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    msgpack_unpack_next(&up, in->data, in->len, &off);
+    msgpack_object_map *m = &up.data.via.map;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int found = 0;
+    for (uint32_t i = 0; i < m->size; i++)
+        if (m->ptr[i].key.via.str.size == strlen(key) && !memcmp(m->ptr[i].key.via.str.ptr, key, strlen(key))) found = 1;
+    msgpack_pack_map(&pk, m->size - (found && !put ? 1 : 0) + (!found && put ? 1 : 0));
+    for (uint32_t i = 0; i < m->size; i++) {
+        int is = m->ptr[i].key.via.str.size == strlen(key) && !memcmp(m->ptr[i].key.via.str.ptr, key, strlen(key));
+        if (is && !put) continue;
+        msgpack_pack_object(&pk, m->ptr[i].key);
+        if (is) put(&pk);
+        else msgpack_pack_object(&pk, m->ptr[i].val);
+    }
+    if (!found && put) {
+        msgpack_pack_str_with_body(&pk, key, strlen(key));
+        put(&pk);
+    }
+    msgpack_unpacked_destroy(&up);
+    cpt_buf out = {sb.data, sb.size};
+    return out;
+}
+
+static void put_schema2(msgpack_packer *pk) { msgpack_pack_int(pk, 2); }
+static void put_str_x(msgpack_packer *pk) { msgpack_pack_str_with_body(pk, "x", 1); }
+static void put_neg(msgpack_packer *pk) { msgpack_pack_int(pk, -1); }
+static void put_bin7(msgpack_packer *pk) { msgpack_pack_bin(pk, 7); msgpack_pack_bin_body(pk, "abcdefg", 7); }
+static void put_badrun(msgpack_packer *pk) { msgpack_pack_str_with_body(pk, "bad run!", 8); }
+static void put_bad_json(msgpack_packer *pk) { msgpack_pack_str_with_body(pk, "{\"a\":", 5); }
+static void put_group3(msgpack_packer *pk) {
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_int(pk, 1);
+    msgpack_pack_int(pk, 2);
+    msgpack_pack_int(pk, 3);
+}
+static void put_neg_token(msgpack_packer *pk) {
+    int32_t t[3] = {5, -2, 9};
+    msgpack_pack_bin(pk, 12);
+    msgpack_pack_bin_body(pk, t, 12);
+}
+static void put_n0(msgpack_packer *pk) { msgpack_pack_int(pk, 0); }
+
+static int decode_prompt_fails(const cpt_buf *b, const char *needle, const char *seedname) {
+    cpt_prompt_group m;
+    cpt_err err = {{0}};
+    int rc = cpt_prompt_group_decode(b->data, b->len, &m, &err);
+    if (rc == 0) { cpt_prompt_group_free(&m); fprintf(stderr, "decoded but should fail (%s)\n", needle); return 0; }
+    if (!strstr(err.msg, needle)) { fprintf(stderr, "reason \"%s\" lacks \"%s\"\n", err.msg, needle); return 0; }
+    if (seedname) save_seed("prompt", seedname, b->data, b->len);
+    return 1;
+}
+
+static void test_prompt_round_trip(void) {
+    sample_prompt s;
+    sample_prompt_init(&s, "run-1", 2, 4711, 17);
+    cpt_buf b;
+    cpt_err err = {{0}};
+    CHECK_EQ_INT(cpt_prompt_group_encode(&s.m, &b, &err), 0);
+    save_seed_all("prompt_ok", b.data, b.len);
+    cpt_prompt_group d;
+    CHECK_MSG(cpt_prompt_group_decode(b.data, b.len, &d, &err) == 0, "%s", err.msg);
+    CHECK_EQ_STR(d.run, "run-1");
+    CHECK_EQ_INT(d.id.epoch, 2);
+    CHECK_EQ_INT(d.id.index, 4711);
+    CHECK_EQ_INT(d.n_prompt, 17);
+    CHECK(d.prompt && !memcmp(d.prompt, s.prompt, 17 * sizeof(int32_t)));
+    CHECK_EQ_INT(d.n_samples, 4);
+    CHECK_NEAR(d.sampling.temperature, 0.75, 1e-7);
+    CHECK_NEAR(d.sampling.top_p, 0.9, 1e-7);
+    CHECK_EQ_INT(d.sampling.top_k, 50);
+    CHECK_NEAR(d.sampling.min_p, 0.05, 1e-7);
+    CHECK_EQ_INT(d.sampling.max_new_tokens, 256);
+    CHECK(d.sampling.seed == 0xfeedface12345ull + 4711);
+    CHECK_EQ_INT(d.sampling.n_stop_ids, 2);
+    CHECK_EQ_INT(d.sampling.stop_ids[1], 151645);
+    CHECK_EQ_INT(d.sampling.n_stop_strs, 2);
+    CHECK_EQ_STR(d.sampling.stop_strs[0], "</s>");
+    CHECK_EQ_STR(d.sampling.stop_strs[1], "\n\n");
+    CHECK_EQ_INT(d.min_version, 3);
+    CHECK_EQ_STR(d.extra, "{\"answer\": \"4711\"}");
+    cpt_prompt_group_free(&d);
+
+    cpt_msg_header h;
+    CHECK_EQ_INT(cpt_msg_peek_header(b.data, b.len, &h, &err), 0);
+    CHECK_EQ_INT(h.schema, 1);
+    CHECK_EQ_INT(h.type, CPT_MSG_PROMPT_GROUP);
+    CHECK_EQ_STR(h.run, "run-1");
+    CHECK(h.has_id && h.id.index == 4711 && h.has_version && h.version == 3);
+
+    /* Strict decoding: each rejection names what is wrong. */
+    cpt_buf x;
+    x = mutate(&b, "schema", put_schema2);
+    CHECK(decode_prompt_fails(&x, "unknown schema version 2", "schema2"));
+    cpt_buf_free(&x);
+    x = mutate(&b, "bogus", put_str_x);
+    CHECK(decode_prompt_fails(&x, "unknown key \"bogus\"", "unknown_key"));
+    cpt_buf_free(&x);
+    x = mutate(&b, "min_version", NULL);
+    CHECK(decode_prompt_fails(&x, "missing key \"min_version\"", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "min_version", put_neg);
+    CHECK(decode_prompt_fails(&x, "min_version = -1: must not be negative", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "prompt", put_bin7);
+    CHECK(decode_prompt_fails(&x, "prompt: 7 bytes is not a whole number", "prompt7"));
+    cpt_buf_free(&x);
+    x = mutate(&b, "prompt", put_neg_token);
+    CHECK(decode_prompt_fails(&x, "prompt[1] = -2: negative token id", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "run", put_badrun);
+    CHECK(decode_prompt_fails(&x, "not a valid run id", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "extra", put_bad_json);
+    CHECK(decode_prompt_fails(&x, "extra: not valid JSON", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "group", put_group3);
+    CHECK(decode_prompt_fails(&x, "group: expected [epoch, index]", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "n", put_n0);
+    CHECK(decode_prompt_fails(&x, "n = 0", NULL));
+    cpt_buf_free(&x);
+    x = mutate(&b, "type", put_str_x);
+    CHECK(decode_prompt_fails(&x, "type \"x\" where a prompt_group was expected", NULL));
+    cpt_buf_free(&x);
+
+    /* Truncation at every length fails cleanly; trailing garbage too. */
+    int all_fail = 1;
+    for (size_t n = 0; n < b.len; n++) {
+        cpt_prompt_group m;
+        if (cpt_prompt_group_decode(b.data, n, &m, &err) == 0) { all_fail = 0; cpt_prompt_group_free(&m); }
+    }
+    CHECK(all_fail);
+    char *longer = malloc(b.len + 1);
+    memcpy(longer, b.data, b.len);
+    longer[b.len] = (char)0xc0;
+    cpt_buf lb = {longer, b.len + 1};
+    CHECK(decode_prompt_fails(&lb, "1 trailing bytes", "trailing"));
+    free(longer);
+
+    /* A 5-byte array header claiming 2^32-1 elements must not make msgpack-c allocate 100 GB. */
+    const unsigned char huge[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01};
+    cpt_buf hb = {(char *)huge, sizeof huge};
+    CHECK(decode_prompt_fails(&hb, "claims more elements than bytes left", "huge_array"));
+
+    /* The encoder refuses what the decoder would refuse. */
+    s.m.sampling.top_p = 0;
+    CHECK_EQ_INT(cpt_prompt_group_encode(&s.m, &x, &err), -1);
+    CHECK_MSG(strstr(err.msg, "sampling.top_p = 0") != NULL, "%s", err.msg);
+    cpt_buf_free(&b);
+}
+
+static int decode_group_fails(const cpt_buf *b, cpt_msg_type want, const char *needle, const char *seed) {
+    cpt_rollout_group m;
+    cpt_err err = {{0}};
+    if (cpt_rollout_group_decode(b->data, b->len, want, &m, &err) == 0) {
+        cpt_rollout_group_free(&m);
+        fprintf(stderr, "decoded but should fail (%s)\n", needle);
+        return 0;
+    }
+    if (!strstr(err.msg, needle)) { fprintf(stderr, "reason \"%s\" lacks \"%s\"\n", err.msg, needle); return 0; }
+    if (seed) save_seed(want == CPT_MSG_SCORED_GROUP ? "scored" : "rollout", seed, b->data, b->len);
+    return 1;
+}
+
+static cpt_rollout_group *mut_target;
+static void put_rewards_short(msgpack_packer *pk) {
+    msgpack_pack_array(pk, mut_target->n_completions - 1);
+    for (uint32_t i = 0; i + 1 < mut_target->n_completions; i++) msgpack_pack_double(pk, 1.0);
+}
+
+static void test_group_round_trip(int scored) {
+    cpt_rollout_group g = sample_group("run-1", 1, 99, 3, 40, scored);
+    cpt_msg_type t = scored ? CPT_MSG_SCORED_GROUP : CPT_MSG_ROLLOUT_GROUP;
+    const char *h = scored ? "scored" : "rollout";
+    cpt_buf b;
+    cpt_err err = {{0}};
+    CHECK_MSG(cpt_rollout_group_encode(&g, &b, &err) == 0, "%s", err.msg);
+    save_seed_all(scored ? "scored_ok" : "rollout_ok", b.data, b.len);
+    (void)h;
+    cpt_rollout_group d;
+    CHECK_MSG(cpt_rollout_group_decode(b.data, b.len, t, &d, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(d.id.index, 99);
+    CHECK_EQ_INT(d.n_completions, 3);
+    CHECK_EQ_INT(d.n_prompt, 5);
+    CHECK_EQ_INT(d.prompt[4], 104 + 99);
+    for (uint32_t c = 0; c < 3; c++) {
+        CHECK_EQ_INT(d.completions[c].n_tokens, 40 + c);
+        CHECK(!memcmp(d.completions[c].tokens, g.completions[c].tokens, (40 + c) * 4));
+        CHECK(!memcmp(d.completions[c].logprobs, g.completions[c].logprobs, (40 + c) * 4));
+        CHECK_EQ_INT(d.completions[c].finish, c % 3);
+    }
+    CHECK_EQ_INT(d.weight_version, 7);
+    CHECK_EQ_STR(d.worker, "rollout-0@node1");
+    CHECK_NEAR(d.timings.started, 1764670000.25, 1e-15);
+    CHECK_NEAR(d.timings.gen_s, 1.5, 1e-15);
+    CHECK_EQ_STR(d.extra, "{\"answer\": \"42\"}");
+    CHECK_EQ_INT(d.has_rewards, scored);
+    if (scored) {
+        CHECK_NEAR(d.rewards[2], -0.5, 1e-15);
+        CHECK_NEAR(d.rewards[1], 1.0, 1e-15);
+        CHECK_EQ_INT(d.n_parts, 2);
+        CHECK_EQ_STR(d.part_names[1], "format");
+        CHECK_NEAR(d.part_values[3 + 2], 1.0, 1e-15);
+        CHECK(d.completions[0].teacher_logprobs != NULL);
+        CHECK(d.completions[1].teacher_logprobs == NULL);
+        CHECK_NEAR(d.completions[0].teacher_logprobs[10], -0.51, 1e-6);
+    }
+    cpt_rollout_group_free(&d);
+
+    /* Wrong type for the stream. */
+    cpt_msg_type other = scored ? CPT_MSG_ROLLOUT_GROUP : CPT_MSG_SCORED_GROUP;
+    CHECK_EQ_INT(cpt_rollout_group_decode(b.data, b.len, other, &d, &err), -1);
+    CHECK_MSG(strstr(err.msg, "where a") != NULL, "%s", err.msg);
+
+    if (scored) {
+        mut_target = &g;
+        cpt_buf x = mutate(&b, "rewards", put_rewards_short);
+        CHECK(decode_group_fails(&x, t, "rewards: 2 values for 3 completions", "rewards_short"));
+        cpt_buf_free(&x);
+    }
+    /* tokens and logprobs of different lengths, packed by hand (the encoder cannot express it). */
+    cpt_buf b2;
+    {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 9);
+        msgpack_pack_str_with_body(&pk, "schema", 6); msgpack_pack_int(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "type", 4); msgpack_pack_str_with_body(&pk, "rollout_group", 13);
+        msgpack_pack_str_with_body(&pk, "run", 3); msgpack_pack_str_with_body(&pk, "run-1", 5);
+        msgpack_pack_str_with_body(&pk, "group", 5); msgpack_pack_array(&pk, 2); msgpack_pack_int(&pk, 0); msgpack_pack_int(&pk, 1);
+        int32_t p[2] = {1, 2};
+        msgpack_pack_str_with_body(&pk, "prompt", 6); msgpack_pack_bin(&pk, 8); msgpack_pack_bin_body(&pk, p, 8);
+        msgpack_pack_str_with_body(&pk, "completions", 11); msgpack_pack_array(&pk, 1);
+        msgpack_pack_map(&pk, 3);
+        int32_t tk[3] = {5, 6, 7};
+        float lp[2] = {-1, -2};
+        msgpack_pack_str_with_body(&pk, "tokens", 6); msgpack_pack_bin(&pk, 12); msgpack_pack_bin_body(&pk, tk, 12);
+        msgpack_pack_str_with_body(&pk, "logprobs", 8); msgpack_pack_bin(&pk, 8); msgpack_pack_bin_body(&pk, lp, 8);
+        msgpack_pack_str_with_body(&pk, "finish", 6); msgpack_pack_str_with_body(&pk, "stop", 4);
+        msgpack_pack_str_with_body(&pk, "weight_version", 14); msgpack_pack_int(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "worker", 6); msgpack_pack_str_with_body(&pk, "w", 1);
+        msgpack_pack_str_with_body(&pk, "timings", 7); msgpack_pack_map(&pk, 3);
+        msgpack_pack_str_with_body(&pk, "started", 7); msgpack_pack_double(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "gen_s", 5); msgpack_pack_double(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "queue_s", 7); msgpack_pack_double(&pk, 1);
+        cpt_buf bad = {sb.data, sb.size};
+        if (!scored) CHECK(decode_group_fails(&bad, t, "completions[0].logprobs: 2 values for 3 tokens", "lp_mismatch"));
+        msgpack_sbuffer_destroy(&sb);
+    }
+    /* Positive logprob */
+    g.completions[2].logprobs[3] = 0.5f;
+    CHECK_EQ_INT(cpt_rollout_group_encode(&g, &b2, &err), -1);
+    CHECK_MSG(strstr(err.msg, "completions[2].logprobs[3] = 0.5") != NULL, "%s", err.msg);
+    cpt_buf_free(&b);
+    sample_group_free(&g);
+}
+
+static void test_small_messages(void) {
+    cpt_err err = {{0}};
+    cpt_buf b;
+    cpt_weights_msg w = {.version = 12, .bytes = 123456789, .membership_epoch = 2};
+    snprintf(w.run, sizeof w.run, "r");
+    snprintf(w.transport, sizeof w.transport, "file");
+    snprintf(w.location, sizeof w.location, "/runs/r/weights/v12.safetensors");
+    snprintf(w.checksum, sizeof w.checksum, "xxh64:0123456789abcdef");
+    CHECK_EQ_INT(cpt_weights_encode(&w, &b, &err), 0);
+    save_seed_all("weights_ok", b.data, b.len);
+    cpt_weights_msg w2;
+    CHECK_MSG(cpt_weights_decode(b.data, b.len, &w2, &err) == 0, "%s", err.msg);
+    CHECK(w2.version == 12 && w2.bytes == 123456789 && w2.membership_epoch == 2);
+    CHECK_EQ_STR(w2.location, "/runs/r/weights/v12.safetensors");
+    CHECK_EQ_STR(w2.checksum, "xxh64:0123456789abcdef");
+    cpt_buf x = mutate(&b, "transport", put_str_x);
+    CHECK_EQ_INT(cpt_weights_decode(x.data, x.len, &w2, &err), -1);
+    CHECK_MSG(strstr(err.msg, "transport = \"x\"") != NULL, "%s", err.msg);
+    save_seed("weights", "bad_transport", x.data, x.len);
+    cpt_buf_free(&x);
+    cpt_buf_free(&b);
+
+    cpt_control_msg c = {.n_roles = 2};
+    snprintf(c.run, sizeof c.run, "r");
+    snprintf(c.state, sizeof c.state, "running");
+    snprintf(c.roles[0].role, sizeof c.roles[0].role, "rollout");
+    c.roles[0].count = 8;
+    snprintf(c.roles[1].role, sizeof c.roles[1].role, "reward");
+    c.roles[1].count = 2;
+    CHECK_EQ_INT(cpt_control_encode(&c, &b, &err), 0);
+    save_seed_all("control_ok", b.data, b.len);
+    cpt_control_msg c2;
+    CHECK_MSG(cpt_control_decode(b.data, b.len, &c2, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(c2.n_roles, 2);
+    CHECK_EQ_STR(c2.roles[0].role, "rollout");
+    CHECK_EQ_INT(c2.roles[0].count, 8);
+    CHECK_EQ_STR(c2.state, "running");
+    /* weights bytes are not a control message */
+    cpt_buf wb;
+    cpt_weights_encode(&w, &wb, &err);
+    CHECK_EQ_INT(cpt_control_decode(wb.data, wb.len, &c2, &err), -1);
+    CHECK_MSG(strstr(err.msg, "type \"weights\" where a control was expected") != NULL, "%s", err.msg);
+    cpt_buf_free(&wb);
+    cpt_buf_free(&b);
+    snprintf(c.roles[1].role, sizeof c.roles[1].role, "rollout");
+    CHECK_EQ_INT(cpt_control_encode(&c, &b, &err), -1);
+    CHECK_MSG(strstr(err.msg, "appears twice") != NULL, "%s", err.msg);
+
+    cpt_heartbeat_msg h = {.version = 5, .tokens_per_s = 1234.5, .occupancy = 0.75, .time = 1764670000.5};
+    snprintf(h.run, sizeof h.run, "r");
+    snprintf(h.worker, sizeof h.worker, "rollout-0");
+    snprintf(h.role, sizeof h.role, "rollout");
+    snprintf(h.host, sizeof h.host, "node1");
+    CHECK_EQ_INT(cpt_heartbeat_encode(&h, &b, &err), 0);
+    save_seed_all("heartbeat_ok", b.data, b.len);
+    cpt_heartbeat_msg h2;
+    CHECK_MSG(cpt_heartbeat_decode(b.data, b.len, &h2, &err) == 0, "%s", err.msg);
+    CHECK_EQ_STR(h2.host, "node1");
+    CHECK_NEAR(h2.tokens_per_s, 1234.5, 1e-15);
+    CHECK_NEAR(h2.occupancy, 0.75, 1e-15);
+    CHECK_EQ_INT(h2.version, 5);
+    cpt_buf_free(&b);
+    h.occupancy = 1.5;
+    CHECK_EQ_INT(cpt_heartbeat_encode(&h, &b, &err), -1);
+    CHECK_MSG(strstr(err.msg, "occupancy = 1.5") != NULL, "%s", err.msg);
+
+    /* Garbage and non-maps. */
+    const unsigned char arr[] = {0x92, 0x01, 0x02};
+    CHECK_EQ_INT(cpt_heartbeat_decode(arr, sizeof arr, &h2, &err), -1);
+    CHECK_MSG(strstr(err.msg, "not a map") != NULL, "%s", err.msg);
+    save_seed("heartbeat", "array", arr, sizeof arr);
+    const unsigned char rsv[] = {0x81, 0xc1, 0x00};
+    CHECK_EQ_INT(cpt_weights_decode(rsv, sizeof rsv, &w2, &err), -1);
+    CHECK_MSG(strstr(err.msg, "0xc1") != NULL, "%s", err.msg);
+    save_seed("weights", "reserved", rsv, sizeof rsv);
+    CHECK_EQ_INT(cpt_control_decode("", 0, &c2, &err), -1);
+    CHECK_MSG(strstr(err.msg, "empty message") != NULL, "%s", err.msg);
+    save_seed("control", "empty_map", "\x80", 1);
+    save_seed("control", "deep", "\x81\xa1k\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x90", 22);
+    save_seed("heartbeat", "ext", "\x81\xa4type\xd4\x01\x02", 8);
+    save_seed("prompt", "float_top_k", "\x81\xa5top_k\xcb\x7f\xf0\0\0\0\0\0\0", 16);
+}
+
+static void test_seen(void) {
+    cpt_seen s;
+    cpt_seen_init(&s);
+    int added = 0, again = 0;
+    for (uint64_t i = 0; i < 5000; i++) added += cpt_seen_add(&s, (cpt_group_id){i % 3, i});
+    for (uint64_t i = 0; i < 5000; i += 7) again += cpt_seen_add(&s, (cpt_group_id){i % 3, i});
+    CHECK_EQ_INT(added, 5000);
+    CHECK_EQ_INT(again, 0);
+    CHECK(cpt_seen_has(&s, (cpt_group_id){4999 % 3, 4999}));
+    CHECK(!cpt_seen_has(&s, (cpt_group_id){2, 4999})); /* same index, other epoch */
+    CHECK(!cpt_seen_has(&s, (cpt_group_id){0, 5000}));
+    CHECK_EQ_INT(s.n, 5000);
+    cpt_seen_free(&s);
+}
+
+int main(void) {
+    corpus_dir = getenv("CPT_WRITE_CORPUS");
+    test_prompt_round_trip();
+    test_group_round_trip(0);
+    test_group_round_trip(1);
+    test_small_messages();
+    test_seen();
+    return check_summary("test_schema");
+}

@@ -1,0 +1,516 @@
+#include "trainer/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/checksum.h"
+#include "core/fs.h"
+#include "core/json_util.h"
+
+#define STATE_FORMAT "cpt-trainer-state-1"
+#define MANIFEST_FORMAT "cpt-checkpoint-1"
+
+static const char *const required_files[] = {"trainer_state.json", "model/config.json", "model/model.safetensors"};
+
+/* ---------------- trainer state ---------------- */
+
+void cpt_train_state_free(cpt_train_state *st) {
+    free(st->outstanding);
+    st->outstanding = NULL;
+    st->n_outstanding = 0;
+}
+
+int cpt_train_state_set_rng(cpt_train_state *st, const char *name, const cpt_rng *rng, cpt_err *err) {
+    if (strlen(name) >= sizeof st->rng_names[0]) return cpt_errf(err, "rng name '%s' too long", name);
+    int i = 0;
+    while (i < st->n_rngs && strcmp(st->rng_names[i], name)) i++;
+    if (i == st->n_rngs) {
+        if (st->n_rngs == CPT_CKPT_MAX_RNGS) return cpt_errf(err, "too many rng states (max %d)", CPT_CKPT_MAX_RNGS);
+        snprintf(st->rng_names[st->n_rngs++], sizeof st->rng_names[0], "%s", name);
+    }
+    cpt_rng_save(rng, st->rng[i]);
+    return 0;
+}
+
+int cpt_train_state_get_rng(const cpt_train_state *st, const char *name, cpt_rng *rng, cpt_err *err) {
+    for (int i = 0; i < st->n_rngs; i++)
+        if (!strcmp(st->rng_names[i], name)) {
+            if (cpt_rng_restore(rng, st->rng[i])) return cpt_errf(err, "rng state '%s' is all zero", name);
+            return 0;
+        }
+    return cpt_errf(err, "rng state '%s' missing from the trainer state", name);
+}
+
+static json_t *hex64(uint64_t v) {
+    char hex[CPT_CHECKSUM_HEX_LEN + 1];
+    return json_string(cpt_checksum_hex(v, hex));
+}
+
+int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *err) {
+    json_t *o = json_object(), *cur = json_object(), *outs = json_array(), *rngs = json_object();
+    json_object_set_new(o, "format", json_string(STATE_FORMAT));
+    json_object_set_new(o, "step", json_integer(st->step));
+    json_object_set_new(o, "weight_version", json_integer(st->weight_version));
+    json_object_set_new(cur, "epoch", json_integer(st->data_epoch));
+    json_object_set_new(cur, "index", json_integer(st->data_index));
+    json_object_set_new(o, "data_cursor", cur);
+    for (size_t i = 0; i < st->n_outstanding; i++)
+        json_array_append_new(outs, json_pack("[II]", (json_int_t)st->outstanding[i].epoch,
+                                              (json_int_t)st->outstanding[i].index));
+    json_object_set_new(o, "outstanding_group_ids", outs);
+    for (int i = 0; i < st->n_rngs; i++) {
+        json_t *words = json_array();
+        for (int w = 0; w < CPT_RNG_STATE_WORDS; w++) json_array_append_new(words, hex64(st->rng[i][w]));
+        json_object_set_new(rngs, st->rng_names[i], words);
+    }
+    json_object_set_new(o, "rng", rngs);
+    json_object_set_new(o, "config_hash", hex64(st->config_hash));
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!text) return cpt_errf(err, "%s: out of memory", path);
+    size_t len = strlen(text);
+    text[len] = '\0';
+    int rc = cpt_write_file_atomic(path, text, len, err);
+    free(text);
+    return rc;
+}
+
+static int get_int(json_t *o, const char *key, int64_t *out, const char *path, cpt_err *err) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v)) return cpt_errf(err, "%s: field '%s' missing or not an integer", path, key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int get_hex(json_t *v, uint64_t *out, const char *path, const char *field, cpt_err *err) {
+    if (!json_is_string(v)) return cpt_errf(err, "%s: field '%s' missing or not a hex string", path, field);
+    if (cpt_checksum_parse_hex(json_string_value(v), out, err)) return cpt_err_prefix(err, "%s: field '%s': ", path, field);
+    return 0;
+}
+
+int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err) {
+    memset(st, 0, sizeof *st);
+    json_t *o = cpt_json_load_file(path, 0, err);
+    if (!o) return -1;
+    int rc = -1;
+    json_t *fmt = json_object_get(o, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), STATE_FORMAT)) {
+        cpt_errf(err, "%s: field 'format' is not \"%s\"", path, STATE_FORMAT);
+        goto out;
+    }
+    if (get_int(o, "step", &st->step, path, err) || get_int(o, "weight_version", &st->weight_version, path, err)) goto out;
+    json_t *cur = json_object_get(o, "data_cursor");
+    if (!json_is_object(cur)) { cpt_errf(err, "%s: field 'data_cursor' missing", path); goto out; }
+    if (get_int(cur, "epoch", &st->data_epoch, path, err) || get_int(cur, "index", &st->data_index, path, err)) goto out;
+    if (st->step < 0 || st->data_epoch < 0 || st->data_index < 0) {
+        cpt_errf(err, "%s: negative step or data cursor", path);
+        goto out;
+    }
+    json_t *outs = json_object_get(o, "outstanding_group_ids");
+    if (!json_is_array(outs)) { cpt_errf(err, "%s: field 'outstanding_group_ids' missing", path); goto out; }
+    st->n_outstanding = json_array_size(outs);
+    if (st->n_outstanding) {
+        st->outstanding = calloc(st->n_outstanding, sizeof *st->outstanding);
+        if (!st->outstanding) { cpt_errf(err, "%s: out of memory", path); goto out; }
+    }
+    for (size_t i = 0; i < st->n_outstanding; i++) {
+        json_t *g = json_array_get(outs, i);
+        if (!json_is_array(g) || json_array_size(g) != 2 || !json_is_integer(json_array_get(g, 0)) ||
+            !json_is_integer(json_array_get(g, 1))) {
+            cpt_errf(err, "%s: outstanding_group_ids[%zu] is not [epoch, index]", path, i);
+            goto out;
+        }
+        st->outstanding[i].epoch = json_integer_value(json_array_get(g, 0));
+        st->outstanding[i].index = json_integer_value(json_array_get(g, 1));
+    }
+    json_t *rngs = json_object_get(o, "rng");
+    if (!json_is_object(rngs)) { cpt_errf(err, "%s: field 'rng' missing", path); goto out; }
+    const char *name;
+    json_t *words;
+    json_object_foreach(rngs, name, words) {
+        if (st->n_rngs == CPT_CKPT_MAX_RNGS || strlen(name) >= sizeof st->rng_names[0]) {
+            cpt_errf(err, "%s: too many rng states or name '%s' too long", path, name);
+            goto out;
+        }
+        if (!json_is_array(words) || json_array_size(words) != CPT_RNG_STATE_WORDS) {
+            cpt_errf(err, "%s: rng '%s' is not %d hex words", path, name, CPT_RNG_STATE_WORDS);
+            goto out;
+        }
+        for (int w = 0; w < CPT_RNG_STATE_WORDS; w++)
+            if (get_hex(json_array_get(words, w), &st->rng[st->n_rngs][w], path, name, err)) goto out;
+        snprintf(st->rng_names[st->n_rngs++], sizeof st->rng_names[0], "%s", name);
+    }
+    if (get_hex(json_object_get(o, "config_hash"), &st->config_hash, path, "config_hash", err)) goto out;
+    rc = 0;
+out:
+    json_decref(o);
+    if (rc) cpt_train_state_free(st);
+    return rc;
+}
+
+/* ---------------- files ---------------- */
+
+static int copy_file(const char *src, const char *dst, cpt_err *err) {
+    size_t len;
+    char *data = cpt_read_file(src, &len, err);
+    if (!data) return -1;
+    int rc = cpt_write_file_atomic(dst, data, len, err);
+    free(data);
+    return rc;
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+int cpt_copy_tokenizer_files(const char *tokenizer_path, const char *dir, cpt_err *err) {
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json"};
+    char src_dir[CPT_CKPT_PATH_MAX];
+    if (is_dir(tokenizer_path)) {
+        snprintf(src_dir, sizeof src_dir, "%s", tokenizer_path);
+    } else {
+        snprintf(src_dir, sizeof src_dir, "%s", tokenizer_path);
+        char *slash = strrchr(src_dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(src_dir, sizeof src_dir, ".");
+    }
+    int copied = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char src[CPT_CKPT_PATH_MAX + 64], dst[CPT_CKPT_PATH_MAX + 64];
+        snprintf(src, sizeof src, "%s/%s", src_dir, names[i]);
+        if (!cpt_path_exists(src)) continue;
+        snprintf(dst, sizeof dst, "%s/%s", dir, names[i]);
+        if (copy_file(src, dst, err)) return cpt_err_prefix(err, "copying tokenizer files: ");
+        copied++;
+    }
+    if (!is_dir(tokenizer_path)) {
+        /* a tokenizer file with another name: copy it as tokenizer.json */
+        const char *base = strrchr(tokenizer_path, '/');
+        base = base ? base + 1 : tokenizer_path;
+        if (strcmp(base, "tokenizer.json")) {
+            char dst[CPT_CKPT_PATH_MAX + 64];
+            snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+            if (copy_file(tokenizer_path, dst, err)) return cpt_err_prefix(err, "copying tokenizer files: ");
+            copied++;
+        }
+    }
+    if (!copied) return cpt_errf(err, "%s: no tokenizer files found", tokenizer_path);
+    return 0;
+}
+
+/* Regular files of dir/sub (sub "" or "model"), as "sub/name", appended to a JSON manifest object. */
+static int manifest_add_dir(json_t *files, const char *root, const char *sub, cpt_err *err) {
+    char dir[CPT_CKPT_PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s%s%s", root, *sub ? "/" : "", sub);
+    DIR *d = opendir(dir);
+    if (!d) return cpt_errno(err, "%s: open folder", dir);
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "manifest.json")) continue;
+        char rel[512], full[CPT_CKPT_PATH_MAX + 600];
+        snprintf(rel, sizeof rel, "%s%s%s", sub, *sub ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", root, rel);
+        struct stat sb;
+        if (stat(full, &sb) != 0) { rc = cpt_errno(err, "%s", full); break; }
+        if (S_ISDIR(sb.st_mode)) continue; /* only model/ is descended, by the caller */
+        uint64_t sum, bytes;
+        if (cpt_checksum_file(full, &sum, &bytes, err)) { rc = -1; break; }
+        json_t *ent = json_object();
+        json_object_set_new(ent, "bytes", json_integer((json_int_t)bytes));
+        json_object_set_new(ent, "xxh64", hex64(sum));
+        json_object_set_new(files, rel, ent);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int write_manifest(const char *dir, int64_t step, cpt_err *err) {
+    json_t *m = json_object(), *files = json_object();
+    json_object_set_new(m, "format", json_string(MANIFEST_FORMAT));
+    json_object_set_new(m, "step", json_integer(step));
+    json_object_set_new(m, "files", files);
+    int rc = manifest_add_dir(files, dir, "", err);
+    if (!rc) rc = manifest_add_dir(files, dir, "model", err);
+    char *text = rc ? NULL : json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(m);
+    if (rc) return -1;
+    if (!text) return cpt_errf(err, "%s: out of memory", dir);
+    char path[CPT_CKPT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    rc = cpt_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int cpt_ckpt_verify(const char *ckpt_dir, cpt_err *err) {
+    char path[CPT_CKPT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/manifest.json", ckpt_dir);
+    if (!cpt_path_exists(path)) return cpt_errf(err, "%s: missing (partial checkpoint)", path);
+    json_t *m = cpt_json_load_file(path, 0, err);
+    if (!m) return -1;
+    int rc = -1;
+    json_t *fmt = json_object_get(m, "format"), *files = json_object_get(m, "files");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), MANIFEST_FORMAT) || !json_is_object(files)) {
+        cpt_errf(err, "%s: not a cpt checkpoint manifest (format \"%s\" with a 'files' object expected)", path,
+                 MANIFEST_FORMAT);
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof required_files / sizeof required_files[0]; i++)
+        if (!json_object_get(files, required_files[i])) {
+            cpt_errf(err, "%s: required file '%s' not listed", path, required_files[i]);
+            goto out;
+        }
+    const char *rel;
+    json_t *ent;
+    json_object_foreach(files, rel, ent) {
+        char full[CPT_CKPT_PATH_MAX + 600];
+        if (strstr(rel, "..") || rel[0] == '/') { cpt_errf(err, "%s: bad file name '%s'", path, rel); goto out; }
+        snprintf(full, sizeof full, "%s/%s", ckpt_dir, rel);
+        json_t *jb = json_object_get(ent, "bytes");
+        uint64_t want_sum, sum, bytes;
+        if (!json_is_integer(jb)) { cpt_errf(err, "%s: '%s' has no 'bytes'", path, rel); goto out; }
+        if (get_hex(json_object_get(ent, "xxh64"), &want_sum, path, rel, err)) goto out;
+        if (!cpt_path_exists(full)) { cpt_errf(err, "%s: missing (listed in the manifest)", full); goto out; }
+        if (cpt_checksum_file(full, &sum, &bytes, err)) goto out;
+        if ((json_int_t)bytes != json_integer_value(jb)) {
+            cpt_errf(err, "%s: %" PRIu64 " bytes, the manifest says %" JSON_INTEGER_FORMAT " (truncated or partial)",
+                     full, bytes, json_integer_value(jb));
+            goto out;
+        }
+        if (sum != want_sum) {
+            char a[CPT_CHECKSUM_HEX_LEN + 1], b[CPT_CHECKSUM_HEX_LEN + 1];
+            cpt_errf(err, "%s: checksum %s, the manifest says %s (corrupt)", full, cpt_checksum_hex(sum, a),
+                     cpt_checksum_hex(want_sum, b));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    json_decref(m);
+    return rc;
+}
+
+/* ---------------- step folders ---------------- */
+
+/* "step-N" -> N; -1 for anything else (temporary folders included). */
+static int64_t parse_step_name(const char *name) {
+    if (strncmp(name, "step-", 5)) return -1;
+    const char *p = name + 5;
+    if (!*p) return -1;
+    int64_t v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || v > INT64_MAX / 10 - 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of the step-N folders under dir, newest first (malloc'd); stale temporary folders are removed when
+ * remove_tmp is set. */
+static int list_steps(const char *dir, int64_t **steps, size_t *n, int remove_tmp, cpt_err *err) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return cpt_errno(err, "%s: open folder", dir);
+    }
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (remove_tmp && !strncmp(e->d_name, "step-", 5) && strstr(e->d_name, ".tmp-")) {
+            char p[CPT_CKPT_PATH_MAX + 300];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            cpt_err ignored;
+            cpt_remove_tree(p, &ignored);
+            continue;
+        }
+        int64_t s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *ns = realloc(*steps, cap * sizeof *ns);
+            if (!ns) { closedir(d); free(*steps); *steps = NULL; return cpt_errf(err, "out of memory"); }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n) qsort(*steps, *n, sizeof **steps, cmp_desc);
+    return 0;
+}
+
+/* The step named by checkpoints/latest, or -1 when there is no usable latest file. */
+static int64_t read_latest(const char *ckdir) {
+    char path[CPT_CKPT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/latest", ckdir);
+    cpt_err e;
+    char *text = cpt_read_file(path, NULL, &e);
+    if (!text) return -1;
+    size_t l = strlen(text);
+    while (l && (text[l - 1] == '\n' || text[l - 1] == ' ')) text[--l] = '\0';
+    int64_t s = parse_step_name(text);
+    free(text);
+    return s;
+}
+
+int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err) {
+    char ckdir[CPT_CKPT_PATH_MAX], tmp[CPT_CKPT_PATH_MAX + 64], fin[CPT_CKPT_PATH_MAX + 64];
+    char p[CPT_CKPT_PATH_MAX + 128];
+    if (snprintf(ckdir, sizeof ckdir, "%s/checkpoints", a->run_dir) >= (int)sizeof ckdir)
+        return cpt_errf(err, "%s: path too long", a->run_dir);
+    int64_t step = a->state->step;
+    snprintf(tmp, sizeof tmp, "%s/step-%" PRId64 ".tmp-%ld", ckdir, step, (long)getpid());
+    snprintf(fin, sizeof fin, "%s/step-%" PRId64, ckdir, step);
+    if (cpt_mkdir_p(ckdir, 0755, err)) return cpt_err_prefix(err, "checkpoint: ");
+    int64_t *steps;
+    size_t n;
+    if (list_steps(ckdir, &steps, &n, 1, err)) return cpt_err_prefix(err, "checkpoint: ");
+    free(steps);
+    if (cpt_mkdir_p(tmp, 0755, err)) return cpt_err_prefix(err, "checkpoint: ");
+
+    snprintf(p, sizeof p, "%s/model", tmp);
+    if (cpt_model_save_hf(a->model, p, 0, err)) goto fail;
+    if (a->tokenizer_path && *a->tokenizer_path && cpt_copy_tokenizer_files(a->tokenizer_path, p, err)) goto fail;
+    if (a->opt) {
+        snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
+        if (cpt_adamw_save(a->opt, p, err)) goto fail;
+    }
+    snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
+    if (cpt_train_state_write(a->state, p, err)) goto fail;
+    if (a->config_text) {
+        snprintf(p, sizeof p, "%s/config.toml", tmp);
+        if (cpt_write_file_atomic(p, a->config_text, strlen(a->config_text), err)) goto fail;
+    }
+    if (write_manifest(tmp, step, err)) goto fail;
+    snprintf(p, sizeof p, "%s/model", tmp);
+    if (cpt_fsync_dir(p, err) || cpt_fsync_dir(tmp, err)) goto fail;
+
+    /* A step folder of the same number is either uncommitted (a run crashed before switching `latest`) or a
+     * corrupt one that resume refused: both are replaced. A good committed one means a step was saved twice. */
+    if (cpt_path_exists(fin)) {
+        cpt_err ignored;
+        if (read_latest(ckdir) == step && cpt_ckpt_verify(fin, &ignored) == 0) {
+            cpt_errf(err, "%s already exists and is the latest checkpoint", fin);
+            goto fail;
+        }
+        if (cpt_remove_tree(fin, err)) goto fail;
+    }
+    if (rename(tmp, fin) != 0) {
+        cpt_errno(err, "rename %s -> %s", tmp, fin);
+        goto fail;
+    }
+    if (cpt_fsync_dir(ckdir, err)) return cpt_err_prefix(err, "checkpoint: ");
+    char latest[64];
+    int ll = snprintf(latest, sizeof latest, "step-%" PRId64 "\n", step);
+    snprintf(p, sizeof p, "%s/latest", ckdir);
+    if (cpt_write_file_atomic(p, latest, (size_t)ll, err)) return cpt_err_prefix(err, "checkpoint: switching latest: ");
+    if (out_dir) snprintf(out_dir, out_cap, "%s", fin);
+
+    /* Retention: keep the newest keep_last step folders (never the one `latest` names). */
+    if (list_steps(ckdir, &steps, &n, 0, err)) return cpt_err_prefix(err, "checkpoint retention: ");
+    int keep = a->keep_last < 1 ? 1 : a->keep_last;
+    for (size_t i = (size_t)keep; i < n; i++) {
+        if (steps[i] == step) continue;
+        snprintf(p, sizeof p, "%s/step-%" PRId64, ckdir, steps[i]);
+        cpt_err e2;
+        if (cpt_remove_tree(p, &e2)) cpt_warn("checkpoint retention: %s", e2.msg);
+    }
+    free(steps);
+    return 0;
+fail:
+    {
+        cpt_err e2;
+        cpt_remove_tree(tmp, &e2);
+    }
+    return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ", step);
+}
+
+int cpt_ckpt_find_latest(const char *run_dir, char *out, size_t out_cap, cpt_err *err) {
+    char ckdir[CPT_CKPT_PATH_MAX];
+    if (snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir) >= (int)sizeof ckdir)
+        return cpt_errf(err, "%s: path too long", run_dir);
+    int64_t *steps;
+    size_t n;
+    if (list_steps(ckdir, &steps, &n, 0, err)) return -1;
+    if (!n) { free(steps); return 0; }
+    int64_t latest = read_latest(ckdir);
+    int refused = 0;
+    char first_reason[CPT_ERR_MAX] = "";
+    for (size_t i = 0; i < n; i++) {
+        /* Folders newer than `latest` were never committed. Without a latest file, every folder is a candidate. */
+        if (latest >= 0 && steps[i] > latest) continue;
+        char dir[CPT_CKPT_PATH_MAX + 64];
+        snprintf(dir, sizeof dir, "%s/step-%" PRId64, ckdir, steps[i]);
+        cpt_err e;
+        if (cpt_ckpt_verify(dir, &e) == 0) {
+            free(steps);
+            if (refused) cpt_warn("checkpoint: using %s, the newest good checkpoint", dir);
+            snprintf(out, out_cap, "%s", dir);
+            return 1;
+        }
+        cpt_warn("checkpoint refused: %s", e.msg);
+        if (!refused++) snprintf(first_reason, sizeof first_reason, "%s", e.msg);
+    }
+    free(steps);
+    if (!refused) return 0;
+    return cpt_errf(err, "%s: no good checkpoint (%d refused; newest: %s)", ckdir, refused, first_reason);
+}
+
+int cpt_ckpt_resolve(const char *arg, char *out, size_t out_cap, cpt_err *err) {
+    char p[CPT_CKPT_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/manifest.json", arg);
+    if (cpt_path_exists(p) || parse_step_name(strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg) >= 0) {
+        if (cpt_ckpt_verify(arg, err)) return -1;
+        snprintf(out, out_cap, "%s", arg);
+        return 0;
+    }
+    /* A checkpoints/ folder holds `latest`; a run folder holds checkpoints/. */
+    char run[CPT_CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/latest", arg);
+    if (cpt_path_exists(p)) {
+        snprintf(run, sizeof run, "%s/..", arg);
+    } else {
+        snprintf(run, sizeof run, "%s", arg);
+    }
+    int rc = cpt_ckpt_find_latest(run, out, out_cap, err);
+    if (rc == 0) return cpt_errf(err, "%s: no checkpoint found (expected a step-N folder or a run folder)", arg);
+    return rc < 0 ? -1 : 0;
+}
+
+int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_train_state *state, cpt_err *err) {
+    char p[CPT_CKPT_PATH_MAX + 64];
+    if (cpt_ckpt_verify(ckpt_dir, err)) return -1;
+    snprintf(p, sizeof p, "%s/trainer_state.json", ckpt_dir);
+    if (cpt_train_state_read(p, state, err)) return -1;
+    snprintf(p, sizeof p, "%s/model/model.safetensors", ckpt_dir);
+    if (cpt_model_load_weights(model, p, err)) goto fail;
+    if (opt) {
+        snprintf(p, sizeof p, "%s/optimizer.safetensors", ckpt_dir);
+        if (cpt_adamw_load(opt, p, err)) goto fail;
+        if (opt->step != state->step) {
+            cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64, ckpt_dir, opt->step,
+                     state->step);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    cpt_train_state_free(state);
+    return cpt_err_prefix(err, "loading checkpoint %s: ", ckpt_dir);
+}

@@ -1,0 +1,86 @@
+/* Checkpoints: RUN_DIR/checkpoints/step-N/, written so that a crash at any moment leaves either the previous
+ * checkpoint or the new one, never something half-written that resume would pick.
+ *
+ *   step-N/model/config.json, model.safetensors (fp32) + tokenizer files: an HF folder (model.path may name it)
+ *   step-N/optimizer.safetensors   AdamW moments and step (see trainer/optim.h)
+ *   step-N/trainer_state.json      step, weight version, data cursor, outstanding group ids, RNG states, config hash
+ *   step-N/config.toml             the resolved config of the run (for reading, not checked)
+ *   step-N/manifest.json           every other file -> bytes and XXH64 (core/checksum.h); written last
+ *
+ * Saving writes everything into step-N.tmp-PID/, fsyncs each file and the folder, renames it to step-N/, fsyncs
+ * checkpoints/, then replaces checkpoints/latest (a one-line file naming "step-N") atomically, and finally removes
+ * all but the newest keep_last step folders. Loading verifies the manifest (sizes and checksums of every file); a
+ * corrupt or partial checkpoint is refused with an error naming the file, and the next older good one is used. */
+#ifndef CPT_TRAINER_CHECKPOINT_H
+#define CPT_TRAINER_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/model.h"
+#include "trainer/optim.h"
+
+#define CPT_CKPT_MAX_RNGS 8
+#define CPT_CKPT_PATH_MAX 4096
+
+typedef struct cpt_group_id {
+    int64_t epoch, index;
+} cpt_group_id;
+
+typedef struct cpt_train_state {
+    int64_t step;           /* optimizer steps done */
+    int64_t weight_version; /* version of the weights (online methods publish it; SFT: = step) */
+    int64_t data_epoch, data_index; /* data cursor: the next example is index `data_index` of epoch `data_epoch` */
+    size_t n_outstanding;   /* group ids issued but not yet trained (empty for SFT) */
+    cpt_group_id *outstanding; /* malloc'd */
+    int n_rngs;
+    char rng_names[CPT_CKPT_MAX_RNGS][32];
+    uint64_t rng[CPT_CKPT_MAX_RNGS][CPT_RNG_STATE_WORDS];
+    uint64_t config_hash;
+} cpt_train_state;
+
+void cpt_train_state_free(cpt_train_state *st); /* frees outstanding; the struct itself is the caller's */
+/* Adds or replaces a named RNG state. */
+int cpt_train_state_set_rng(cpt_train_state *st, const char *name, const cpt_rng *rng, cpt_err *err);
+/* Restores a named RNG state; -1 if absent. */
+int cpt_train_state_get_rng(const cpt_train_state *st, const char *name, cpt_rng *rng, cpt_err *err);
+
+/* trainer_state.json <-> struct. */
+int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *err);
+int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err);
+
+typedef struct cpt_ckpt_save_args {
+    const char *run_dir;
+    const cpt_model *model;
+    const cpt_adamw *opt;         /* NULL: no optimizer state */
+    const cpt_train_state *state;
+    const char *tokenizer_path;   /* tokenizer.json or its folder; its tokenizer files are copied; NULL: none */
+    const char *config_text;      /* resolved config (TOML), NULL: none */
+    int keep_last;                /* >= 1 */
+} cpt_ckpt_save_args;
+
+/* Writes RUN_DIR/checkpoints/step-<state->step>/ as described above. out_dir (may be NULL) gets its path. */
+int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err);
+
+/* Checks manifest.json of a step folder: every file listed exists with its size and checksum, and the required
+ * files are listed. The error names the file and what is wrong. */
+int cpt_ckpt_verify(const char *ckpt_dir, cpt_err *err);
+
+/* The newest good checkpoint of a run: the one `latest` names if it verifies, else the newest older step folder
+ * that verifies (each refusal is logged as a warning with its reason). Returns 1 and the path in out, 0 when the
+ * run has no checkpoint at all, -1 when checkpoints exist but none verifies (err says why). */
+int cpt_ckpt_find_latest(const char *run_dir, char *out, size_t out_cap, cpt_err *err);
+
+/* Resolves a CHECKPOINT argument: a step folder, a run's checkpoints/ folder or a run folder (-> newest good). */
+int cpt_ckpt_resolve(const char *arg, char *out, size_t out_cap, cpt_err *err);
+
+/* Loads a verified checkpoint into an existing model (same shapes), optimizer (may be NULL) and state. */
+int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_train_state *state, cpt_err *err);
+
+/* Copies tokenizer files (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+ * chat_template.jinja, generation_config.json) found next to tokenizer_path (a file or folder) into dir. */
+int cpt_copy_tokenizer_files(const char *tokenizer_path, const char *dir, cpt_err *err);
+
+#endif

@@ -1,0 +1,196 @@
+#include "trainer/optim.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/safetensors.h"
+
+int cpt_lr_kind_parse(const char *name, cpt_lr_kind *kind, cpt_err *err) {
+    if (!strcmp(name, "constant")) *kind = CPT_LR_CONSTANT;
+    else if (!strcmp(name, "linear")) *kind = CPT_LR_LINEAR;
+    else if (!strcmp(name, "cosine")) *kind = CPT_LR_COSINE;
+    else return cpt_errf(err, "unknown lr schedule '%s' (expected constant, linear or cosine)", name);
+    return 0;
+}
+
+double cpt_lr_at(const cpt_lr_schedule *s, int64_t step) {
+    if (step < 0) step = 0;
+    if (step < s->warmup_steps) return s->base_lr * (double)(step + 1) / (double)s->warmup_steps;
+    int64_t span = s->total_steps - s->warmup_steps;
+    if (span < 1) span = 1;
+    double p = (double)(step - s->warmup_steps) / (double)span;
+    if (p > 1) p = 1;
+    double r = s->min_lr_ratio;
+    switch (s->kind) {
+    case CPT_LR_LINEAR: return s->base_lr * (r + (1 - r) * (1 - p));
+    case CPT_LR_COSINE: return s->base_lr * (r + (1 - r) * 0.5 * (1 + cos(M_PI * p)));
+    case CPT_LR_CONSTANT: break;
+    }
+    return s->base_lr;
+}
+
+double cpt_grad_global_norm(cpt_param *const *params, size_t n) {
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float *g = params[i]->grad;
+        double s = 0;
+        for (size_t j = 0; j < params[i]->numel; j++) s += (double)g[j] * g[j];
+        total += s;
+    }
+    return sqrt(total);
+}
+
+double cpt_clip_grad_norm(cpt_param *const *params, size_t n, double max_norm) {
+    double norm = cpt_grad_global_norm(params, n);
+    if (max_norm <= 0) return norm;
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1) {
+        float c = (float)coef;
+        for (size_t i = 0; i < n; i++) {
+            float *g = params[i]->grad;
+            for (size_t j = 0; j < params[i]->numel; j++) g[j] *= c;
+        }
+    }
+    return norm;
+}
+
+void cpt_adamw_free(cpt_adamw *o) {
+    if (!o) return;
+    for (size_t i = 0; i < o->n; i++) {
+        if (o->m) free(o->m[i]);
+        if (o->v) free(o->v[i]);
+    }
+    free(o->m);
+    free(o->v);
+    free(o->params);
+    free(o);
+}
+
+cpt_adamw *cpt_adamw_new(cpt_param *const *params, size_t n, const cpt_adamw_hparams *hp, cpt_err *err) {
+    if (!(hp->beta1 >= 0 && hp->beta1 < 1) || !(hp->beta2 >= 0 && hp->beta2 < 1) || !(hp->eps > 0) ||
+        !(hp->weight_decay >= 0)) {
+        cpt_errf(err, "adamw: bad hyperparameters (beta1 %g, beta2 %g: [0, 1); eps %g: > 0; weight_decay %g: >= 0)",
+                 hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
+        return NULL;
+    }
+    cpt_adamw *o = calloc(1, sizeof *o);
+    if (!o) goto oom;
+    o->hp = *hp;
+    o->n = n;
+    o->params = calloc(n ? n : 1, sizeof *o->params);
+    o->m = calloc(n ? n : 1, sizeof *o->m);
+    o->v = calloc(n ? n : 1, sizeof *o->v);
+    if (!o->params || !o->m || !o->v) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        o->params[i] = params[i];
+        o->m[i] = calloc(params[i]->numel ? params[i]->numel : 1, sizeof(float));
+        o->v[i] = calloc(params[i]->numel ? params[i]->numel : 1, sizeof(float));
+        if (!o->m[i] || !o->v[i]) goto oom;
+    }
+    return o;
+oom:
+    cpt_adamw_free(o);
+    cpt_errf(err, "adamw: out of memory for the optimizer state");
+    return NULL;
+}
+
+void cpt_adamw_step(cpt_adamw *o, double lr) {
+    o->step++;
+    const double b1 = o->hp.beta1, b2 = o->hp.beta2;
+    const double bc1 = 1 - pow(b1, (double)o->step), bc2 = 1 - pow(b2, (double)o->step);
+    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2), eps = (float)o->hp.eps;
+    const float fb1 = (float)b1, fb2 = (float)b2, one_b1 = (float)(1 - b1), one_b2 = (float)(1 - b2);
+    for (size_t i = 0; i < o->n; i++) {
+        cpt_param *p = o->params[i];
+        float *w = p->data, *m = o->m[i], *v = o->v[i];
+        const float *g = p->grad;
+        const float decay = p->no_decay ? 1.0f : (float)(1 - lr * o->hp.weight_decay);
+        const long long numel = (long long)p->numel;
+        /* Elementwise, so the result does not depend on the thread count. */
+#pragma omp parallel for schedule(static) if (numel > 65536)
+        for (long long j = 0; j < numel; j++) {
+            w[j] *= decay;
+            m[j] = fb1 * m[j] + one_b1 * g[j];
+            v[j] = fb2 * v[j] + one_b2 * g[j] * g[j];
+            float denom = sqrtf(v[j]) / bc2_sqrt + eps;
+            w[j] -= step_size * m[j] / denom;
+        }
+    }
+}
+
+int cpt_adamw_save(const cpt_adamw *o, const char *path, cpt_err *err) {
+    cpt_st_writer *w = cpt_st_writer_new();
+    if (!w) return cpt_errf(err, "%s: out of memory", path);
+    char name[512], step[32];
+    for (size_t i = 0; i < o->n; i++) {
+        const cpt_param *p = o->params[i];
+        snprintf(name, sizeof name, "exp_avg.%s", p->name);
+        if (cpt_st_writer_add(w, name, CPT_DT_F32, p->ndim, p->shape, o->m[i], err)) goto fail;
+        snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
+        if (cpt_st_writer_add(w, name, CPT_DT_F32, p->ndim, p->shape, o->v[i], err)) goto fail;
+    }
+    snprintf(step, sizeof step, "%" PRId64, o->step);
+    if (cpt_st_writer_meta(w, "step", step, err)) goto fail;
+    if (cpt_st_writer_meta(w, "format", "cpt-adamw-1", err)) goto fail;
+    if (cpt_st_writer_finish(w, path, err)) return cpt_err_prefix(err, "saving optimizer state: ");
+    return 0;
+fail:
+    cpt_st_writer_free(w);
+    return cpt_err_prefix(err, "saving optimizer state to %s: ", path);
+}
+
+static int load_moment(const cpt_st_file *f, const char *path, const char *prefix, const cpt_param *p, float *dst,
+                       cpt_err *err) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", prefix, p->name);
+    const cpt_st_tensor *t = cpt_st_find(f, name);
+    if (!t) return cpt_errf(err, "%s: tensor '%s' missing", path, name);
+    if (t->dtype != CPT_DT_F32) return cpt_errf(err, "%s: tensor '%s' is %s, expected F32", path, name, cpt_dtype_name(t->dtype));
+    int same = t->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+    if (!same) return cpt_errf(err, "%s: tensor '%s' has the wrong shape for the model", path, name);
+    if (dst) memcpy(dst, t->data, p->numel * sizeof(float));
+    return 0;
+}
+
+int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err) {
+    cpt_st_file *f = cpt_st_open(path, err);
+    if (!f) return cpt_err_prefix(err, "loading optimizer state: ");
+    int rc = -1;
+    const char *step = cpt_st_metadata(f, "step");
+    char *end = NULL;
+    long long s = step ? strtoll(step, &end, 10) : -1;
+    if (!step || *end || s < 0) {
+        cpt_errf(err, "%s: metadata 'step' missing or not a count", path);
+        goto out;
+    }
+    if (cpt_st_count(f) != 2 * o->n) {
+        cpt_errf(err, "%s: %zu tensors, expected %zu for this model", path, cpt_st_count(f), 2 * o->n);
+        goto out;
+    }
+    /* Validate every tensor before copying any, so a bad file leaves the optimizer untouched. */
+    for (size_t i = 0; i < o->n; i++) {
+        if (load_moment(f, path, "exp_avg", o->params[i], NULL, err)) goto out;
+        if (load_moment(f, path, "exp_avg_sq", o->params[i], NULL, err)) goto out;
+    }
+    for (size_t i = 0; i < o->n; i++) {
+        if (load_moment(f, path, "exp_avg", o->params[i], o->m[i], err)) goto out;
+        if (load_moment(f, path, "exp_avg_sq", o->params[i], o->v[i], err)) goto out;
+    }
+    o->step = s;
+    rc = 0;
+out:
+    cpt_st_close(f);
+    return rc;
+}
+
+cpt_param **cpt_model_param_list(cpt_model *m, size_t *n, cpt_err *err) {
+    *n = cpt_model_num_params(m);
+    cpt_param **ps = calloc(*n ? *n : 1, sizeof *ps);
+    if (!ps) { cpt_errf(err, "out of memory"); return NULL; }
+    for (size_t i = 0; i < *n; i++) ps[i] = cpt_model_param(m, i);
+    return ps;
+}
