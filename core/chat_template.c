@@ -483,6 +483,20 @@ const char *cpt_chat_family_name(cpt_chat_family family) {
     return "unknown";
 }
 
+int cpt_chat_template_check(const cpt_chat_template *tpl, const cpt_tokenizer *tok, cpt_err *err) {
+    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
+    static const char *const llama3[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                                         "<|eot_id|>", NULL};
+    const char *const *need = tpl->family == CPT_CHAT_LLAMA3 ? llama3 : chatml;
+    for (; *need; need++) {
+        int32_t id = cpt_tokenizer_token_id(tok, *need);
+        if (id < 0 || !cpt_tokenizer_is_special(tok, id))
+            return cpt_errf(err, "chat template %s: the tokenizer has no special token %s (wrong template for "
+                                 "this tokenizer?)", cpt_chat_family_name(tpl->family), *need);
+    }
+    return 0;
+}
+
 int cpt_chat_template_by_name(const char *name, cpt_chat_template *tpl, cpt_err *err) {
     memset(tpl, 0, sizeof *tpl);
     if (!name) return cpt_errf(err, "chat template: no name given");

@@ -67,6 +67,11 @@ int cpt_chat_template_load(const char *tokenizer_path, const char *name, cpt_cha
 void cpt_chat_template_free(cpt_chat_template *tpl);
 const char *cpt_chat_family_name(cpt_chat_family family);
 
+/* Checks that the tokenizer has the template's special tokens (<|im_start|>, <|im_end|> / Llama-3's four) as
+ * special tokens: without them the template's markers are encoded as plain text, a sign of the wrong template.
+ * cpt_chat_render itself works either way (it cuts only next to tokens the tokenizer matches as special). */
+int cpt_chat_template_check(const cpt_chat_template *tpl, const cpt_tokenizer *tok, cpt_err *err);
+
 /* Renders the text only. */
 int cpt_chat_render_text(const cpt_chat_template *tpl, const cpt_chat_message *msgs, size_t n,
                          const cpt_chat_options *opt, cpt_chat_rendered *out, cpt_err *err);

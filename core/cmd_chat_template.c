@@ -110,6 +110,12 @@ int cmd_chat_template(int argc, char **argv) {
         cpt_chat_template_free(&tpl);
         return 1;
     }
+    if (cpt_chat_template_check(&tpl, tok, &err)) {
+        fprintf(stderr, "cpt chat-template: %s: %s\n", tok_path, err.msg);
+        cpt_tokenizer_free(tok);
+        cpt_chat_template_free(&tpl);
+        return 1;
+    }
     int status = 0;
     char *line = NULL;
     size_t cap = 0, lineno = 0;

@@ -128,7 +128,7 @@ static int encode_into(const cpt_tokenizer *tok, tok_scratch *s, const char *tex
 static long take_ids(tok_scratch *s, int32_t **ids, cpt_err *err) {
     *ids = malloc(s->n_ids ? s->n_ids * sizeof(int32_t) : 1);
     if (!*ids) return cpt_errf(err, "out of memory for %zu token ids", s->n_ids);
-    memcpy(*ids, s->ids, s->n_ids * sizeof(int32_t));
+    if (s->n_ids) memcpy(*ids, s->ids, s->n_ids * sizeof(int32_t));
     return (long)s->n_ids;
 }
 

@@ -204,7 +204,7 @@ static int load_pretokenizer(cpt_tokenizer *tok, json_t *p, const char *name, cp
         tok_split_step *st = &tok->steps[tok->n_steps - 1];
         st->add_prefix_space = prefix;
         if (use_regex && tok_compile_regex(st, GPT2_REGEX, strlen(GPT2_REGEX), 0, err) != 0)
-            return cpt_err_prefix(err, "%s: pre_tokenizer ByteLevel: ", name);
+            return cpt_err_prefix(err, "%s: pre_tokenizer ByteLevel", name);
         return 0;
     }
     if (strcmp(type, "Split") == 0) {
@@ -228,7 +228,7 @@ static int load_pretokenizer(cpt_tokenizer *tok, json_t *p, const char *name, cp
         st->remove_matches = removed;
         json_t *src = json_is_string(re) ? re : str;
         if (tok_compile_regex(st, json_string_value(src), json_string_length(src), !json_is_string(re), err) != 0)
-            return cpt_err_prefix(err, "%s: pre_tokenizer Split: ", name);
+            return cpt_err_prefix(err, "%s: pre_tokenizer Split", name);
         return 0;
     }
     return cpt_errf(err, "%s: pre_tokenizer: unsupported type \"%s\" (supported: ByteLevel, Split, Sequence)", name,

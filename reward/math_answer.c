@@ -1,5 +1,5 @@
 /* Math answer extraction and equivalence (see math_answer.h). Every scan is bounded by the input length; numbers
- * are exact 64-bit rationals with a long double shadow for values that overflow them. */
+ * are exact 128-bit rationals with a long double shadow for values that overflow them (over 38 digits). */
 #include "reward/math_answer.h"
 
 #include <ctype.h>
@@ -202,14 +202,17 @@ char *cpt_math_normalize(const char *a) {
 
 /* ---- numbers ---- */
 
+typedef __int128 i128;
+#define I128_MIN (-(i128)((~(unsigned __int128)0) >> 1) - 1)
+
 typedef struct {
     int exact;       /* n / d is the value */
-    int64_t n, d;    /* d > 0 */
+    i128 n, d;       /* d > 0 */
     long double v;   /* the value, always */
 } num;
 
-static int mul_ok(int64_t a, int64_t b, int64_t *o) { return !__builtin_mul_overflow(a, b, o); }
-static int add_ok(int64_t a, int64_t b, int64_t *o) { return !__builtin_add_overflow(a, b, o); }
+static int mul_ok(i128 a, i128 b, i128 *o) { return !__builtin_mul_overflow(a, b, o); }
+static int add_ok(i128 a, i128 b, i128 *o) { return !__builtin_add_overflow(a, b, o); }
 
 /* decimal := digits (with 3-digit comma groups) [. digits] | . digits, then [eE][+-]digits (at most 4) */
 static size_t parse_decimal(const char *s, size_t n, num *x) {
@@ -272,10 +275,10 @@ static int num_div(num *a, const num *b) {
     if (b->v == 0 || (b->exact && b->n == 0)) return -1;
     a->v /= b->v;
     if (a->exact && b->exact) {
-        int64_t n, d;
+        i128 n, d;
         if (mul_ok(a->n, b->d, &n) && mul_ok(a->d, b->n, &d)) {
             if (d < 0) {
-                if (n == INT64_MIN || d == INT64_MIN) { a->exact = 0; return 0; }
+                if (n == I128_MIN || d == I128_MIN) { a->exact = 0; return 0; }
                 n = -n;
                 d = -d;
             }
@@ -290,7 +293,7 @@ static int num_div(num *a, const num *b) {
 
 static int num_add(num *a, const num *b) {
     a->v += b->v;
-    int64_t x, y, n, d;
+    i128 x, y, n, d;
     if (a->exact && b->exact && mul_ok(a->n, b->d, &x) && mul_ok(b->n, a->d, &y) && add_ok(x, y, &n) &&
         mul_ok(a->d, b->d, &d)) {
         a->n = n;
@@ -304,7 +307,7 @@ static int num_add(num *a, const num *b) {
 static void num_neg(num *a) {
     a->v = -a->v;
     if (a->exact) {
-        if (a->n == INT64_MIN) a->exact = 0;
+        if (a->n == I128_MIN) a->exact = 0;
         else a->n = -a->n;
     }
 }
@@ -417,8 +420,28 @@ static int as_number(const char *norm_spaces, num *x) {
     return ok;
 }
 
+static void reduce(i128 *n, i128 *d) {
+    if (*n == I128_MIN) return;
+    i128 a = *n < 0 ? -*n : *n, b = *d;
+    while (b) {
+        i128 t = a % b;
+        a = b;
+        b = t;
+    }
+    if (a > 1) {
+        *n /= a;
+        *d /= a;
+    }
+}
+
 static int nums_equal(const num *a, const num *b) {
-    if (a->exact && b->exact) return (__int128)a->n * b->d == (__int128)b->n * a->d;
+    if (a->exact && b->exact) {
+        /* reduced fractions with positive denominators are unique */
+        i128 an = a->n, ad = a->d, bn = b->n, bd = b->d;
+        reduce(&an, &ad);
+        reduce(&bn, &bd);
+        return an == bn && ad == bd;
+    }
     long double diff = fabsl(a->v - b->v), m = fmaxl(fabsl(a->v), fabsl(b->v));
     return diff <= 1e-12L * m;
 }

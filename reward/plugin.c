@@ -29,7 +29,7 @@
 
 struct cpt_plugin {
     char *path, *config;
-    int timeout_ms;
+    int timeout_ms, init_timeout_ms;
     pid_t pid; /* 0: no child running */
     int fd;
     int starts;
@@ -215,11 +215,11 @@ static void kill_child(cpt_plugin *p) {
 }
 
 /* A child failed at I/O: rc -2 timeout, -1 death. Reaps it and writes the reason. */
-static int child_failed(cpt_plugin *p, int rc, const char *during, cpt_err *err) {
+static int child_failed(cpt_plugin *p, int rc, const char *during, int timeout_ms, cpt_err *err) {
     if (rc == -2) {
         kill_child(p);
         return cpt_errf(err, "reward plugin %s: timed out after %d ms %s (killed; restarted on the next batch)",
-                        p->path, p->timeout_ms, during);
+                        p->path, timeout_ms, during);
     }
     char how[128];
     describe_exit(p, how, sizeof how);
@@ -249,16 +249,16 @@ static int start_child(cpt_plugin *p, cpt_err *err) {
     p->pid = pid;
     p->fd = sv[0];
     p->starts++;
-    int64_t deadline = now_ms() + p->timeout_ms;
+    int64_t deadline = now_ms() + p->init_timeout_ms;
     uint8_t ok;
     uint32_t n;
     int rc = io_deadline(p->fd, &ok, 1, 0, deadline);
     if (!rc) rc = io_deadline(p->fd, &n, 4, 0, deadline);
-    if (rc) return child_failed(p, rc, "while starting", err);
+    if (rc) return child_failed(p, rc, "while starting", p->init_timeout_ms, err);
     char msg[1200];
     if (n >= sizeof msg) n = sizeof msg - 1;
     rc = io_deadline(p->fd, msg, n, 0, deadline);
-    if (rc) return child_failed(p, rc, "while starting", err);
+    if (rc) return child_failed(p, rc, "while starting", p->init_timeout_ms, err);
     msg[n] = 0;
     if (!ok) {
         char how[128];
@@ -285,6 +285,7 @@ cpt_plugin *cpt_plugin_open(const char *path, const char *config, int timeout_ms
     p->path = strdup(path);
     p->config = strdup(config ? config : "");
     p->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+    p->init_timeout_ms = p->timeout_ms;
     p->fd = -1;
     if (!p->path || !p->config || start_child(p, err)) {
         cpt_plugin_close(p);
@@ -294,6 +295,10 @@ cpt_plugin *cpt_plugin_open(const char *path, const char *config, int timeout_ms
 }
 
 int cpt_plugin_starts(const cpt_plugin *p) { return p->starts; }
+
+void cpt_plugin_set_timeout(cpt_plugin *p, int timeout_ms) {
+    if (timeout_ms > 0) p->timeout_ms = timeout_ms;
+}
 
 static int send_str(cpt_plugin *p, const char *s, int64_t deadline) {
     uint32_t n = (uint32_t)strlen(s);
@@ -321,12 +326,12 @@ int cpt_plugin_score_batch(cpt_plugin *p, int n, const char *const *prompts, con
         if (!rc) rc = send_str(p, completions[i], deadline);
         if (!rc) rc = send_str(p, extras && extras[i] ? extras[i] : "{}", deadline);
     }
-    if (rc) return child_failed(p, rc, "while receiving the batch", err);
+    if (rc) return child_failed(p, rc, "while receiving the batch", p->timeout_ms, err);
     int32_t count;
     uint32_t elen, m;
     rc = io_deadline(p->fd, &count, 4, 0, deadline);
     if (!rc) rc = io_deadline(p->fd, &elen, 4, 0, deadline);
-    if (rc) return child_failed(p, rc, "while scoring", err);
+    if (rc) return child_failed(p, rc, "while scoring", p->timeout_ms, err);
     char emsg[1100];
     if (elen >= sizeof emsg) {
         kill_child(p);
@@ -334,7 +339,7 @@ int cpt_plugin_score_batch(cpt_plugin *p, int n, const char *const *prompts, con
     }
     rc = io_deadline(p->fd, emsg, elen, 0, deadline);
     if (!rc) rc = io_deadline(p->fd, &m, 4, 0, deadline);
-    if (rc) return child_failed(p, rc, "while replying", err);
+    if (rc) return child_failed(p, rc, "while replying", p->timeout_ms, err);
     emsg[elen] = 0;
     if (m > (uint32_t)n) {
         kill_child(p);
@@ -345,7 +350,7 @@ int cpt_plugin_score_batch(cpt_plugin *p, int n, const char *const *prompts, con
     rc = io_deadline(p->fd, got, sizeof(double) * m, 0, deadline);
     if (rc) {
         free(got);
-        return child_failed(p, rc, "while replying", err);
+        return child_failed(p, rc, "while replying", p->timeout_ms, err);
     }
     if (count < 0) {
         free(got);

@@ -16,6 +16,9 @@ cpt_plugin *cpt_plugin_open(const char *path, const char *config, int timeout_ms
 int cpt_plugin_score_batch(cpt_plugin *p, int n, const char *const *prompts, const char *const *completions,
                            const char *const *extras, double *scores, cpt_err *err);
 
+/* Changes the per-batch deadline (init keeps the one given to open). */
+void cpt_plugin_set_timeout(cpt_plugin *p, int timeout_ms);
+
 /* Children started so far (1 after open; each restart after a failure adds one). */
 int cpt_plugin_starts(const cpt_plugin *p);
 

@@ -137,22 +137,31 @@ static void gemm_tile(micro_fn micro, float *c, int64_t ldc, operand a, operand 
         for (int i = 0; i < mc; i++) memset(c + (i0 + i) * ldc + j0, 0, (size_t)nc * sizeof(float));
 }
 
+/* Packing buffers, one pair per thread, allocated on first use and kept: a fresh 350 KB per call meant fresh
+ * pages (page faults) on every matmul. A cache of scratch memory only; no result depends on it. */
+static _Thread_local float *tl_pack[2];
+
+static float *pack_buffer(int which) {
+    if (!tl_pack[which]) {
+        size_t n = which == 0 ? (size_t)MC * KC : (size_t)NC * KC;
+        tl_pack[which] = aligned_alloc(64, n * sizeof(float));
+        KCHECK(tl_pack[which] != NULL, "gemm", "out of memory for packing buffers");
+    }
+    return tl_pack[which];
+}
+
 static void gemm_raw(float *c, int64_t M, int64_t N, int64_t K, operand a, operand b, int accumulate) {
     micro_fn micro = pick_micro();
     int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, tiles = mt * nt;
 #pragma omp parallel if(tiles > 1 && M * N * K >= (1 << 17))
     {
-        float *ap = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
-        float *bp = aligned_alloc(64, (size_t)NC * KC * sizeof(float));
-        KCHECK(ap && bp, "gemm", "out of memory for packing buffers");
+        float *ap = pack_buffer(0), *bp = pack_buffer(1);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tiles; t++) {
             int64_t i0 = (t / nt) * MC, j0 = (t % nt) * NC;
             int mc = M - i0 < MC ? (int)(M - i0) : MC, nc = N - j0 < NC ? (int)(N - j0) : NC;
             gemm_tile(micro, c, N, a, b, i0, mc, j0, nc, K, accumulate, ap, bp);
         }
-        free(ap);
-        free(bp);
     }
 }
 

@@ -199,7 +199,12 @@ int main(void) {
         /* A special token the tokenizer does not have is not a cut point: Llama-3 formatting with the plain
          * Qwen3 tokenizer still encodes exactly like the whole text. */
         cpt_chat_template t;
+        cpt_chat_template_by_name("qwen3", &t, &err);
+        CHECK_EQ_INT(cpt_chat_template_check(&t, qwen, &err), 0);
         cpt_chat_template_by_name("llama3", &t, &err);
+        CHECK_EQ_INT(cpt_chat_template_check(&t, llama, &err), 0);
+        CHECK_EQ_INT(cpt_chat_template_check(&t, qwen, &err), -1);
+        CHECK(strstr(err.msg, "no special token <|begin_of_text|>") != NULL);
         cpt_chat_message m[2] = {{"user", "Hi there", 8, NULL, 0}, {"assistant", "\n\nHello!", 8, NULL, 0}};
         cpt_chat_rendered r;
         CHECK_EQ_INT(cpt_chat_render(&t, qwen, m, 2, NULL, &r, &err), 0);

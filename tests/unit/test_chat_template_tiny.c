@@ -40,6 +40,10 @@ static void test_tokenizer_and_chat(const cpt_tokenizer *tok, json_t *records) {
     cpt_chat_template tpl;
     CHECK_EQ_INT(cpt_chat_template_load(TINY, "auto", &tpl, &err), 0);
     CHECK_EQ_INT(tpl.family, CPT_CHAT_CHATML);
+    CHECK_EQ_INT(cpt_chat_template_check(&tpl, tok, &err), 0);
+    cpt_chat_template llama;
+    cpt_chat_template_by_name("llama3", &llama, &err);
+    CHECK_EQ_INT(cpt_chat_template_check(&llama, tok, &err), -1);
     size_t i;
     json_t *rec;
     int plain = 0, chats = 0;
@@ -130,7 +134,7 @@ static int run_cli(const char *dir, const char *args, const char *input, char **
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void test_cli(json_t *records) {
+static void test_cli(json_t *records, const cpt_tokenizer *tok, const cpt_chat_template *tpl) {
     char dir[] = "/tmp/cpt-chat-cli-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     /* three conversations, with and without the generation prompt; the expected lines come from the fixture */
@@ -170,11 +174,20 @@ static void test_cli(json_t *records) {
             if (!o) continue;
             CHECK(json_equal(json_object_get(o, "text"), json_object_get(want[lines], "text")));
             CHECK(json_equal(json_object_get(o, "ids"), json_object_get(want[lines], "ids")));
+            /* the mask equals the library's */
             json_t *mask = json_object_get(o, "assistant_mask");
-            CHECK_EQ_INT(json_array_size(mask), json_array_size(json_object_get(want[lines], "ids")));
-            long ones = 0;
-            for (size_t j = 0; j < json_array_size(mask); j++) ones += json_integer_value(json_array_get(mask, j));
-            CHECK(ones > 0);
+            cpt_chat_message *msgs = NULL;
+            size_t n = 0;
+            cpt_chat_rendered r = {0};
+            cpt_chat_options opt = {gen, 0};
+            cpt_err e = {{0}};
+            CHECK_EQ_INT(cpt_chat_messages_from_json(json_object_get(want[lines], "messages"), &msgs, &n, &e), 0);
+            CHECK_EQ_INT(cpt_chat_render(tpl, tok, msgs, n, &opt, &r, &e), 0);
+            CHECK_EQ_INT(json_array_size(mask), r.n_ids);
+            for (size_t j = 0; j < json_array_size(mask) && j < r.n_ids; j++)
+                CHECK_EQ_INT(json_integer_value(json_array_get(mask, j)), r.assistant_mask[j]);
+            cpt_chat_rendered_free(&r);
+            free(msgs);
             json_decref(o);
         }
         CHECK_EQ_INT(lines, 3);
@@ -201,6 +214,11 @@ static void test_cli(json_t *records) {
     free(err);
     CHECK(run_cli(dir, "--tokenizer " TINY " --template vicuna", good, &out, &err) != 0);
     CHECK_MSG(err && strstr(err, "unknown template 'vicuna'"), "stderr: %s", err ? err : "");
+    free(out);
+    free(err);
+    CHECK(run_cli(dir, "--tokenizer " TINY " --template llama3", good, &out, &err) != 0);
+    CHECK_MSG(err && strstr(err, "has no special token <|begin_of_text|>"), "stderr: %s", err ? err : "");
+    CHECK(out && *out == 0); /* nothing written */
     free(out);
     free(err);
     CHECK_EQ_INT(run_cli(dir, "", good, &out, &err), 2);
@@ -231,9 +249,12 @@ int main(void) {
     cpt_tokenizer *tok = cpt_tokenizer_load(TINY, &err);
     CHECK_MSG(tok != NULL, "%s", err.msg);
     if (tok) test_tokenizer_and_chat(tok, records);
-    cpt_tokenizer_free(tok);
     test_script_reproducible();
-    test_cli(records);
+    cpt_chat_template tpl;
+    CHECK_EQ_INT(cpt_chat_template_load(TINY, NULL, &tpl, &err), 0);
+    if (tok) test_cli(records, tok, &tpl);
+    cpt_chat_template_free(&tpl);
+    cpt_tokenizer_free(tok);
     json_decref(records);
     return check_summary("test_chat_template_tiny");
 }

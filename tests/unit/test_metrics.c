@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/json_util.h"
 #include "core/metrics.h"
 #include "tests/check.h"
 
@@ -174,6 +175,33 @@ int main(void) {
     CHECK_EQ_INT(s.n, 200);
     CHECK_EQ_INT(s.bad_lines, 0);
     cpt_metrics_series_free(&s);
+
+    /* the JSON helpers under the writer */
+    cpt_json_buf b;
+    cpt_json_buf_init(&b);
+    cpt_json_buf_string(&b, "a\"b\\c\x01\x1f\t\xc3\xa9");
+    CHECK_EQ_STR(b.s, "\"a\\\"b\\\\c\\u0001\\u001f\\t\xc3\xa9\"");
+    static const double nums[] = {0.1, 1.0 / 3, -0.0, 1e300, 5e-324, 123456789012345678.0, 2.5, -7};
+    static const char *texts[] = {"0.1", NULL, "-0", "1e+300", "4.94065645841247e-324", NULL, "2.5", "-7"};
+    for (int i = 0; i < 8; i++) {
+        cpt_json_buf_reset(&b);
+        cpt_json_buf_number(&b, nums[i]);
+        CHECK(strtod(b.s, NULL) == nums[i]); /* reads back exactly */
+        if (texts[i]) CHECK_EQ_STR(b.s, texts[i]);
+        json_t *j = json_loads(b.s, JSON_DECODE_ANY, NULL); /* and is JSON */
+        CHECK(json_is_number(j));
+        json_decref(j);
+    }
+    cpt_json_buf_reset(&b);
+    cpt_json_buf_number(&b, -INFINITY);
+    CHECK_EQ_STR(b.s, "null");
+    cpt_json_buf_free(&b);
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    CHECK(cpt_write_file_atomic(path, "{\"a\": 1,\n \"a\": 2}", 18, &err) == 0);
+    CHECK(cpt_json_load_file(path, 0, &err) == NULL);
+    char want[300];
+    snprintf(want, sizeof want, "%s:2:", path);
+    CHECK_MSG(strstr(err.msg, want) && strstr(err.msg, "duplicate"), "%s", err.msg);
 
     cpt_remove_tree(dir, NULL);
     return check_summary("test_metrics");

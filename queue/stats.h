@@ -1,0 +1,68 @@
+/* A snapshot of a run's queue for cpt-queue stats: per stream length and groups (pending, lag, consumers and
+ * their idle time), the weight version, staleness of queued groups, dead letters and workers; two snapshots
+ * give produced/consumed rates. */
+#ifndef CPT_QUEUE_STATS_H
+#define CPT_QUEUE_STATS_H
+
+#include <stdio.h>
+
+#include "queue/stream.h"
+
+#define CPT_STATS_MAX_GROUPS 8
+#define CPT_STATS_MAX_CONSUMERS 64
+#define CPT_STATS_MAX_WORKERS 256
+#define CPT_STATS_STALE_SAMPLE 256 /* queued entries decoded for staleness */
+
+typedef struct cpt_stats_consumer {
+    char name[CPT_NAME_MAX];
+    long long pending, idle_ms;
+} cpt_stats_consumer;
+
+typedef struct cpt_stats_group {
+    char name[CPT_NAME_MAX];
+    long long pending, lag, entries_read; /* lag -1: Redis cannot tell */
+    char last_delivered[CPT_STREAM_ID_MAX];
+    int n_consumers;
+    cpt_stats_consumer consumers[CPT_STATS_MAX_CONSUMERS];
+    double out_per_s; /* from two snapshots; -1 if unknown */
+} cpt_stats_group;
+
+typedef struct cpt_stats_stream {
+    cpt_stream stream;
+    int exists;
+    long long length, entries_added;
+    int n_groups;
+    cpt_stats_group groups[CPT_STATS_MAX_GROUPS];
+    double in_per_s; /* -1 if unknown */
+    /* staleness of queued (not yet delivered) groups, in weight versions behind the current one */
+    int stale_sampled, stale_undecodable;
+    long long stale_max;
+    double stale_mean;
+} cpt_stats_stream;
+
+typedef struct cpt_stats_worker {
+    cpt_heartbeat_msg hb;
+    int ok; /* 0: the heartbeat did not decode */
+} cpt_stats_worker;
+
+typedef struct cpt_queue_snapshot {
+    char run[CPT_RUN_ID_MAX];
+    double time; /* unix seconds */
+    double mono; /* cpt_now() */
+    int has_version;
+    unsigned long long weight_version;
+    long long dead;
+    cpt_stats_stream streams[3];
+    int n_workers;
+    cpt_stats_worker workers[CPT_STATS_MAX_WORKERS];
+} cpt_queue_snapshot;
+
+int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err);
+/* Fills the rates of cur from prev (same run). */
+void cpt_queue_snapshot_rates(cpt_queue_snapshot *cur, const cpt_queue_snapshot *prev);
+
+void cpt_queue_snapshot_print(FILE *f, const cpt_queue_snapshot *s, const char *url_shown);
+/* One JSON object, one line. */
+void cpt_queue_snapshot_json(FILE *f, const cpt_queue_snapshot *s);
+
+#endif

@@ -1,0 +1,133 @@
+/* Reward plugins in their child process: the example keyword plugin scores, and a plugin that crashes, aborts,
+ * exits, hangs, returns NaN / inf / the wrong count / an error, or fails init gives an error with the reason while
+ * this process lives on; a crashed plugin is restarted on the next batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "reward/plugin.h"
+#include "reward/reward.h"
+#include "tests/check.h"
+
+static char keyword_so[4096], crash_so[4096];
+
+static void test_keyword(void) {
+    cpt_err err;
+    cpt_plugin *p = cpt_plugin_open(keyword_so, "because, Therefore", 5000, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (!p) return;
+    const char *pr[3] = {"q1", "q2", "q3"};
+    const char *co[3] = {"no reasons", "because I said so", "BECAUSE x, therefore y"};
+    const char *ex[3] = {NULL, "{\"answer\": 1}", NULL};
+    double s[3] = {-1, -1, -1};
+    CHECK_MSG(cpt_plugin_score_batch(p, 3, pr, co, ex, s, &err) == 0, "%s", err.msg);
+    CHECK_NEAR(s[0], 0.0, 0);
+    CHECK_NEAR(s[1], 0.5, 0);
+    CHECK_NEAR(s[2], 1.0, 0);
+    /* a second batch on the same child */
+    CHECK(cpt_plugin_score_batch(p, 1, pr + 2, co + 2, ex + 2, s, &err) == 0);
+    CHECK_NEAR(s[0], 1.0, 0);
+    CHECK_EQ_INT(cpt_plugin_starts(p), 1);
+    cpt_plugin_close(p);
+
+    /* through the reward interface */
+    cpt_reward_options o;
+    cpt_reward_options_default(&o);
+    o.plugin_path = keyword_so;
+    o.plugin_config = "apple";
+    cpt_reward *r = cpt_reward_builtin("plugin", &o, &err);
+    CHECK_MSG(r != NULL, "%s", err.msg);
+    if (r) {
+        cpt_reward_result res;
+        CHECK(cpt_reward_score(r, "", "An apple a day", NULL, &res, &err) == 0);
+        CHECK_NEAR(res.value, 1.0, 0);
+        CHECK_EQ_STR(res.parts[0].name, "plugin");
+        cpt_reward_free(r);
+    }
+    /* init refusing: no keywords */
+    CHECK(cpt_plugin_open(keyword_so, "", 5000, &err) == NULL);
+    CHECK(strstr(err.msg, "init failed: no keywords") != NULL);
+}
+
+/* Opens the crash plugin in mode, scores two items, expects failure with `want` in the message. */
+static void expect_failure(const char *mode, const char *want, int timeout_ms) {
+    cpt_err err;
+    /* a generous start (fork + dlopen on a loaded machine), then the deadline under test */
+    cpt_plugin *p = cpt_plugin_open(crash_so, mode, 20000, &err);
+    CHECK_MSG(p != NULL, "%s: %s", mode, err.msg);
+    if (!p) return;
+    cpt_plugin_set_timeout(p, timeout_ms);
+    const char *pr[2] = {"a", "b"}, *co[2] = {"xyz", "hello"};
+    double s[2] = {-7, -7};
+    int rc = cpt_plugin_score_batch(p, 2, pr, co, NULL, s, &err);
+    CHECK_MSG(rc == -1, "mode %s: scoring succeeded", mode);
+    CHECK_MSG(strstr(err.msg, want) != NULL, "mode %s: error \"%s\" lacks \"%s\"", mode, err.msg, want);
+    CHECK_MSG(s[0] == -7 && s[1] == -7, "mode %s: scores written on failure", mode);
+    cpt_plugin_close(p);
+}
+
+static void test_crashes(void) {
+    expect_failure("crash", "process", 5000);
+    expect_failure("abort", "process", 5000);
+    expect_failure("exit", "exited with status 7", 5000);
+    expect_failure("hang", "timed out after 300 ms", 300);
+    expect_failure("nan", "score 1 of 2 is nan", 5000);
+    expect_failure("inf", "score 0 of 2 is inf", 5000);
+    expect_failure("count", "returned 1 scores for 2 completions", 5000);
+    expect_failure("error", "the judge is unavailable", 5000);
+
+    cpt_err err;
+    CHECK(cpt_plugin_open(crash_so, "initfail", 5000, &err) == NULL);
+    CHECK(strstr(err.msg, "refusing to start as asked") != NULL);
+    CHECK(cpt_plugin_open(crash_so, "inithang", 500, &err) == NULL);
+    CHECK(strstr(err.msg, "timed out") && strstr(err.msg, "starting"));
+    CHECK(cpt_plugin_open("/nonexistent/libx.so", "", 5000, &err) == NULL);
+    CHECK(strstr(err.msg, "/nonexistent/libx.so") != NULL);
+    char notso[4096];
+    snprintf(notso, sizeof notso, "%s/tests/unit/test_plugin.c", getenv("CPT_SRC") ? getenv("CPT_SRC") : ".");
+    CHECK(cpt_plugin_open(notso, "", 5000, &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "test_plugin.c") != NULL, "%s", err.msg);
+
+    /* restart after a crash: batch 1 works, batch 2 crashes, batch 3 runs on a fresh child */
+    cpt_plugin *p = cpt_plugin_open(crash_so, "crash_after:1", 5000, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (p) {
+        const char *pr[1] = {"p"}, *co[1] = {"four"};
+        double s[1];
+        CHECK(cpt_plugin_score_batch(p, 1, pr, co, NULL, s, &err) == 0);
+        CHECK_NEAR(s[0], 4.0, 0);
+        CHECK(cpt_plugin_score_batch(p, 1, pr, co, NULL, s, &err) == -1);
+        CHECK(cpt_plugin_score_batch(p, 1, pr, co, NULL, s, &err) == 0);
+        CHECK_NEAR(s[0], 4.0, 0);
+        CHECK_EQ_INT(cpt_plugin_starts(p), 2);
+        cpt_plugin_close(p);
+    }
+    /* a large batch crosses the socket buffers both ways */
+    p = cpt_plugin_open(crash_so, "ok", 10000, &err);
+    if (p) {
+        enum { N = 2000 };
+        static const char *pr[N], *co[N];
+        static double s[N];
+        char *big = malloc(5000);
+        memset(big, 'z', 4999);
+        big[4999] = 0;
+        for (int i = 0; i < N; i++) {
+            pr[i] = "p";
+            co[i] = (i % 2) ? big : "ab";
+        }
+        CHECK_MSG(cpt_plugin_score_batch(p, N, pr, co, NULL, s, &err) == 0, "%s", err.msg);
+        CHECK_NEAR(s[0], 2.0, 0);
+        CHECK_NEAR(s[N - 1], 4999.0, 0);
+        free(big);
+        cpt_plugin_close(p);
+    }
+}
+
+int main(void) {
+    const char *build = getenv("CPT_BUILD");
+    if (!build) build = "build";
+    snprintf(keyword_so, sizeof keyword_so, "%s/plugins/libreward_keyword.so", build);
+    snprintf(crash_so, sizeof crash_so, "%s/plugins/libreward_crash_test.so", build);
+    test_keyword();
+    test_crashes();
+    return check_summary("test_plugin");
+}
