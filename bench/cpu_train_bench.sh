@@ -14,7 +14,7 @@ build() {
     mkdir -p "$dir/lib"
     local srcs
     srcs=$(ls kernels/cpu/*.c model/*.c core/error.c core/fs.c core/rng.c core/json_util.c core/safetensors.c \
-        core/safetensors_write.c core/safetensors_convert.c | grep -v '_main\.c$' | grep -v 'cmd_')
+        core/safetensors_write.c core/safetensors_convert.c core/checksum.c | grep -v '_main\.c$' | grep -v 'cmd_')
     # shellcheck disable=SC2086
     gcc -std=c11 -O2 -g -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. \
         -o "$dir/cpu_train_bench" bench/cpu_train_bench.c $srcs -ljansson -lm
@@ -32,7 +32,7 @@ run() {
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible"
     for t in "${threads[@]}"; do
-        OMP_NUM_THREADS=$t OMP_PROC_BIND=true LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}" "$dir/cpu_train_bench"
+        OMP_NUM_THREADS=$t LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}" "$dir/cpu_train_bench"
         OMP_NUM_THREADS=$t MKL_NUM_THREADS=$t python3 bench/cpu_train_bench.py "$t"
     done
 }

@@ -30,9 +30,9 @@ case "$cmd" in
     echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs: $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
     python3 -c 'import tokenizers; print("# tokenizers", tokenizers.__version__)'
     for t in ${THREADS:-1 4 16}; do
-      OMP_PROC_BIND=false "$dir/tokenizer_bench" --tokenizer "$tok" --corpus "$corpus" --mb "$mb" --threads "$t"
+      OMP_PROC_BIND=false "$dir/tokenizer_bench" --tokenizer "$tok" --corpus "$corpus" --mb "$mb" --threads "$t" --reps "${REPS:-3}"
       RAYON_NUM_THREADS=$t TOKENIZERS_PARALLELISM=true python3 bench/tokenizer_bench.py --tokenizer "$tok" \
-        --corpus "$corpus" --mb "$mb"
+        --corpus "$corpus" --mb "$mb" --reps "${REPS:-3}"
     done
     ;;
   *) echo "tokenizer_bench.sh: unknown command '$cmd' (build|run)" >&2; exit 2 ;;

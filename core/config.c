@@ -8,19 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fs.h"
 #include "core/config_table.h"
+#include "core/fs.h"
 #include "core/toml.h"
 
-#define KT_INT CPT_KEY_T_INT
-#define KT_FLOAT CPT_KEY_T_FLOAT
-#define KT_BOOL CPT_KEY_T_BOOL
-#define KT_STR CPT_KEY_T_STR
-#define KT_STR_ARRAY CPT_KEY_T_STR_ARRAY
-#define KT_INT_ARRAY CPT_KEY_T_INT_ARRAY
-typedef cpt_key_type key_type;
-typedef cpt_key_decl key_decl;
-
+/* Every module's keys, in this order (the order of docs/config.md). */
 const cpt_key_decl cpt_config_keys[] = {
 #define CPT_KEY_MODULE "core"
 #include "core/config_keys.def"
@@ -56,24 +48,24 @@ typedef struct value {
 } value;
 
 struct cpt_config {
-    const key_decl *keys;
+    const cpt_key_decl *keys;
     size_t n;
     value *v;
 };
 
 const char *cpt_key_type_name(cpt_key_type t) {
     switch (t) {
-    case KT_INT: return "integer";
-    case KT_FLOAT: return "float";
-    case KT_BOOL: return "boolean";
-    case KT_STR: return "string";
-    case KT_STR_ARRAY: return "array of strings";
-    case KT_INT_ARRAY: return "array of integers";
+    case CPT_KEY_T_INT: return "integer";
+    case CPT_KEY_T_FLOAT: return "float";
+    case CPT_KEY_T_BOOL: return "boolean";
+    case CPT_KEY_T_STR: return "string";
+    case CPT_KEY_T_STR_ARRAY: return "array of strings";
+    case CPT_KEY_T_INT_ARRAY: return "array of integers";
     }
     return "?";
 }
 
-static int find_key(const key_decl *keys, size_t n, const char *name) {
+static int find_key(const cpt_key_decl *keys, size_t n, const char *name) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(keys[i].name, name)) return (int)i;
     return -1;
@@ -99,7 +91,7 @@ static size_t edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
-static const char *closest_key(const key_decl *keys, size_t n, const char *name) {
+static const char *closest_key(const cpt_key_decl *keys, size_t n, const char *name) {
     const char *best = NULL;
     size_t bd = (size_t)-1;
     for (size_t i = 0; i < n; i++) {
@@ -119,12 +111,12 @@ static void value_clear(value *v) {
 
 static int set_defaults(cpt_config *cfg, cpt_err *err) {
     for (size_t k = 0; k < cfg->n; k++) {
-        const key_decl *d = &cfg->keys[k];
+        const cpt_key_decl *d = &cfg->keys[k];
         value *v = &cfg->v[k];
         v->i = d->idef;
         v->f = d->fdef;
         v->b = d->bdef;
-        if (d->type == KT_STR && !(v->s = strdup(d->sdef))) return cpt_errf(err, "out of memory");
+        if (d->type == CPT_KEY_T_STR && !(v->s = strdup(d->sdef))) return cpt_errf(err, "out of memory");
     }
     return 0;
 }
@@ -154,19 +146,19 @@ static void choices_list(const char *choices, char *out, size_t cap) {
 /* Assigns a parsed TOML value to key k after checking type, range and choices. where: "FILE:LINE" or
  * "override 'k=v'". */
 static int assign(cpt_config *cfg, int k, const cpt_toml_value *tv, const char *where, cpt_err *err) {
-    const key_decl *d = &cfg->keys[k];
+    const cpt_key_decl *d = &cfg->keys[k];
     value nv;
     memset(&nv, 0, sizeof nv);
     nv.i = d->idef, nv.f = d->fdef, nv.b = d->bdef;
     switch (d->type) {
-    case KT_INT:
+    case CPT_KEY_T_INT:
         if (tv->type != CPT_TOML_INT) goto wrong_type;
         if (tv->i < d->imin || tv->i > d->imax)
             return cpt_errf(err, "%s: %s = %lld is out of range [%lld, %lld]", where, d->name, (long long)tv->i,
                             (long long)d->imin, (long long)d->imax);
         nv.i = tv->i;
         break;
-    case KT_FLOAT: {
+    case CPT_KEY_T_FLOAT: {
         double f;
         if (tv->type == CPT_TOML_FLOAT) f = tv->f;
         else if (tv->type == CPT_TOML_INT) f = (double)tv->i;
@@ -176,11 +168,11 @@ static int assign(cpt_config *cfg, int k, const cpt_toml_value *tv, const char *
         nv.f = f;
         break;
     }
-    case KT_BOOL:
+    case CPT_KEY_T_BOOL:
         if (tv->type != CPT_TOML_BOOL) goto wrong_type;
         nv.b = tv->b;
         break;
-    case KT_STR:
+    case CPT_KEY_T_STR:
         if (tv->type != CPT_TOML_STR) goto wrong_type;
         if (d->choices[0] && !choice_ok(d->choices, tv->s)) {
             char list[512];
@@ -189,10 +181,10 @@ static int assign(cpt_config *cfg, int k, const cpt_toml_value *tv, const char *
         }
         if (!(nv.s = strdup(tv->s))) return cpt_errf(err, "out of memory");
         break;
-    case KT_STR_ARRAY:
-    case KT_INT_ARRAY: {
+    case CPT_KEY_T_STR_ARRAY:
+    case CPT_KEY_T_INT_ARRAY: {
         if (tv->type != CPT_TOML_ARRAY) goto wrong_type;
-        cpt_toml_type want = d->type == KT_STR_ARRAY ? CPT_TOML_STR : CPT_TOML_INT;
+        cpt_toml_type want = d->type == CPT_KEY_T_STR_ARRAY ? CPT_TOML_STR : CPT_TOML_INT;
         if (tv->n && tv->items[0].type != want)
             return cpt_errf(err, "%s: %s expects an %s, got an array of %s values", where, d->name,
                             cpt_key_type_name(d->type), cpt_toml_type_name(tv->items[0].type));
@@ -219,7 +211,7 @@ static int assign(cpt_config *cfg, int k, const cpt_toml_value *tv, const char *
     return 0;
 wrong_type:
     return cpt_errf(err, "%s: %s expects %s %s, got %s %s", where, d->name,
-                    d->type == KT_INT || d->type == KT_STR_ARRAY || d->type == KT_INT_ARRAY ? "an" : "a",
+                    d->type == CPT_KEY_T_INT || d->type == CPT_KEY_T_STR_ARRAY || d->type == CPT_KEY_T_INT_ARRAY ? "an" : "a",
                     cpt_key_type_name(d->type), tv->type == CPT_TOML_INT || tv->type == CPT_TOML_ARRAY ? "an" : "a",
                     cpt_toml_type_name(tv->type));
 }
@@ -247,17 +239,17 @@ static int apply_override(cpt_config *cfg, const char *ov, cpt_err *err) {
     if (k < 0) return unknown_key(cfg, where, key, err);
     const char *val = eq + 1;
     while (*val == ' ' || *val == '\t') val++;
-    const key_decl *d = &cfg->keys[k];
+    const cpt_key_decl *d = &cfg->keys[k];
     cpt_toml_value tv;
     cpt_err verr;
     int rc;
-    if (d->type == KT_STR && *val != '"' && *val != '\'') {
+    if (d->type == CPT_KEY_T_STR && *val != '"' && *val != '\'') {
         /* Strings may be given unquoted on the command line: the text after '=' as is. */
         tv = (cpt_toml_value){.type = CPT_TOML_STR, .s = (char *)val};
         return assign(cfg, k, &tv, where, err);
     }
     if (cpt_toml_parse_value(val, &tv, &verr)) {
-        if (d->type == KT_STR_ARRAY && *val == '[') {
+        if (d->type == CPT_KEY_T_STR_ARRAY && *val == '[') {
             /* [a, b, c] with unquoted items: split on commas. */
             size_t len = strlen(val);
             while (len && (val[len - 1] == ' ' || val[len - 1] == '\t')) len--;
@@ -308,7 +300,7 @@ static int load_text(cpt_config *cfg, const char *text, size_t len, const char *
     return 0;
 }
 
-cpt_config *cpt_config_load_table(const key_decl *keys, size_t n_keys, const char *text, size_t len,
+cpt_config *cpt_config_load_table(const cpt_key_decl *keys, size_t n_keys, const char *text, size_t len,
                                   const char *name, int n_overrides, char *const *overrides, cpt_err *err) {
     cpt_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg || !(cfg->v = calloc(n_keys ? n_keys : 1, sizeof *cfg->v))) {
@@ -350,7 +342,7 @@ void cpt_config_free(cpt_config *cfg) {
 }
 
 /* Reading an undeclared key or with the wrong type is a bug in the caller, not a user error. */
-static int lookup(const cpt_config *cfg, const char *key, key_type want, const char *fn) {
+static int lookup(const cpt_config *cfg, const char *key, cpt_key_type want, const char *fn) {
     int k = find_key(cfg->keys, cfg->n, key);
     if (k < 0) {
         fprintf(stderr, "cpt: %s(\"%s\"): key not declared in any config_keys.def\n", fn, key);
@@ -363,14 +355,14 @@ static int lookup(const cpt_config *cfg, const char *key, key_type want, const c
     return k;
 }
 
-int64_t cpt_cfg_int(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, KT_INT, __func__)].i; }
-double cpt_cfg_float(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, KT_FLOAT, __func__)].f; }
-int cpt_cfg_bool(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, KT_BOOL, __func__)].b; }
-const char *cpt_cfg_str(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, KT_STR, __func__)].s; }
+int64_t cpt_cfg_int(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, CPT_KEY_T_INT, __func__)].i; }
+double cpt_cfg_float(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, CPT_KEY_T_FLOAT, __func__)].f; }
+int cpt_cfg_bool(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, CPT_KEY_T_BOOL, __func__)].b; }
+const char *cpt_cfg_str(const cpt_config *cfg, const char *key) { return cfg->v[lookup(cfg, key, CPT_KEY_T_STR, __func__)].s; }
 
 size_t cpt_cfg_array_len(const cpt_config *cfg, const char *key) {
     int k = find_key(cfg->keys, cfg->n, key);
-    if (k < 0 || (cfg->keys[k].type != KT_STR_ARRAY && cfg->keys[k].type != KT_INT_ARRAY)) {
+    if (k < 0 || (cfg->keys[k].type != CPT_KEY_T_STR_ARRAY && cfg->keys[k].type != CPT_KEY_T_INT_ARRAY)) {
         fprintf(stderr, "cpt: cpt_cfg_array_len(\"%s\"): not a declared array key\n", key);
         abort();
     }
@@ -378,7 +370,7 @@ size_t cpt_cfg_array_len(const cpt_config *cfg, const char *key) {
 }
 
 const char *cpt_cfg_array_str(const cpt_config *cfg, const char *key, size_t i) {
-    const value *v = &cfg->v[lookup(cfg, key, KT_STR_ARRAY, __func__)];
+    const value *v = &cfg->v[lookup(cfg, key, CPT_KEY_T_STR_ARRAY, __func__)];
     if (i >= v->n) {
         fprintf(stderr, "cpt: cpt_cfg_array_str(\"%s\", %zu): index past the %zu items\n", key, i, v->n);
         abort();
@@ -387,7 +379,7 @@ const char *cpt_cfg_array_str(const cpt_config *cfg, const char *key, size_t i) 
 }
 
 int64_t cpt_cfg_array_int(const cpt_config *cfg, const char *key, size_t i) {
-    const value *v = &cfg->v[lookup(cfg, key, KT_INT_ARRAY, __func__)];
+    const value *v = &cfg->v[lookup(cfg, key, CPT_KEY_T_INT_ARRAY, __func__)];
     if (i >= v->n) {
         fprintf(stderr, "cpt: cpt_cfg_array_int(\"%s\", %zu): index past the %zu items\n", key, i, v->n);
         abort();
@@ -408,18 +400,18 @@ int cpt_config_has_key(const char *key) { return find_key(cpt_config_keys, cpt_c
 
 /* ---- dump, hash, docs ---- */
 
-static int write_value(cpt_strbuf *b, const key_decl *d, const value *v) {
+static int write_value(cpt_strbuf *b, const cpt_key_decl *d, const value *v) {
     switch (d->type) {
-    case KT_INT: return cpt_strbuf_printf(b, "%lld", (long long)v->i);
-    case KT_FLOAT: return cpt_toml_write_float(b, v->f);
-    case KT_BOOL: return cpt_strbuf_add(b, v->b ? "true" : "false", v->b ? 4 : 5);
-    case KT_STR: return cpt_toml_write_string(b, v->s);
-    case KT_STR_ARRAY:
-    case KT_INT_ARRAY:
+    case CPT_KEY_T_INT: return cpt_strbuf_printf(b, "%lld", (long long)v->i);
+    case CPT_KEY_T_FLOAT: return cpt_toml_write_float(b, v->f);
+    case CPT_KEY_T_BOOL: return cpt_strbuf_add(b, v->b ? "true" : "false", v->b ? 4 : 5);
+    case CPT_KEY_T_STR: return cpt_toml_write_string(b, v->s);
+    case CPT_KEY_T_STR_ARRAY:
+    case CPT_KEY_T_INT_ARRAY:
         if (cpt_strbuf_add(b, "[", 1)) return -1;
         for (size_t i = 0; i < v->n; i++) {
             if (i && cpt_strbuf_add(b, ", ", 2)) return -1;
-            int rc = d->type == KT_STR_ARRAY ? cpt_toml_write_string(b, v->sa[i])
+            int rc = d->type == CPT_KEY_T_STR_ARRAY ? cpt_toml_write_string(b, v->sa[i])
                                              : cpt_strbuf_printf(b, "%lld", (long long)v->ia[i]);
             if (rc) return -1;
         }
@@ -509,7 +501,7 @@ static int md_cell(cpt_strbuf *b, const char *s) {
 
 char *cpt_config_docs_markdown(void) { return cpt_config_docs_markdown_table(cpt_config_keys, cpt_config_n_keys); }
 
-char *cpt_config_docs_markdown_table(const key_decl *keys, size_t n_keys) {
+char *cpt_config_docs_markdown_table(const cpt_key_decl *keys, size_t n_keys) {
     /* Modules in order of first appearance (the include order of the .def files). */
     const char *modules[64];
     size_t n_modules = 0;
@@ -532,7 +524,7 @@ char *cpt_config_docs_markdown_table(const key_decl *keys, size_t n_keys) {
         rc = cpt_strbuf_printf(&b, "\n## %s\n\n", modules[m]);
         int any = 0;
         for (size_t k = 0; !rc && k < n_keys; k++) {
-            const key_decl *d = &keys[k];
+            const cpt_key_decl *d = &keys[k];
             if (strcmp(d->module, modules[m])) continue;
             if (!any)
                 rc = cpt_strbuf_printf(&b, "| key | type | default | allowed | description |\n"
@@ -546,18 +538,18 @@ char *cpt_config_docs_markdown_table(const key_decl *keys, size_t n_keys) {
             rc = rc || cpt_strbuf_add(&b, "` | ", 4);
             free(dv.data);
             if (!rc) {
-                if (d->type == KT_INT) rc = cpt_strbuf_printf(&b, "%lld .. %lld", (long long)d->imin, (long long)d->imax);
-                else if (d->type == KT_FLOAT) {
+                if (d->type == CPT_KEY_T_INT) rc = cpt_strbuf_printf(&b, "%lld .. %lld", (long long)d->imin, (long long)d->imax);
+                else if (d->type == CPT_KEY_T_FLOAT) {
                     cpt_strbuf lo = {0}, hi = {0};
                     rc = cpt_toml_write_float(&lo, d->fmin) || cpt_toml_write_float(&hi, d->fmax) ||
                          cpt_strbuf_printf(&b, "%s .. %s", lo.data, hi.data);
                     free(lo.data);
                     free(hi.data);
-                } else if (d->type == KT_STR && d->choices[0]) {
+                } else if (d->type == CPT_KEY_T_STR && d->choices[0]) {
                     char list[512];
                     choices_list(d->choices, list, sizeof list);
                     rc = md_cell(&b, list);
-                } else if (d->type == KT_BOOL)
+                } else if (d->type == CPT_KEY_T_BOOL)
                     rc = cpt_strbuf_add(&b, "true, false", 11);
                 else
                     rc = cpt_strbuf_add(&b, "any", 3);
@@ -575,9 +567,9 @@ char *cpt_config_docs_markdown_table(const key_decl *keys, size_t n_keys) {
 /* Consistency of the declared table itself: used by the unit test. Returns -1 with a message naming the key. */
 int cpt_config_check_table(cpt_err *err) { return cpt_config_check_keys(cpt_config_keys, cpt_config_n_keys, err); }
 
-int cpt_config_check_keys(const key_decl *keys, size_t n_keys, cpt_err *err) {
+int cpt_config_check_keys(const cpt_key_decl *keys, size_t n_keys, cpt_err *err) {
     for (size_t k = 0; k < n_keys; k++) {
-        const key_decl *d = &keys[k];
+        const cpt_key_decl *d = &keys[k];
         for (size_t j = 0; j < k; j++) {
             if (!strcmp(keys[j].name, d->name)) return cpt_errf(err, "key %s is declared twice", d->name);
             size_t lj = strlen(keys[j].name), lk = strlen(d->name);
@@ -590,12 +582,12 @@ int cpt_config_check_keys(const key_decl *keys, size_t n_keys, cpt_err *err) {
             if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.'))
                 return cpt_errf(err, "key %s: names use a-z, 0-9, '_' and '.'", d->name);
         if (!d->doc || !d->doc[0]) return cpt_errf(err, "key %s has no doc", d->name);
-        if (d->type == KT_INT && (d->imin > d->imax || d->idef < d->imin || d->idef > d->imax))
+        if (d->type == CPT_KEY_T_INT && (d->imin > d->imax || d->idef < d->imin || d->idef > d->imax))
             return cpt_errf(err, "key %s: default %lld outside [%lld, %lld]", d->name, (long long)d->idef,
                             (long long)d->imin, (long long)d->imax);
-        if (d->type == KT_FLOAT && !(d->fmin <= d->fdef && d->fdef <= d->fmax))
+        if (d->type == CPT_KEY_T_FLOAT && !(d->fmin <= d->fdef && d->fdef <= d->fmax))
             return cpt_errf(err, "key %s: default %g outside [%g, %g]", d->name, d->fdef, d->fmin, d->fmax);
-        if (d->type == KT_STR && d->choices[0] && !choice_ok(d->choices, d->sdef))
+        if (d->type == CPT_KEY_T_STR && d->choices[0] && !choice_ok(d->choices, d->sdef))
             return cpt_errf(err, "key %s: default \"%s\" is not one of its choices", d->name, d->sdef);
     }
     return 0;

@@ -57,9 +57,12 @@ void cpt_metrics_close(cpt_metrics *m) {
     free(m);
 }
 
-void cpt_metrics_set_fsync_every(cpt_metrics *m, int every) { m->fsync_every = every < 0 ? 0 : every; }
+void cpt_metrics_set_fsync_every(cpt_metrics *m, int every) {
+    if (m) m->fsync_every = every < 0 ? 0 : every;
+}
 
 void cpt_metrics_begin(cpt_metrics *m, int64_t step) {
+    if (!m) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     cpt_json_buf_reset(&m->line);
@@ -73,7 +76,7 @@ void cpt_metrics_begin(cpt_metrics *m, int64_t step) {
 
 /* Validates key and writes `,"key":` ; returns 0 when the value should follow. */
 static int add_key(cpt_metrics *m, const char *key) {
-    if (m->problem[0]) return -1;
+    if (!m || m->problem[0]) return -1;
     if (!m->open_record) { snprintf(m->problem, sizeof m->problem, "metric \"%s\" added outside begin/end", key ? key : "(null)"); return -1; }
     if (!key || !key[0]) { snprintf(m->problem, sizeof m->problem, "empty metric name"); return -1; }
     if (!strcmp(key, "step") || !strcmp(key, "time")) {
@@ -105,6 +108,7 @@ void cpt_metrics_add_str(cpt_metrics *m, const char *key, const char *value) {
 }
 
 int cpt_metrics_end(cpt_metrics *m, cpt_err *err) {
+    if (!m) return 0;
     if (!m->open_record) return cpt_errf(err, "%s: metrics end without begin", m->path);
     m->open_record = 0;
     if (m->problem[0]) return cpt_errf(err, "%s: %s", m->path, m->problem);

@@ -9,7 +9,8 @@
  *
  * Each line goes out with a single write() on an O_APPEND descriptor, so lines from several processes sharing a
  * file never interleave, and a crash leaves at most a torn last line (which readers skip). NaN and infinities
- * are written as null. Values print with the fewest digits that read back to the same double. */
+ * are written as null. Values print with the fewest digits that read back to the same double.
+ * A NULL cpt_metrics is a valid "metrics off" writer: begin/add/end do nothing (ranks other than 0). */
 #ifndef CPT_CORE_METRICS_H
 #define CPT_CORE_METRICS_H
 
@@ -40,10 +41,11 @@ void cpt_metrics_add_str(cpt_metrics *m, const char *key, const char *value);
 int cpt_metrics_end(cpt_metrics *m, cpt_err *err);
 
 /* The series of one key, in file order. Lines without the key are skipped; a null value reads as NaN (a gap in
- * a plot); a string value is an error naming file:line. When a step is not above the previous one (a run
- * resumed from an earlier checkpoint re-logs steps), the points at or above that step written before are
- * dropped, so the series is what the resumed run saw. Lines that are not JSON objects with an integer "step"
- * (a torn last line, garbage) are skipped and counted in bad_lines, the first at first_bad_line. */
+ * a plot); a string value is an error naming file:line. When a point's step is not above the previous point's
+ * (a run resumed from an earlier checkpoint re-logs steps), the earlier points at or above that step are
+ * dropped, so the series is what the resumed run saw; steps come out strictly increasing. Lines that are not
+ * JSON objects with an integer "step" (a torn last line, garbage) are skipped and counted in bad_lines, the
+ * first at first_bad_line. */
 typedef struct cpt_metrics_series {
     int64_t *steps;
     double *values;

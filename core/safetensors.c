@@ -196,7 +196,8 @@ static int parse_buffer(cpt_st_file *f, uint32_t shard_idx, const unsigned char 
     json_t *root = json_loadb((const char *)bytes + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         if (json_error_code(&je) == json_error_duplicate_key)
-            return cpt_errf(err, "%s: header: repeated name: %s (header byte %d)", fname, je.text, je.position);
+            return cpt_errf(err, "%s: header: a name or field given twice (repeated key): %s (header byte %d)", fname,
+                            je.text, je.position);
         return cpt_errf(err, "%s: header is not valid JSON: %s (header byte %d)", fname, je.text, je.position);
     }
     int rc = -1;
@@ -257,7 +258,7 @@ static int name_cmp(const void *a, const void *b) {
 /* Sorts tensors by name (keeping each tensor's shard index with it) and rejects a name seen twice. */
 static int sort_and_check(cpt_st_file *f, cpt_err *err) {
     if (f->n < 2) return 0;
-    /* Sort an index permutation so the shard array follows the tensors. */
+    /* Sort (tensor, shard) pairs so the shard indices follow their tensors. */
     typedef struct { cpt_st_tensor t; uint32_t shard; } pair;
     pair *p = malloc(f->n * sizeof *p);
     if (!p) return cpt_errf(err, "out of memory");

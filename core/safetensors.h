@@ -70,6 +70,10 @@ int cpt_st_writer_meta(cpt_st_writer *w, const char *key, const char *value, cpt
  * safetensors package does: readable by it, and with the header padded with spaces to a multiple of 8 every
  * tensor starts aligned to its element size). A repeated tensor name is an error here. */
 int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err);
+/* The same, and gives the file's checksum (cpt_checksum64, XXH64 seed 0, as cpt_checksum_file would compute)
+ * and size, computed while writing: for weight announcements and checkpoint manifests without a re-read. */
+int cpt_st_writer_finish_checksum(cpt_st_writer *w, const char *path, uint64_t *checksum, uint64_t *bytes,
+                                  cpt_err *err);
 void cpt_st_writer_free(cpt_st_writer *w);
 
 /* bf16/f16 <-> f32 helpers (round to nearest even; f16 subnormals, infinities and NaN handled; NaN stays a quiet

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checksum.h"
 #include "core/fs.h"
 #include "core/safetensors.h"
 
@@ -169,8 +170,22 @@ static char *build_header(cpt_st_writer *w, size_t *len_out, cpt_err *err) {
     return h;
 }
 
+/* Writes len bytes and folds them into the checksum. */
+static int put(FILE *fp, const void *p, size_t len, cpt_xxh64_state *h) {
+    if (len == 0) return 1;
+    cpt_xxh64_update(h, p, len);
+    return fwrite(p, 1, len, fp) == len;
+}
+
 int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err) {
+    return cpt_st_writer_finish_checksum(w, path, NULL, NULL, err);
+}
+
+int cpt_st_writer_finish_checksum(cpt_st_writer *w, const char *path, uint64_t *checksum, uint64_t *bytes,
+                                  cpt_err *err) {
     int rc = -1;
+    cpt_xxh64_state h;
+    cpt_xxh64_init(&h, 0);
     char *header = NULL;
     qsort(w->t, w->n, sizeof *w->t, name_cmp);
     for (size_t i = 1; i < w->n; i++)
@@ -186,15 +201,16 @@ int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err) {
     if (cpt_atomic_open(&af, path, err) != 0) goto out;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(len8, 1, 8, af.fp) == 8 && fwrite(header, 1, hlen, af.fp) == hlen;
-    for (size_t i = 0; ok && i < w->n; i++)
-        ok = w->t[i].nbytes == 0 || fwrite(w->t[i].data, 1, w->t[i].nbytes, af.fp) == w->t[i].nbytes;
+    int ok = put(af.fp, len8, 8, &h) && put(af.fp, header, hlen, &h);
+    for (size_t i = 0; ok && i < w->n; i++) ok = put(af.fp, w->t[i].data, w->t[i].nbytes, &h);
     if (!ok) {
         cpt_errno(err, "%s: write", af.tmp);
         cpt_atomic_abort(&af);
         goto out;
     }
     rc = cpt_atomic_commit(&af, err);
+    if (rc == 0 && checksum) *checksum = cpt_xxh64_final(&h);
+    if (rc == 0 && bytes) *bytes = h.total_len;
 out:
     free(header);
     cpt_st_writer_free(w);

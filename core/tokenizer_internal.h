@@ -81,6 +81,9 @@ struct cpt_tokenizer {
 
     tok_norm_kind norms[TOK_MAX_NORMS];
     int n_norms;
+    /* For a lone NFC normalizer: bit cp set when U+cp (cp < 0x10000) can stand in NFC text next to any other such
+     * char unchanged, so text made only of them skips utf8proc. Built at load (tokenizer_pretok.c). */
+    uint8_t *nfc_stable;
     tok_split_step steps[TOK_MAX_STEPS];
     int n_steps;
     int byte_level; /* a ByteLevel pre-tokenizer is present (required: byte-level BPE) */
@@ -140,8 +143,8 @@ typedef struct tok_scratch {
 } tok_scratch;
 
 #define TOK_CACHE_SLOTS 8192
-#define TOK_CACHE_MAX_WORD 48
-#define TOK_CACHE_MAX_IDS 16
+#define TOK_CACHE_MAX_WORD 128
+#define TOK_CACHE_MAX_IDS 64
 
 int tok_scratch_init(tok_scratch *s, cpt_err *err);
 void tok_scratch_free(tok_scratch *s);
@@ -152,6 +155,11 @@ int tok_push_id(tok_scratch *s, int32_t id, cpt_err *err);
  * changes, else into s->buf. */
 int tok_normalize(const cpt_tokenizer *tok, tok_scratch *s, const char *text, size_t len, const char **out,
                   size_t *out_len, cpt_err *err);
+
+/* Builds tok->nfc_stable when the normalizer is NFC alone. */
+int tok_build_nfc_table(cpt_tokenizer *tok, cpt_err *err);
+/* 1 if text made only of such code points is unchanged by NFC (exposed for the unit test). */
+int tok_nfc_stable_cp(const cpt_tokenizer *tok, uint32_t cp);
 
 /* Pre-tokenizes a normalized piece through every split step and BPE-encodes each resulting word into s->ids. */
 int tok_pretokenize_and_bpe(const cpt_tokenizer *tok, tok_scratch *s, const char *text, size_t len, cpt_err *err);

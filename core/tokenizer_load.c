@@ -96,6 +96,12 @@ void tok_strmap_free(tok_strmap *m) {
 
 static uint64_t merge_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
 
+/* Fibonacci hashing of the pair: one multiply, the high bits spread well. */
+static uint32_t merge_slot(uint64_t key, uint32_t mask) {
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32) & mask;
+}
+
 int tok_mergemap_init(tok_mergemap *m, size_t expected, cpt_err *err) {
     m->mask = pow2_at_least(expected * 2 + 1) - 1;
     m->count = 0;
@@ -108,7 +114,7 @@ int tok_mergemap_init(tok_mergemap *m, size_t expected, cpt_err *err) {
 /* A pair listed twice keeps its last rank, as HF's map does. The table is sized for every merge up front. */
 void tok_mergemap_put(tok_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id) {
     uint64_t key = merge_key(a, b);
-    uint32_t i = (uint32_t)tok_hash(&key, sizeof key) & m->mask;
+    uint32_t i = merge_slot(key, m->mask);
     while (m->slots[i].key != UINT64_MAX && m->slots[i].key != key) i = (i + 1) & m->mask;
     if (m->slots[i].key == UINT64_MAX) m->count++;
     m->slots[i].key = key;
@@ -118,7 +124,7 @@ void tok_mergemap_put(tok_mergemap *m, int32_t a, int32_t b, int32_t rank, int32
 
 const tok_merge_slot *tok_mergemap_get(const tok_mergemap *m, int32_t a, int32_t b) {
     uint64_t key = merge_key(a, b);
-    uint32_t i = (uint32_t)tok_hash(&key, sizeof key) & m->mask;
+    uint32_t i = merge_slot(key, m->mask);
     for (;;) {
         const tok_merge_slot *s = &m->slots[i];
         if (s->key == key) return s;
@@ -470,6 +476,7 @@ static cpt_tokenizer *load_doc(json_t *doc, const char *name, cpt_err *err) {
     }
     if (load_added(tok, added, name, err) != 0) goto fail;
     if (load_normalizer(tok, json_object_get(doc, "normalizer"), name, err) != 0) goto fail;
+    if (tok_build_nfc_table(tok, err) != 0) goto fail;
     if (load_pretokenizer(tok, json_object_get(doc, "pre_tokenizer"), name, err) != 0) goto fail;
     if (!tok->byte_level) {
         cpt_errf(err, "%s: pre_tokenizer: no ByteLevel step (only byte-level BPE tokenizers are supported)", name);
@@ -612,6 +619,7 @@ void cpt_tokenizer_free(cpt_tokenizer *tok) {
     free(tok->dec_bytes);
     free(tok->dec_lens);
     free(tok->is_special);
+    free(tok->nfc_stable);
     tok_strmap_free(&tok->vocab);
     tok_mergemap_free(&tok->merges);
     free(tok);

@@ -141,23 +141,117 @@ static int reserve_buf(tok_scratch *s, size_t n, cpt_err *err) {
 
 /* ---- normalizer ---- */
 
+/* A code point is NFC-stable here when it is a starter (combining class 0), never the second half of a
+ * composition, not a conjoining Hangul jamo, and NFC maps it to itself. A string of such code points is its own
+ * NFC: nothing reorders, nothing composes across them, and each maps to itself. */
+static int nfc_stable_slow(uint32_t cp) {
+    if (cp < 0x300) return 1;
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+    if (cp >= 0x1100 && cp <= 0x11FF) return 0;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+    if (p->combining_class != 0) return 0;
+    if (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) return 0;
+    if (p->decomp_seqindex == UINT16_MAX) return 1;
+    utf8proc_int32_t buf[32];
+    int boundclass = 0;
+    utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)cp, buf, 32, UTF8PROC_DECOMPOSE, &boundclass);
+    if (n < 1 || n > 32) return 0;
+    n = utf8proc_normalize_utf32(buf, n, UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+    return n == 1 && (uint32_t)buf[0] == cp;
+}
+
+int tok_build_nfc_table(cpt_tokenizer *tok, cpt_err *err) {
+    if (tok->n_norms != 1 || tok->norms[0] != TOK_NORM_NFC) return 0;
+    tok->nfc_stable = calloc(0x10000 / 8, 1);
+    if (!tok->nfc_stable) return cpt_errf(err, "out of memory");
+    for (uint32_t cp = 0; cp < 0x10000; cp++)
+        if (nfc_stable_slow(cp)) tok->nfc_stable[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+    return 0;
+}
+
+int tok_nfc_stable_cp(const cpt_tokenizer *tok, uint32_t cp) {
+    if (cp < 0x10000 && tok->nfc_stable) return (tok->nfc_stable[cp >> 3] >> (cp & 7)) & 1;
+    /* outside the BMP: stable unless it has a canonical decomposition (rare: CJK compatibility ideographs,
+     * musical symbols), which takes the full path */
+    if (cp > 0x10FFFF) return 0;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+    if (p->combining_class != 0 || (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000)) return 0;
+    return p->decomp_seqindex == UINT16_MAX || p->decomp_type != 0;
+}
+
+static int append_buf(tok_scratch *s, size_t *n, const void *data, size_t len, cpt_err *err) {
+    if (reserve_buf(s, *n + len + 1, err) != 0) return -1;
+    memcpy(s->buf + *n, data, len);
+    *n += len;
+    return 0;
+}
+
+static int is_stable_at(const cpt_tokenizer *tok, const char *text, size_t len, size_t i, int *k) {
+    uint8_t c = (uint8_t)text[i];
+    if (c < 0x80) {
+        *k = 1;
+        return 1;
+    }
+    uint32_t cp;
+    *k = tok_utf8_next((const uint8_t *)text + i, len - i, &cp);
+    return cp < 0x300 || tok_nfc_stable_cp(tok, cp);
+}
+
+/* NFC of text when the normalizer is NFC alone. NFC acts locally: a stable char (see nfc_stable_slow) never
+ * composes with what precedes it and blocks reordering, so only the segments from the last stable char before an
+ * unstable one up to the next stable char go through utf8proc. Text that is all stable (most text) is returned
+ * as is without a copy. */
+static int nfc_by_segments(const cpt_tokenizer *tok, tok_scratch *s, const char *text, size_t len, const char **out,
+                           size_t *out_len, cpt_err *err) {
+    size_t done = 0, n = 0, i = 0, last_stable = 0;
+    int k, copied = 0;
+    while (i < len) {
+        if (is_stable_at(tok, text, len, i, &k)) {
+            last_stable = i;
+            i += (size_t)k;
+            continue;
+        }
+        size_t seg = last_stable >= done && last_stable < i ? last_stable : done;
+        size_t j = i + (size_t)k;
+        while (j < len && !is_stable_at(tok, text, len, j, &k)) j += (size_t)k;
+        if (append_buf(s, &n, text + done, seg - done, err) != 0) return -1;
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)text + seg, (utf8proc_ssize_t)(j - seg), &dst,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (m < 0) return cpt_errf(err, "normalizing text: %s", utf8proc_errmsg(m));
+        int rc = append_buf(s, &n, dst, (size_t)m, err);
+        free(dst);
+        if (rc != 0) return -1;
+        copied = 1;
+        done = i = j;
+    }
+    if (!copied) {
+        *out = text;
+        *out_len = len;
+        return 0;
+    }
+    if (append_buf(s, &n, text + done, len - done, err) != 0) return -1;
+    *out = s->buf;
+    *out_len = n;
+    return 0;
+}
+
 int tok_normalize(const cpt_tokenizer *tok, tok_scratch *s, const char *text, size_t len, const char **out,
                   size_t *out_len, cpt_err *err) {
     *out = text;
     *out_len = len;
     if (tok->n_norms == 0) return 0;
-    /* Below U+0300 nothing decomposes, composes or changes under compatibility mappings except a few Latin-1
-     * chars (NFKC/NFKD); NFC/NFD leave such text as it is, so skip the work for it. */
-    int only_canonical = 1;
-    for (int i = 0; i < tok->n_norms; i++)
-        if (tok->norms[i] == TOK_NORM_NFKC || tok->norms[i] == TOK_NORM_NFKD) only_canonical = 0;
-    if (only_canonical) {
-        int simple = 1;
-        for (size_t i = 0; i < len; i++) {
-            uint8_t c = (uint8_t)text[i];
-            if (c >= 0xCC) { simple = 0; break; } /* lead bytes from 0xCC start code points >= U+0300 */
+    if (tok->nfc_stable) return nfc_by_segments(tok, s, text, len, out, out_len, err);
+    {
+        /* Below U+0300 nothing decomposes or composes; only the compatibility forms change a few Latin-1 chars. */
+        int only_canonical = 1;
+        for (int i = 0; i < tok->n_norms; i++)
+            if (tok->norms[i] == TOK_NORM_NFKC || tok->norms[i] == TOK_NORM_NFKD) only_canonical = 0;
+        if (only_canonical) {
+            size_t i = 0;
+            while (i < len && (uint8_t)text[i] < 0xCC) i++;
+            if (i == len) return 0;
         }
-        if (simple) return 0;
     }
     const char *cur = text;
     size_t cur_len = len;

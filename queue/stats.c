@@ -182,7 +182,11 @@ void cpt_queue_snapshot_print(FILE *f, const cpt_queue_snapshot *s, const char *
         else if (!st->stale_sampled) snprintf(stale, sizeof stale, "- (nothing queued)");
         else
             snprintf(stale, sizeof stale, "%lld / %.2f over %d%s", st->stale_max, st->stale_mean, st->stale_sampled,
-                     st->stale_sampled >= CPT_STATS_STALE_SAMPLE ? " (first)" : "");
+                     st->stale_sampled + st->stale_undecodable >= CPT_STATS_STALE_SAMPLE ? " (the first)" : "");
+        if (s->has_version && st->stale_undecodable) {
+            size_t l = strlen(stale);
+            snprintf(stale + l, sizeof stale - l, ", %d undecodable", st->stale_undecodable);
+        }
         if (!st->n_groups) {
             fprintf(f, "%-9s %8lld %8s  %-10s %5s %8s %8s %8s  %s\n", cpt_stream_name(st->stream), st->length, in,
                     "(none)", "-", "-", "-", "-", stale);
@@ -243,6 +247,7 @@ void cpt_queue_snapshot_json(FILE *f, const cpt_queue_snapshot *s) {
         json_object_set_new(js, "in_per_s", jrate(st->in_per_s));
         json_t *stale = json_object();
         json_object_set_new(stale, "sampled", json_integer(st->stale_sampled));
+        json_object_set_new(stale, "undecodable", json_integer(st->stale_undecodable));
         json_object_set_new(stale, "max", st->stale_sampled ? json_integer(st->stale_max) : json_null());
         json_object_set_new(stale, "mean", st->stale_sampled ? json_real(st->stale_mean) : json_null());
         json_object_set_new(js, "staleness", stale);

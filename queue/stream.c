@@ -119,10 +119,11 @@ static const char DEAD_SCRIPT[] =
     "return redis.call('XACK', KEYS[2], ARGV[3], ARGV[2])\n";
 
 /* Runs a bounded-add script until it finds room: a nil reply means the destination is full, so acked entries
- * are trimmed and, if that frees nothing, the producer waits (5 ms doubling to 200 ms). */
+ * are trimmed and, if that frees nothing, the producer waits (5 ms doubling to 200 ms). A worker forwarding a
+ * result (hold != NULL) keeps its input's claim fresh meanwhile, so a long wait does not hand it to another. */
 static int add_with_room(cpt_queue *q, cpt_stream to, int argc, const char **argv, const size_t *lens, char *id_out,
-                         cpt_err *err) {
-    double start = cpt_now(), waited_from = 0;
+                         const cpt_queue_item *hold, cpt_err *err) {
+    double start = cpt_now(), waited_from = 0, touched = start;
     int delay = 5;
     for (;;) {
         redisReply *rep = cpt_redis_command(q->redis, argc, argv, lens, q->keys[to], 0, err);
@@ -147,9 +148,22 @@ static int add_with_room(cpt_queue *q, cpt_stream to, int argc, const char **arg
         if (q->add_timeout_s > 0 && cpt_now() - start > q->add_timeout_s)
             return cpt_errf(err, "XADD %s: stream full (queue.max_len = %lld unacked entries) for %.1f s; are the "
                             "consumers running?", q->keys[to], (long long)q->max_len, cpt_now() - start);
+        if (hold && (cpt_now() - touched) * 1000.0 > q->claim_idle_ms / 4.0) {
+            if (cpt_queue_touch(q, hold, err)) return -1;
+            touched = cpt_now();
+        }
         sleep_ms(delay);
         delay = delay * 2 > 200 ? 200 : delay * 2;
     }
+}
+
+int cpt_queue_touch(cpt_queue *q, const cpt_queue_item *it, cpt_err *err) {
+    /* XCLAIM to ourselves with min-idle 0 resets the entry's idle time; JUSTID leaves the delivery count alone. */
+    const char *argv[] = {"XCLAIM", q->keys[it->stream], it->group, it->consumer, "0", it->msg.id, "JUSTID"};
+    redisReply *rep = cpt_redis_command(q->redis, 7, argv, NULL, q->keys[it->stream], 0, err);
+    if (!rep) return -1;
+    freeReplyObject(rep);
+    return 0;
 }
 
 int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char *id_out, cpt_err *err) {
@@ -157,7 +171,7 @@ int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char
     snprintf(max, sizeof max, "%lld", (long long)q->max_len);
     const char *argv[] = {"EVAL", ADD_SCRIPT, "1", q->keys[s], max, data};
     size_t lens[] = {4, sizeof ADD_SCRIPT - 1, 1, strlen(q->keys[s]), strlen(max), len};
-    return add_with_room(q, s, 6, argv, lens, id_out, err);
+    return add_with_room(q, s, 6, argv, lens, id_out, NULL, err);
 }
 
 /* ---- trimming what every group has acked ---- */
@@ -423,6 +437,7 @@ int cpt_queue_next(cpt_queue *q, cpt_stream s, const char *group, const char *co
         b->pos++;
         it->stream = s;
         snprintf(it->group, sizeof it->group, "%s", group);
+        snprintf(it->consumer, sizeof it->consumer, "%s", consumer);
         char reason[CPT_ERR_MAX];
         int rc = decode_item(q, it, reason, sizeof reason);
         if (rc == 0) return 1;
@@ -450,7 +465,7 @@ int cpt_queue_forward(cpt_queue *q, const cpt_queue_item *it, cpt_stream to, con
                           it->msg.id};
     size_t lens[9];
     for (int i = 0; i < 9; i++) lens[i] = i == 6 ? len : strlen(argv[i]);
-    if (add_with_room(q, to, 9, argv, lens, id_out, err)) return -1;
+    if (add_with_room(q, to, 9, argv, lens, id_out, it, err)) return -1;
     q->stats.acked++;
     if (cpt_seen_add(&q->seen[it->stream], item_id(it)) < 0) return cpt_errf(err, "out of memory");
     return 0;

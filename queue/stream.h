@@ -103,7 +103,7 @@ int cpt_queue_create_group(cpt_queue *q, cpt_stream s, const char *group, cpt_er
 /* Adds one message (field "m") with backpressure; id_out (may be NULL) gets the entry id. */
 int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char *id_out, cpt_err *err);
 
-/* Raw read: up to count messages for consumer (claimed idle ones first, then new ones, blocking up to block_ms).
+/* Raw read: up to count (<= CPT_QUEUE_READ_MAX) messages into out[0..count) for consumer (claimed idle ones first, then new ones, blocking up to block_ms).
  * Returns the number read (0 on timeout) or -1. Free each with cpt_queue_msg_free. */
 int cpt_queue_read(cpt_queue *q, cpt_stream s, const char *group, const char *consumer, int count, int block_ms,
                    cpt_queue_msg *out, cpt_err *err);
@@ -120,6 +120,7 @@ typedef struct cpt_queue_item {
     cpt_queue_msg msg;
     cpt_stream stream;
     char group[CPT_NAME_MAX];
+    char consumer[CPT_NAME_MAX];
     cpt_msg_type type;
     cpt_prompt_group prompt;  /* type == CPT_MSG_PROMPT_GROUP */
     cpt_rollout_group rollout; /* type == CPT_MSG_ROLLOUT_GROUP or CPT_MSG_SCORED_GROUP */
@@ -133,6 +134,10 @@ int cpt_queue_next(cpt_queue *q, cpt_stream s, const char *group, const char *co
 /* Adds the result to stream `to` (with backpressure) and acks the item, atomically; marks its group id done. */
 int cpt_queue_forward(cpt_queue *q, const cpt_queue_item *it, cpt_stream to, const void *data, size_t len,
                       char *id_out, cpt_err *err);
+/* Resets the idle time of the item's pending entry, so it is not claimed by another consumer: call it every
+ * claim_idle_ms / 2 or so while working on one item for longer than claim_idle_ms. (forward does it itself
+ * while it waits for room downstream.) */
+int cpt_queue_touch(cpt_queue *q, const cpt_queue_item *it, cpt_err *err);
 /* Acks the item without a downstream result (the last stage: the trainer, after the group is trained on). */
 int cpt_queue_done(cpt_queue *q, const cpt_queue_item *it, cpt_err *err);
 /* Frees the decoded message; the item can be reused. */

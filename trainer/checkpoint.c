@@ -422,11 +422,15 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
     if (cpt_write_file_atomic(p, latest, (size_t)ll, err)) return cpt_err_prefix(err, "checkpoint: switching latest: ");
     if (out_dir) snprintf(out_dir, out_cap, "%s", fin);
 
-    /* Retention: keep the newest keep_last step folders (never the one `latest` names). */
+    /* Retention: keep the newest keep_last step folders up to this one. Folders past it were never committed (a
+     * run that crashed after a later save than the one it resumed from) and are removed too. */
     if (list_steps(ckdir, &steps, &n, 0, err)) return cpt_err_prefix(err, "checkpoint retention: ");
-    int keep = a->keep_last < 1 ? 1 : a->keep_last;
-    for (size_t i = (size_t)keep; i < n; i++) {
-        if (steps[i] == step) continue;
+    int keep = a->keep_last < 1 ? 1 : a->keep_last, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (steps[i] <= step && kept < keep) {
+            kept++;
+            continue;
+        }
         snprintf(p, sizeof p, "%s/step-%" PRId64, ckdir, steps[i]);
         cpt_err e2;
         if (cpt_remove_tree(p, &e2)) cpt_warn("checkpoint retention: %s", e2.msg);

@@ -49,7 +49,7 @@ typedef struct sft_ctx {
 
 /* ---------------- setup ---------------- */
 
-cpt_model *cpt_trainer_model_from_config(const cpt_config *cfg, int vocab_size, cpt_err *err) {
+cpt_model *cpt_trainer_model_from_config(const cpt_config *cfg, int vocab_size, int bos_id, int eos_id, cpt_err *err) {
     if (!strcmp(cpt_cfg_str(cfg, "model.init"), "load")) {
         const char *path = cpt_cfg_str(cfg, "model.path");
         if (!*path) {
@@ -86,8 +86,8 @@ cpt_model *cpt_trainer_model_from_config(const cpt_config *cfg, int vocab_size, 
     mc.qkv_bias = mc.arch == CPT_ARCH_QWEN2;
     mc.qk_norm = mc.arch == CPT_ARCH_QWEN3;
     mc.max_position_embeddings = (int)cpt_cfg_int(cfg, "model.max_position_embeddings");
-    mc.bos_token_id = -1;
-    mc.eos_token_id = -1;
+    mc.bos_token_id = bos_id;
+    mc.eos_token_id = eos_id;
     return cpt_model_new_random(&mc, (uint64_t)cpt_cfg_int(cfg, "run.seed"), err);
 }
 
@@ -333,7 +333,8 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
 
     if (setup_tokenizer(c, err) || setup_data(c, err)) return -1;
-    c->model = cpt_trainer_model_from_config(cfg, cpt_tokenizer_vocab_size(c->tok), err);
+    c->model = cpt_trainer_model_from_config(cfg, cpt_tokenizer_vocab_size(c->tok), cpt_tokenizer_bos_id(c->tok),
+                                             cpt_tokenizer_eos_id(c->tok), err);
     if (!c->model) return -1;
     if (cpt_model_cfg(c->model)->vocab_size < cpt_tokenizer_vocab_size(c->tok))
         return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",

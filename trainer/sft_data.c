@@ -114,10 +114,7 @@ int cpt_sft_dataset_load(const char *path, const cpt_sft_data_opts *o, cpt_sft_d
         free(ids);
         free(mask);
     }
-    ds->n_skipped += cpt_dataset_bad_lines(raw);
-    if (cpt_dataset_bad_lines(raw))
-        cpt_warn("data: %s: skipped %zu bad lines (first: %s)", path, cpt_dataset_bad_lines(raw),
-                 cpt_dataset_first_bad(raw));
+    ds->n_skipped += cpt_dataset_bad_lines(raw); /* core/dataset.c has reported them */
     cpt_dataset_free(raw);
     if (rc) {
         cpt_sft_dataset_free(ds);

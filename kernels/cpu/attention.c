@@ -1,25 +1,24 @@
 /* Causal grouped-query attention over packed sequences, CPU backend.
  *
- * Forward: one task per (token, query head); scores against the keys of the same sequence up to the token,
- * softmax, weighted sum of values; the logsumexp is kept. Backward recomputes the probabilities from it
- * (flash-attention style, no T x T storage); one task per (sequence, kv head) owns the gradients of that kv head's
- * keys and values and of its group's queries, so nothing is summed across threads. */
+ * Blocked on the GEMM kernel: for a block of up to BQ queries of one head, S = Q K^T over the keys up to the
+ * block's last query, a causal row softmax gives P (the logsumexp is kept), and O = P V. The backward recomputes P
+ * from the logsumexp (flash-attention style: memory stays O(BQ x sequence) per thread, never T x T per head) and
+ * forms dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)), dQ += dS K, dK += dS^T Q. One backward task per
+ * (sequence, kv head) owns that kv head's dK and dV and its query heads' dQ, so nothing is summed across
+ * threads and the result does not depend on the thread count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 
+#define BQ 128 /* queries per block */
+
 static inline float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
-}
-
-static inline void axpy(float *y, float a, const float *x, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 /* Validates shapes and cu_seqlens; returns the longest sequence. */
@@ -46,90 +45,107 @@ void cpt_k_attention_fwd(cpt_tensor out, cpt_tensor lse, cpt_tensor qkv, cpt_ten
     int64_t maxlen = check_attn(op, qkv, cu_seqlens, s);
     int64_t N = qkv.shape[0], S = cu_seqlens.shape[0] - 1;
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim, group = H / KV;
-    int64_t row = qkv.shape[1];
+    int64_t row = qkv.shape[1], HD = (int64_t)H * D;
     cpt_kcheck_f32(op, "out", out, 2);
     cpt_kcheck_f32(op, "lse", lse, 2);
-    KCHECK(out.shape[0] == N && out.shape[1] == (int64_t)H * D && lse.shape[0] == N && lse.shape[1] == H, op,
+    KCHECK(out.shape[0] == N && out.shape[1] == HD && lse.shape[0] == N && lse.shape[1] == H, op,
            "out or lse shape mismatch");
-    int32_t *start = malloc(sizeof(int32_t) * (size_t)(N > 0 ? N : 1));
-    KCHECK(start != NULL, op, "out of memory");
     const int32_t *cu = I(cu_seqlens);
-    for (int64_t q = 0; q < S; q++)
-        for (int32_t n = cu[q]; n < cu[q + 1]; n++) start[n] = cu[q];
     const float *x = F(qkv);
+    float *o = F(out), *L = F(lse);
     float scale = 1.0f / sqrtf((float)D);
+    int64_t nblk = (maxlen + BQ - 1) / BQ, tasks = S * H * nblk;
 #pragma omp parallel if(N * H >= 64)
     {
-        float *sc = malloc(sizeof(float) * (size_t)(maxlen > 0 ? maxlen : 1));
-        KCHECK(sc != NULL, op, "out of memory");
-#pragma omp for schedule(dynamic, 16)
-        for (int64_t t = 0; t < N * H; t++) {
-            int64_t n = t / H;
-            int h = (int)(t % H), kh = h / group;
-            const float *q = x + n * row + (int64_t)h * D;
-            int64_t j0 = start[n], len = n - j0 + 1;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < len; j++) {
-                float v = dot(q, x + (j0 + j) * row + (int64_t)(H + kh) * D, D) * scale;
-                sc[j] = v;
-                if (v > m) m = v;
+        float *P = malloc(sizeof(float) * (size_t)BQ * (size_t)(maxlen > 0 ? maxlen : 1));
+        KCHECK(P != NULL, op, "out of memory");
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t sq = t / (H * nblk), j0 = cu[sq], len = cu[sq + 1] - j0;
+            int h = (int)((t / nblk) % H), kh = h / group;
+            int64_t i0 = (t % nblk) * BQ;
+            if (i0 >= len) continue;
+            int64_t i1 = i0 + BQ < len ? i0 + BQ : len, nq = i1 - i0, nk = i1;
+            const float *q = x + (j0 + i0) * row + (int64_t)h * D, *k = x + j0 * row + (int64_t)(H + kh) * D,
+                        *v = x + j0 * row + (int64_t)(H + KV + kh) * D;
+            cpt_cpu_gemm_strided(P, nk, nq, nk, D, q, row, 0, k, row, 1, 0);
+            for (int64_t r = 0; r < nq; r++) {
+                float *pr = P + r * nk;
+                int64_t last = i0 + r; /* keys 0 .. last */
+                float m = -INFINITY;
+                for (int64_t j = 0; j <= last; j++) {
+                    pr[j] *= scale;
+                    m = pr[j] > m ? pr[j] : m;
+                }
+                float sum = 0.0f;
+                for (int64_t j = 0; j <= last; j++) {
+                    pr[j] = expf(pr[j] - m);
+                    sum += pr[j];
+                }
+                float inv = 1.0f / sum;
+                for (int64_t j = 0; j <= last; j++) pr[j] *= inv;
+                for (int64_t j = last + 1; j < nk; j++) pr[j] = 0.0f;
+                L[(j0 + i0 + r) * H + h] = m + logf(sum);
             }
-            float sum = 0.0f;
-            for (int64_t j = 0; j < len; j++) {
-                sc[j] = expf(sc[j] - m);
-                sum += sc[j];
-            }
-            float *o = F(out) + n * (int64_t)H * D + (int64_t)h * D;
-            memset(o, 0, sizeof(float) * (size_t)D);
-            for (int64_t j = 0; j < len; j++) axpy(o, sc[j] / sum, x + (j0 + j) * row + (int64_t)(H + KV + kh) * D, D);
-            F(lse)[n * H + h] = m + logf(sum);
+            cpt_cpu_gemm_strided(o + (j0 + i0) * HD + (int64_t)h * D, HD, nq, D, nk, P, nk, 0, v, row, 0, 0);
         }
-        free(sc);
+        free(P);
     }
-    free(start);
 }
 
 void cpt_k_attention_bwd(cpt_tensor dqkv, cpt_tensor dout, cpt_tensor out, cpt_tensor lse, cpt_tensor qkv,
                          cpt_tensor cu_seqlens, cpt_attn_shape s) {
     const char *op = "attention_bwd";
-    check_attn(op, qkv, cu_seqlens, s);
+    int64_t maxlen = check_attn(op, qkv, cu_seqlens, s);
     int64_t N = qkv.shape[0], S = cu_seqlens.shape[0] - 1;
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim, group = H / KV;
-    int64_t row = qkv.shape[1], orow = (int64_t)H * D;
+    int64_t row = qkv.shape[1], HD = (int64_t)H * D;
     cpt_kcheck_f32(op, "dqkv", dqkv, 2);
     cpt_kcheck_f32(op, "dout", dout, 2);
     cpt_kcheck_f32(op, "out", out, 2);
     cpt_kcheck_f32(op, "lse", lse, 2);
-    KCHECK(dqkv.shape[0] == N && dqkv.shape[1] == row && dout.shape[0] == N && dout.shape[1] == orow &&
-               out.shape[0] == N && out.shape[1] == orow && lse.shape[0] == N && lse.shape[1] == H,
+    KCHECK(dqkv.shape[0] == N && dqkv.shape[1] == row && dout.shape[0] == N && dout.shape[1] == HD &&
+               out.shape[0] == N && out.shape[1] == HD && lse.shape[0] == N && lse.shape[1] == H,
            op, "shape mismatch");
     const int32_t *cu = I(cu_seqlens);
     const float *x = F(qkv), *dO = F(dout), *O = F(out), *L = F(lse);
     float *dx = F(dqkv);
     float scale = 1.0f / sqrtf((float)D);
-#pragma omp parallel for schedule(dynamic, 1) if(N * H >= 64)
-    for (int64_t t = 0; t < S * KV; t++) {
-        int64_t sq = t / KV;
-        int kh = (int)(t % KV);
-        int64_t j0 = cu[sq], j1 = cu[sq + 1];
-        int64_t koff = (int64_t)(H + kh) * D, voff = (int64_t)(H + KV + kh) * D;
-        for (int h = kh * group; h < (kh + 1) * group; h++) {
-            for (int64_t i = j0; i < j1; i++) {
-                const float *q = x + i * row + (int64_t)h * D;
-                const float *doi = dO + i * orow + (int64_t)h * D;
-                float *dq = dx + i * row + (int64_t)h * D;
-                float Di = dot(doi, O + i * orow + (int64_t)h * D, D);
-                float li = L[i * H + h];
-                for (int64_t j = j0; j <= i; j++) {
-                    const float *k = x + j * row + koff, *v = x + j * row + voff;
-                    float p = expf(dot(q, k, D) * scale - li);
-                    float dp = dot(doi, v, D);
-                    float ds = p * (dp - Di) * scale;
-                    axpy(dq, ds, k, D);
-                    axpy(dx + j * row + koff, ds, q, D);
-                    axpy(dx + j * row + voff, p, doi, D);
+#pragma omp parallel if(N * H >= 64)
+    {
+        size_t scratch = (size_t)BQ * (size_t)(maxlen > 0 ? maxlen : 1);
+        float *P = malloc(sizeof(float) * scratch * 2 + sizeof(float) * BQ), *dP = P + scratch, *Di = dP + scratch;
+        KCHECK(P != NULL, op, "out of memory");
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < S * KV; t++) {
+            int64_t sq = t / KV, j0 = cu[sq], len = cu[sq + 1] - j0;
+            int kh = (int)(t % KV);
+            const float *k = x + j0 * row + (int64_t)(H + kh) * D, *v = x + j0 * row + (int64_t)(H + KV + kh) * D;
+            float *dk = dx + j0 * row + (int64_t)(H + kh) * D, *dv = dx + j0 * row + (int64_t)(H + KV + kh) * D;
+            for (int h = kh * group; h < (kh + 1) * group; h++) {
+                for (int64_t i0 = 0; i0 < len; i0 += BQ) {
+                    int64_t i1 = i0 + BQ < len ? i0 + BQ : len, nq = i1 - i0, nk = i1;
+                    const float *q = x + (j0 + i0) * row + (int64_t)h * D;
+                    const float *dob = dO + (j0 + i0) * HD + (int64_t)h * D, *ob = O + (j0 + i0) * HD + (int64_t)h * D;
+                    float *dq = dx + (j0 + i0) * row + (int64_t)h * D;
+                    /* P from the kept logsumexp */
+                    cpt_cpu_gemm_strided(P, nk, nq, nk, D, q, row, 0, k, row, 1, 0);
+                    for (int64_t r = 0; r < nq; r++) {
+                        float *pr = P + r * nk, l = L[(j0 + i0 + r) * H + h];
+                        int64_t last = i0 + r;
+                        for (int64_t j = 0; j <= last; j++) pr[j] = expf(pr[j] * scale - l);
+                        for (int64_t j = last + 1; j < nk; j++) pr[j] = 0.0f;
+                        Di[r] = dot(dob + r * HD, ob + r * HD, D);
+                    }
+                    cpt_cpu_gemm_strided(dv, row, nk, D, nq, P, nk, 1, dob, HD, 0, 1);       /* dV += P^T dO */
+                    cpt_cpu_gemm_strided(dP, nk, nq, nk, D, dob, HD, 0, v, row, 1, 0);       /* dP = dO V^T */
+                    for (int64_t r = 0; r < nq; r++)
+                        for (int64_t j = 0; j < nk; j++) dP[r * nk + j] = P[r * nk + j] * (dP[r * nk + j] - Di[r]) * scale;
+                    cpt_cpu_gemm_strided(dq, row, nq, D, nk, dP, nk, 0, k, row, 0, 1);       /* dQ += dS K */
+                    cpt_cpu_gemm_strided(dk, row, nk, D, nq, dP, nk, 1, q, row, 0, 1);       /* dK += dS^T Q */
                 }
             }
         }
+        free(P);
     }
 }

@@ -28,6 +28,12 @@ void cpt_kcheck_i32(const char *op, const char *what, cpt_tensor t, int ndim);
 static inline float *F(cpt_tensor t) { return (float *)t.data; }
 static inline int32_t *I(cpt_tensor t) { return (int32_t *)t.data; }
 
+/* GEMM on raw row-major blocks with leading dimensions (sub-matrices of wider rows, e.g. one head inside a fused
+ * qkv row): c [M, N] (+)= op(a) [M, K] @ op(b) [K, N]. Inside another parallel region it runs on the calling
+ * thread. */
+void cpt_cpu_gemm_strided(float *c, int64_t ldc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                          int trans_a, const float *b, int64_t ldb, int trans_b, int accumulate);
+
 static inline size_t cpt_dtype_size_local(cpt_dtype dt) {
     switch (dt) {
     case CPT_DT_F32: case CPT_DT_I32: return 4;

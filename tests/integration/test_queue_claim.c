@@ -112,10 +112,38 @@ static void poison(test_redis *t) {
     cpt_queue_close(q);
 }
 
+/* A worker that takes longer than claim_idle_ms keeps its message by touching it. */
+static void touch(test_redis *t) {
+    cpt_queue *q = test_queue_open(t, "claim", 1000, 300);
+    cpt_queue *other = test_queue_open(t, "claim", 1000, 300);
+    other->block_ms = 20; /* so the loop below checks for claimable work every ~170 ms */
+    cpt_err err = {{0}};
+    add_prompts(q, 100, 1);
+    cpt_queue_item it;
+    CHECK_EQ_INT(cpt_queue_next(q, CPT_STREAM_PROMPTS, "rollout", "slow", &it, &err), 1);
+    CHECK_EQ_INT(it.prompt.id.index, 100);
+    cpt_queue_item o;
+    for (int i = 0; i < 4; i++) { /* 4 x 150 ms = 600 ms of work, never 300 ms idle */
+        usleep(150 * 1000);
+        CHECK_EQ_INT(cpt_queue_touch(q, &it, &err), 0);
+        CHECK_EQ_INT(cpt_queue_next(other, CPT_STREAM_PROMPTS, "rollout", "thief", &o, &err), 0);
+    }
+    usleep(400 * 1000); /* the slow worker stops touching: now it is claimable */
+    other->last_claim[CPT_STREAM_PROMPTS] = 0;
+    CHECK_EQ_INT(cpt_queue_next(other, CPT_STREAM_PROMPTS, "rollout", "thief", &o, &err), 1);
+    CHECK(o.msg.claimed && o.prompt.id.index == 100);
+    CHECK_EQ_INT(cpt_queue_done(other, &o, &err), 0);
+    cpt_queue_item_free(&o);
+    cpt_queue_item_free(&it);
+    cpt_queue_close(other);
+    cpt_queue_close(q);
+}
+
 int main(void) {
     test_redis t;
     test_redis_start(&t, "everysec");
     killed_consumer(&t);
+    touch(&t);
     poison(&t);
     test_redis_stop(&t);
     return check_summary("test_queue_claim");

@@ -171,14 +171,27 @@ int main(void) {
     CHECK_EQ_INT(cpt_ckpt_verify(dir, &err), 0);
     snprintf(p, sizeof p, "%s/checkpoints/step-6.tmp-99999", run2);
     CHECK(!cpt_path_exists(p));
+    /* a leftover uncommitted folder past the new checkpoint is removed by retention */
+    snprintf(p, sizeof p, "%s/checkpoints/step-9/model", run2);
+    CHECK_EQ_INT(cpt_mkdir_p(p, 0755, &err), 0);
+    st.step = 6;
+    char dir6[CPT_CKPT_PATH_MAX + 64];
+    CHECK_EQ_INT(cpt_ckpt_save(&a, dir6, sizeof dir6, &err), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/step-9", run2);
+    CHECK(!cpt_path_exists(p));
+    CHECK(cpt_path_exists(dir)); /* step-5 kept (keep_last 2) */
+    st.step = 5;
     /* resolve: a run folder, its checkpoints folder, or a step folder */
     CHECK_EQ_INT(cpt_ckpt_resolve(run2, found, sizeof found, &err), 0);
-    CHECK_EQ_STR(found, dir);
+    CHECK_EQ_STR(found, dir6);
     snprintf(p, sizeof p, "%s/checkpoints", run2);
     CHECK_EQ_INT(cpt_ckpt_resolve(p, found, sizeof found, &err), 0);
-    CHECK(strstr(found, "step-5") != NULL);
+    CHECK(strstr(found, "step-6") != NULL);
+    CHECK_EQ_INT(cpt_ckpt_resolve(dir, found, sizeof found, &err), 0);
+    CHECK_EQ_STR(found, dir);
     CHECK_EQ_INT(cpt_ckpt_resolve("/nonexistent/cpt-run", found, sizeof found, &err), -1);
     /* saving a step that is already the latest is refused (saves only move forward) */
+    st.step = 6;
     CHECK_EQ_INT(cpt_ckpt_save(&a, dir, sizeof dir, &err), -1);
     CHECK(strstr(err.msg, "already exists") != NULL);
 

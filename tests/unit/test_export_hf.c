@@ -59,7 +59,9 @@ static void check_fixture(void) {
     /* the exported tokenizer encodes as transformers' AutoTokenizer did */
     const cpt_st_tensor *tt = cpt_st_find(fx, "text_ids");
     const char *text = cpt_st_metadata(fx, "text");
-    CHECK_MSG(tt != NULL && text != NULL, "the export check found no tokenizer in " EXPORT_DIR);
+    const char *tok_err = cpt_st_metadata(fx, "tokenizer_error");
+    CHECK_MSG(tt != NULL && text != NULL, "transformers did not load the tokenizer of " EXPORT_DIR ": %s",
+              tok_err ? tok_err : "(no tokenizer files)");
     if (tt && text) {
         cpt_tokenizer *tok = cpt_tokenizer_load(EXPORT_DIR, &err);
         CHECK_MSG(tok != NULL, "%s", err.msg);

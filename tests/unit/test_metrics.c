@@ -146,6 +146,9 @@ int main(void) {
     CHECK(cpt_metrics_open("/nonexistent-cpt/metrics.jsonl", &err) == NULL && strstr(err.msg, "/nonexistent-cpt"));
     CHECK(cpt_metrics_read_series("/nonexistent-cpt/m.jsonl", "k", &s, &err) == -1);
     cpt_metrics_close(NULL);
+    cpt_metrics_begin(NULL, 1); /* metrics off */
+    cpt_metrics_add(NULL, "x", 1);
+    CHECK(cpt_metrics_end(NULL, &err) == 0);
 
     /* several writers appending to one file never interleave inside a line */
     snprintf(path, sizeof path, "%s/shared.jsonl", dir);

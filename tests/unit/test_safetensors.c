@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/checksum.h"
 #include "core/fs.h"
 #include "core/safetensors.h"
 #include "tests/check.h"
@@ -155,7 +156,10 @@ static void test_round_trip(void) {
     w = cpt_st_writer_new();
     int64_t one = 1;
     CHECK(cpt_st_writer_add(w, "only", CPT_DT_U8, 1, &one, "Q", &err) == 0);
-    CHECK(cpt_st_writer_finish(w, path, &err) == 0);
+    uint64_t sum = 0, sum_bytes = 0, file_sum = 1, file_bytes = 0;
+    CHECK(cpt_st_writer_finish_checksum(w, path, &sum, &sum_bytes, &err) == 0);
+    CHECK(cpt_checksum_file(path, &file_sum, &file_bytes, &err) == 0);
+    CHECK(sum == file_sum && sum_bytes == file_bytes && file_bytes == 8 + 56 + 1); /* the 56-byte header needs no padding */
     f = cpt_st_open(path, &err);
     CHECK(f && cpt_st_count(f) == 1 && *(const char *)cpt_st_at(f, 0)->data == 'Q' && cpt_st_metadata_count(f) == 0);
     cpt_st_close(f);

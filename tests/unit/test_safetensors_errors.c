@@ -100,6 +100,7 @@ static void memory_cases(void) {
     BAD("\"str\"", 0, "not valid JSON", NULL); /* jansson rejects bare scalars */
     BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}} x", 1, "not valid JSON", NULL);
     BAD("{" T("w", "U8", "[1]", 0, 1) "," T("w", "U8", "[1]", 1, 2) "}", 2, "repeated", "\"w\"");
+    BAD("{\"w\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "repeated", "\"dtype\"");
     BAD("{\"w\":5}", 0, "\"w\"", "not an object");
     BAD("{\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "empty name", NULL);
     BAD("{\"__metadata__\":[1]}", 0, "__metadata__", "not an object");

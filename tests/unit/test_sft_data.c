@@ -63,10 +63,11 @@ int main(void) {
     cpt_sft_dataset_free(&ds);
 
     /* truncation */
-    o.max_seq_len = 4;
+    o.max_seq_len = 8; /* "12+34=46<eos>" is 9 tokens, "7*8=56<eos>" 7 */
     CHECK_EQ_INT(cpt_sft_dataset_load(pc, &o, &ds, &err), 0);
-    CHECK(ds.n_truncated >= 1);
-    for (size_t i = 0; i < ds.n; i++) CHECK(ds.ex[i].n <= 4);
+    CHECK_EQ_INT(ds.n_truncated, 1);
+    CHECK_EQ_INT(ds.n, 2);
+    for (size_t i = 0; i < ds.n; i++) CHECK(ds.ex[i].n <= 8);
     cpt_sft_dataset_free(&ds);
     o.max_seq_len = 64;
 

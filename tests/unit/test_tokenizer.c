@@ -4,6 +4,7 @@
  * UTF-8, lossy decode, loader errors. Parity with HF on real tokenizers is test_tokenizer_parity.c. */
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "core/fs.h"
 #include "core/tokenizer.h"
@@ -91,6 +92,34 @@ static void test_normalizer(void) {
         CHECK_EQ_INT(ids[1], 0xA9);
     }
     free(ids);
+}
+
+/* The NFC fast path's per-char test: every code point it calls stable is its own NFC, alone and after "e" and
+ * "\xe1\x84\x80" (a Hangul leading jamo, which composes with vowels). */
+static void test_nfc_fast_path(void) {
+    size_t wrong = 0, stable = 0;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (!tok_nfc_stable_cp(tiny, cp)) continue;
+        stable++;
+        char in[16];
+        int n = tok_utf8_put('e', in);
+        n += tok_utf8_put(cp, in + n);
+        utf8proc_uint8_t *out = NULL;
+        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)in, n, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (m != n || memcmp(out, in, (size_t)n) != 0) {
+            if (wrong++ < 5) fprintf(stderr, "U+%04X is not NFC-stable\n", (unsigned)cp);
+        }
+        free(out);
+    }
+    CHECK_EQ_INT(wrong, 0);
+    CHECK(stable > 1000000); /* nearly everything is stable: the fast path matters */
+    CHECK(!tok_nfc_stable_cp(tiny, 0x301));  /* combining acute */
+    CHECK(!tok_nfc_stable_cp(tiny, 0x212B)); /* ANGSTROM SIGN -> U+00C5 */
+    CHECK(!tok_nfc_stable_cp(tiny, 0x1161)); /* Hangul vowel jamo */
+    CHECK(tok_nfc_stable_cp(tiny, 0x1EBF));  /* Vietnamese e with circumflex and acute: a primary composite */
+    CHECK(tok_nfc_stable_cp(tiny, 0x4E2D));
+    CHECK(tok_nfc_stable_cp(tiny, 0x1F600));
 }
 
 static void test_added_tokens(void) {
@@ -331,6 +360,7 @@ int main(void) {
     test_bpe();
     test_pretokenizer();
     test_normalizer();
+    test_nfc_fast_path();
     test_added_tokens();
     test_lookups();
     test_invalid_utf8();
