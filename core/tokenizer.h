@@ -3,7 +3,8 @@
  * Pipeline: added/special tokens are matched first (longest match, in the text as given), the rest is
  * normalized (NFC via utf8proc when the file asks), pre-tokenized by the Split regex(es) exactly as written in
  * the file (PCRE2, UTF + UCP), mapped byte-to-unicode (ByteLevel), and merged by rank. decode() reverses it.
- * Invalid UTF-8 in the input: see docs (documented behaviour, never a crash). */
+ * Invalid UTF-8 input is an error naming the byte offset; decode replaces ill-formed bytes with U+FFFD
+ * (docs/tokenizer.md). */
 #ifndef CPT_CORE_TOKENIZER_H
 #define CPT_CORE_TOKENIZER_H
 

@@ -68,9 +68,7 @@ int cpt_queue_conn_write(const char *run_dir, const cpt_queue_conn *c, cpt_err *
     if (!text) return cpt_errf(err, "queue.json: out of memory");
     char path[4096];
     snprintf(path, sizeof path, "%s/queue.json", run_dir);
-    size_t n = strlen(text);
-    text[n] = '\0';
-    int rc = cpt_write_file_atomic(path, text, n, err);
+    int rc = cpt_write_file_atomic(path, text, strlen(text), err);
     free(text);
     return rc;
 }

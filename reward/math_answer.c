@@ -47,7 +47,10 @@ static char *boxed_arg(const char *t, size_t n, size_t i, size_t k) {
     if (j < n && t[j] == '{') {
         size_t e = match_brace(t, n, j);
         if (!e) return NULL;
-        return dup_range(t + j + 1, e - j - 2);
+        const char *s = t + j + 1;
+        size_t m = e - j - 2;
+        trim(&s, &m);
+        return m ? dup_range(s, m) : NULL; /* \boxed{} holds no answer */
     }
     if (j < n && t[j] == ' ') {
         while (j < n && t[j] == ' ') j++;

@@ -241,7 +241,13 @@ static int start_child(cpt_plugin *p, cpt_err *err) {
         /* the child needs none of the parent's descriptors (Redis connections would otherwise stay open) */
         for (int fd = 3; fd < 1024; fd++)
             if (fd != sv[1]) close(fd);
+        /* the parent's handlers (drain on SIGTERM, ...) are not the plugin's: default dispositions */
         signal(SIGPIPE, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
+        signal(SIGUSR2, SIG_DFL);
         child_main(sv[1], p->path, p->config);
         _exit(0);
     }

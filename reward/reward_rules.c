@@ -51,9 +51,10 @@ static int math_score(void *state, int n, const cpt_reward_item *items, cpt_rewa
         if (json_is_string(a)) g = json_string_value(a);
         else if (json_is_integer(a)) snprintf(gold, sizeof gold, "%lld", (long long)json_integer_value(a)), g = gold;
         else if (json_is_real(a)) snprintf(gold, sizeof gold, "%.17g", json_real_value(a)), g = gold;
-        if (!g) {
+        if (!g || !*g) {
             json_decref(x);
-            return cpt_errf(err, "item %d: extra has no '%s' (string or number) to grade against", i, m->answer_key);
+            return cpt_errf(err, "item %d: extra has no '%s' (a non-empty string or a number) to grade against", i,
+                            m->answer_key);
         }
         int found;
         int ok = cpt_math_grade(items[i].completion, strlen(items[i].completion), g, &found);

@@ -82,4 +82,15 @@ n=$(ls -d "$T/c/checkpoints"/step-* | wc -l)
 # metrics were written with the documented keys
 grep -q '"train/loss"' "$T/a/metrics.jsonl" && grep -q '"eval/loss"' "$T/a/metrics.jsonl" &&
   grep -q '"perf/train_tok_s"' "$T/a/metrics.jsonl" || { echo "FAIL: metrics keys missing"; exit 1; }
+# SIGUSR1 (Slurm's preemption warning): finish the step, checkpoint, exit 3; a restart completes the run
+"$TRAIN" "$T/job.toml" run.dir="$T/d" train.steps=100000 train.log_every=1 2> "$T/d.log" &
+pid=$!
+for _ in $(seq 1 600); do grep -q 'sft step 2/' "$T/d.log" 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "$pid"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" -eq 3 ] || { echo "FAIL: exit status $rc after SIGUSR1, expected 3"; cat "$T/d.log"; exit 1; }
+grep -q "stopping at step .* on signal" "$T/d.log" || { echo "FAIL: no stop message"; exit 1; }
+ls "$T/d/checkpoints" | grep -q '^step-[0-9]' || { echo "FAIL: no checkpoint after SIGUSR1"; exit 1; }
+"$TRAIN" "$T/job.toml" run.dir="$T/d" train.steps=20 2> "$T/d2.log"
+test -f "$T/d/checkpoints/step-20/manifest.json" || { echo "FAIL: the run after SIGUSR1 did not finish"; exit 1; }
 echo "test_sft_resume: ok (20 straight == 10 + 10 == 10 + corrupt + 5 + 15, loss $first -> $last)"

@@ -101,6 +101,28 @@ static void test_crashes(void) {
         CHECK_EQ_INT(cpt_plugin_starts(p), 2);
         cpt_plugin_close(p);
     }
+    /* inside a combination the failure propagates with the plugin's reason, so the group can go to `dead` */
+    cpt_reward_options o;
+    cpt_reward_options_default(&o);
+    o.plugin_path = crash_so;
+    o.plugin_config = "nan";
+    cpt_reward *kids[2] = {cpt_reward_builtin("length", &o, &err), cpt_reward_builtin("plugin", &o, &err)};
+    double w[2] = {1, 1};
+    CHECK(kids[0] && kids[1]);
+    if (kids[0] && kids[1]) {
+        cpt_reward *r = cpt_reward_combined(2, kids, w, &err);
+        CHECK_MSG(r != NULL, "%s", err.msg);
+        if (r) {
+            cpt_reward_item items[2] = {{"p", "a", NULL}, {"p", "b", NULL}};
+            cpt_reward_result res[2];
+            CHECK(cpt_reward_score_batch(r, 2, items, res, &err) == -1);
+            CHECK_MSG(strstr(err.msg, "reward combined") && strstr(err.msg, "is nan"), "%s", err.msg);
+            cpt_reward_free(r);
+        }
+    } else {
+        cpt_reward_free(kids[0]);
+        cpt_reward_free(kids[1]);
+    }
     /* a large batch crosses the socket buffers both ways */
     p = cpt_plugin_open(crash_so, "ok", 10000, &err);
     if (p) {

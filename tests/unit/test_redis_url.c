@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/config.h"
+#include "core/fs.h"
+#include "queue/conn.h"
 #include "queue/redis.h"
 #include "queue/stream.h"
 #include "tests/check.h"
@@ -144,9 +147,77 @@ static void test_ids(void) {
     CHECK_EQ_INT(cpt_stream_msg_type(CPT_STREAM_ROLLOUTS), CPT_MSG_ROLLOUT_GROUP);
 }
 
+static void test_conn(void) {
+    char dir[] = "/tmp/cpt-test-conn-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    cpt_err err = {{0}};
+    cpt_queue_conn c, d;
+    /* nothing there yet */
+    CHECK_EQ_INT(cpt_queue_conn_from_run_dir(dir, &c, &err), -1);
+    CHECK_MSG(strstr(err.msg, "neither queue.json nor redis.sock") != NULL, "%s", err.msg);
+    /* queue.json round trip; a password in the url is refused */
+    memset(&c, 0, sizeof c);
+    snprintf(c.url, sizeof c.url, "redis://:pw@h:1");
+    CHECK_EQ_INT(cpt_queue_conn_write(dir, &c, &err), -1);
+    CHECK_MSG(strstr(err.msg, "password_file") && !strstr(err.msg, "pw@"), "%s", err.msg);
+    snprintf(c.url, sizeof c.url, "redis://node3:6390/2");
+    snprintf(c.password_file, sizeof c.password_file, "/secrets/redis.pw");
+    snprintf(c.run, sizeof c.run, "grpo-1");
+    CHECK_EQ_INT(cpt_queue_conn_write(dir, &c, &err), 0);
+    CHECK_EQ_INT(cpt_queue_conn_from_run_dir(dir, &d, &err), 0);
+    CHECK_EQ_STR(d.url, "redis://node3:6390/2");
+    CHECK_EQ_STR(d.password_file, "/secrets/redis.pw");
+    CHECK_EQ_STR(d.run, "grpo-1");
+    /* a broken queue.json is reported with file:line:column */
+    char path[600];
+    snprintf(path, sizeof path, "%s/queue.json", dir);
+    CHECK_EQ_INT(cpt_write_file_atomic(path, "{\"url\": 5,\n", 12, &err), 0);
+    CHECK_EQ_INT(cpt_queue_conn_from_run_dir(dir, &d, &err), -1);
+    CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, ":2:"), "%s", err.msg);
+    CHECK_EQ_INT(cpt_write_file_atomic(path, "{\"url\": 5}", 10, &err), 0);
+    CHECK_EQ_INT(cpt_queue_conn_from_run_dir(dir, &d, &err), -1);
+    CHECK_MSG(strstr(err.msg, "\"url\" must be a string") != NULL, "%s", err.msg);
+    unlink(path);
+
+    /* from a config: an empty queue.url means the run directory's socket */
+    char over_dir[700];
+    snprintf(over_dir, sizeof over_dir, "run.dir=%s", dir);
+    char *ov1[] = {over_dir, "run.name=exp-3", "queue.max_len=77", "queue.claim_idle_ms=5000"};
+    cpt_config *cfg = cpt_config_load(NULL, 4, ov1, &err);
+    CHECK_MSG(cfg != NULL, "%s", err.msg);
+    if (cfg) {
+        CHECK_EQ_INT(cpt_queue_conn_from_config(cfg, &d, &err), 0);
+        char want[700];
+        snprintf(want, sizeof want, "unix://%s/redis.sock", dir);
+        CHECK_EQ_STR(d.url, want);
+        CHECK_EQ_STR(d.run, "exp-3");
+        cpt_queue_opts o;
+        cpt_queue_opts_from_config(cfg, &d, &o);
+        CHECK_EQ_INT(o.max_len, 77);
+        CHECK_EQ_INT(o.claim_idle_ms, 5000);
+        CHECK_EQ_INT(o.block_ms, 2000);
+        CHECK(o.password_file == NULL);
+        cpt_config_free(cfg);
+    }
+    char *ov2[] = {"queue.url=redis://:inline@h:1"};
+    cfg = cpt_config_load(NULL, 1, ov2, &err);
+    CHECK(cfg != NULL);
+    if (cfg) {
+        CHECK_EQ_INT(cpt_queue_conn_from_config(cfg, &d, &err), -1);
+        CHECK_MSG(strstr(err.msg, "queue.url carries a password") && !strstr(err.msg, "inline"), "%s", err.msg);
+        cpt_config_free(cfg);
+    }
+    char *ov3[] = {"queue.appendfsync=sometimes"};
+    cfg = cpt_config_load(NULL, 1, ov3, &err);
+    CHECK(cfg == NULL);
+    if (cfg) cpt_config_free(cfg);
+    cpt_remove_tree(dir, &err);
+}
+
 int main(void) {
     test_urls();
     test_password_file();
     test_ids();
+    test_conn();
     return check_summary("test_redis_url");
 }

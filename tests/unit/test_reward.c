@@ -38,6 +38,9 @@ static void test_math_provider(void) {
     cpt_reward_item bad[2] = {{"p", "\\boxed{1}", "{\"answer\": \"1\"}"}, {"p", "\\boxed{1}", "{\"solution\": 1}"}};
     CHECK(cpt_reward_score_batch(r, 2, bad, res, &err) == -1);
     CHECK(strstr(err.msg, "item 1") && strstr(err.msg, "'answer'"));
+    cpt_reward_item empty_gold = {"p", "\\boxed{}", "{\"answer\": \"\"}"};
+    CHECK(cpt_reward_score_batch(r, 1, &empty_gold, res, &err) == -1);
+    CHECK(strstr(err.msg, "non-empty") != NULL);
     cpt_reward_item bad_json = {"p", "x", "{\"answer\": "};
     CHECK(cpt_reward_score_batch(r, 1, &bad_json, res, &err) == -1);
     CHECK(strstr(err.msg, "extra JSON") != NULL);

@@ -100,6 +100,8 @@ static void test_extraction(void) {
     check_extract("no answer here", NULL);
     check_extract("#### \n", NULL);
     check_extract("", NULL);
+    check_extract("\\boxed{ }", NULL);
+    check_extract("\\boxed{7} then \\boxed{}", "7");
     /* bounded: the length excludes the boxed answer */
     const char *t = "#### 5 \\boxed{6}";
     char *a = cpt_math_extract_answer(t, 6);

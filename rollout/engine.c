@@ -1,0 +1,452 @@
+/* The generation engine (rollout/engine.h): requests, slots, the admission of waiting samples (with shared
+ * prefill) and one batched decode step at a time. */
+#include "rollout/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct req {
+    int64_t id;
+    uint64_t tag;
+    int32_t *prompt;
+    int n_prompt;
+    int n_samples, max_new;
+    cpt_sample_params sp;
+    uint64_t seed;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    char **stop_strs;
+    size_t *stop_lens, max_stop_len;
+    int n_stop_strs;
+    float *prompt_logits; /* [V] after the prompt's last token, once prefilled */
+    int prefilled;
+    int next_sample;  /* next sample to admit */
+    int done_samples; /* finished samples */
+    int live;         /* samples now in slots */
+    cpt_gen_sample *samples;
+    int *cap;
+} req;
+
+typedef struct slot {
+    req *r;  /* NULL: free */
+    int sample;
+    cpt_rng rng;
+    int32_t pending; /* the last generated token, not yet in the cache */
+} slot;
+
+struct cpt_engine {
+    cpt_model *m;
+    const cpt_tokenizer *tok;
+    int V, n_slots;
+    cpt_kv_cache cache;
+    cpt_decode_work work;
+    cpt_sampler_work sw;
+    slot *slots;
+    req **reqs;
+    int n_reqs, cap_reqs;
+    int64_t next_id;
+    float *logits; /* [slots, V] */
+    int32_t *toks;
+    int toks_cap;
+    cpt_decode_seg *segs; /* [slots] */
+    int *seg_slot;        /* [slots] */
+    int *new_slot;        /* [slots] */
+    char *tail;
+    size_t tail_cap;
+    cpt_engine_stats st;
+};
+
+void cpt_gen_result_free(cpt_gen_result *r) {
+    for (int i = 0; r->samples && i < r->n_samples; i++) {
+        free(r->samples[i].tokens);
+        free(r->samples[i].logprobs);
+    }
+    free(r->samples);
+    memset(r, 0, sizeof *r);
+}
+
+static void req_free(req *r) {
+    if (!r) return;
+    free(r->prompt);
+    free(r->stop_ids);
+    for (int i = 0; i < r->n_stop_strs; i++) free(r->stop_strs[i]);
+    free(r->stop_strs);
+    free(r->stop_lens);
+    free(r->prompt_logits);
+    for (int i = 0; r->samples && i < r->n_samples; i++) {
+        free(r->samples[i].tokens);
+        free(r->samples[i].logprobs);
+    }
+    free(r->samples);
+    free(r->cap);
+    free(r);
+}
+
+int cpt_sample_params_check(const cpt_sample_params *sp, cpt_err *err) {
+    if (!(sp->temperature >= 0.0f && sp->temperature <= 100.0f))
+        return cpt_errf(err, "sampling: temperature %g must be in [0, 100]", sp->temperature);
+    if (sp->top_k < 0) return cpt_errf(err, "sampling: top_k %d must be >= 0", sp->top_k);
+    if (!(sp->top_p > 0.0f && sp->top_p <= 1.0f)) return cpt_errf(err, "sampling: top_p %g must be in (0, 1]", sp->top_p);
+    if (!(sp->min_p >= 0.0f && sp->min_p < 1.0f)) return cpt_errf(err, "sampling: min_p %g must be in [0, 1)", sp->min_p);
+    return 0;
+}
+
+cpt_engine *cpt_engine_new(cpt_model *m, const cpt_engine_opts *o, cpt_err *err) {
+    cpt_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        cpt_errf(err, "engine: out of memory");
+        return NULL;
+    }
+    const cpt_model_config *c = cpt_model_cfg(m);
+    e->m = m;
+    e->tok = o ? o->tok : NULL;
+    e->V = c->vocab_size;
+    e->n_slots = o && o->slots > 0 ? o->slots : 8;
+    int max_len = o && o->max_len > 0 ? o->max_len : c->max_position_embeddings;
+    if (max_len < 2) max_len = 2;
+    if (cpt_kv_cache_init(&e->cache, c, e->n_slots, max_len, err)) goto fail;
+    e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
+    e->logits = malloc(sizeof(float) * (size_t)e->n_slots * (size_t)e->V);
+    e->segs = malloc(sizeof *e->segs * (size_t)e->n_slots);
+    e->seg_slot = malloc(sizeof *e->seg_slot * (size_t)e->n_slots);
+    e->new_slot = malloc(sizeof *e->new_slot * (size_t)e->n_slots);
+    if (!e->slots || !e->logits || !e->segs || !e->seg_slot || !e->new_slot || cpt_sampler_work_init(&e->sw, e->V)) {
+        cpt_errf(err, "engine: out of memory for %d slots", e->n_slots);
+        goto fail;
+    }
+    return e;
+fail:
+    cpt_engine_free(e);
+    return NULL;
+}
+
+void cpt_engine_clear(cpt_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++) req_free(e->reqs[i]);
+    e->n_reqs = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        e->slots[s].r = NULL;
+        cpt_kv_cache_reset(&e->cache, s);
+    }
+}
+
+void cpt_engine_free(cpt_engine *e) {
+    if (!e) return;
+    if (e->slots) cpt_engine_clear(e);
+    free(e->reqs);
+    cpt_kv_cache_free(&e->cache);
+    cpt_decode_work_free(&e->work);
+    cpt_sampler_work_free(&e->sw);
+    free(e->slots);
+    free(e->logits);
+    free(e->toks);
+    free(e->segs);
+    free(e->seg_slot);
+    free(e->new_slot);
+    free(e->tail);
+    free(e);
+}
+
+int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err) {
+    if (!g->prompt || g->n_prompt < 1) return cpt_errf(err, "request: empty prompt");
+    if (g->n_prompt > e->cache.max_len)
+        return cpt_errf(err, "request: prompt of %d tokens exceeds the context of %d", g->n_prompt, e->cache.max_len);
+    for (int i = 0; i < g->n_prompt; i++)
+        if (g->prompt[i] < 0 || g->prompt[i] >= e->V)
+            return cpt_errf(err, "request: prompt token %d at %d is outside the vocabulary [0, %d)", g->prompt[i], i, e->V);
+    if (g->n_samples < 1 || g->n_samples > CPT_MAX_SAMPLES)
+        return cpt_errf(err, "request: n_samples %d must be in [1, %d]", g->n_samples, CPT_MAX_SAMPLES);
+    if (g->max_new_tokens < 1) return cpt_errf(err, "request: max_new_tokens %d must be >= 1", g->max_new_tokens);
+    if (cpt_sample_params_check(&g->sp, err)) return -1;
+    if (g->n_stop_strs > 0 && !e->tok) return cpt_errf(err, "request: stop strings need a tokenizer");
+    if (g->n_stop_ids < 0 || g->n_stop_strs < 0) return cpt_errf(err, "request: negative stop list length");
+    if (e->n_reqs == e->cap_reqs) {
+        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+        req **p = realloc(e->reqs, sizeof *p * (size_t)cap);
+        if (!p) return cpt_errf(err, "engine: out of memory");
+        e->reqs = p;
+        e->cap_reqs = cap;
+    }
+    req *r = calloc(1, sizeof *r);
+    if (!r) return cpt_errf(err, "engine: out of memory");
+    r->id = e->next_id;
+    r->tag = g->tag;
+    r->n_prompt = g->n_prompt;
+    r->n_samples = g->n_samples;
+    /* the context bounds the completion: n_prompt + n_generated - 1 positions are fed */
+    int room = e->cache.max_len - g->n_prompt + 1;
+    r->max_new = g->max_new_tokens < room ? g->max_new_tokens : room;
+    r->sp = g->sp;
+    r->seed = g->seed;
+    r->prompt = malloc(sizeof(int32_t) * (size_t)g->n_prompt);
+    r->prompt_logits = malloc(sizeof(float) * (size_t)e->V);
+    r->samples = calloc((size_t)g->n_samples, sizeof *r->samples);
+    r->cap = calloc((size_t)g->n_samples, sizeof *r->cap);
+    r->stop_ids = malloc(sizeof(int32_t) * (size_t)(g->n_stop_ids + 1));
+    r->stop_strs = calloc((size_t)g->n_stop_strs + 1, sizeof(char *));
+    r->stop_lens = calloc((size_t)g->n_stop_strs + 1, sizeof(size_t));
+    if (!r->prompt || !r->prompt_logits || !r->samples || !r->cap || !r->stop_ids || !r->stop_strs || !r->stop_lens) {
+        req_free(r);
+        return cpt_errf(err, "engine: out of memory for a request");
+    }
+    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
+    if (g->n_stop_ids) memcpy(r->stop_ids, g->stop_ids, sizeof(int32_t) * (size_t)g->n_stop_ids);
+    r->n_stop_ids = g->n_stop_ids;
+    for (int i = 0; i < g->n_stop_strs; i++) {
+        size_t n = strlen(g->stop_strs[i]);
+        if (n == 0) {
+            req_free(r);
+            return cpt_errf(err, "request: stop string %d is empty", i);
+        }
+        r->stop_strs[i] = malloc(n + 1);
+        if (!r->stop_strs[i]) {
+            req_free(r);
+            return cpt_errf(err, "engine: out of memory");
+        }
+        memcpy(r->stop_strs[i], g->stop_strs[i], n + 1);
+        r->stop_lens[i] = n;
+        if (n > r->max_stop_len) r->max_stop_len = n;
+        r->n_stop_strs = i + 1;
+    }
+    e->reqs[e->n_reqs++] = r;
+    return e->next_id++;
+}
+
+/* ---- per-token bookkeeping -------------------------------------------------------------------------------- */
+
+static int append(req *r, int k, int32_t tok, float lp, cpt_err *err) {
+    cpt_gen_sample *s = &r->samples[k];
+    if (s->n_tokens == r->cap[k]) {
+        int cap = r->cap[k] ? 2 * r->cap[k] : 32;
+        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)cap);
+        if (t) s->tokens = t;
+        float *l = realloc(s->logprobs, sizeof(float) * (size_t)cap);
+        if (l) s->logprobs = l;
+        if (!t || !l) return cpt_errf(err, "engine: out of memory for a completion");
+        r->cap[k] = cap;
+    }
+    s->tokens[s->n_tokens] = tok;
+    s->logprobs[s->n_tokens] = lp;
+    s->n_tokens++;
+    return 0;
+}
+
+/* 1 when the completion's bytes end with one of the stop strings. Only the last tokens are looked at: enough
+ * of them to cover the longest stop string. */
+static int ends_with_stop_str(cpt_engine *e, const req *r, const cpt_gen_sample *s) {
+    if (!r->n_stop_strs) return 0;
+    size_t total = 0, n;
+    int k = s->n_tokens;
+    while (k > 0 && total < r->max_stop_len) {
+        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[k - 1], &n);
+        total += b ? n : 0;
+        k--;
+    }
+    if (total + 1 > e->tail_cap) {
+        char *p = realloc(e->tail, total + 64);
+        if (!p) return 0;
+        e->tail = p;
+        e->tail_cap = total + 64;
+    }
+    size_t at = 0;
+    for (int i = k; i < s->n_tokens; i++) {
+        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[i], &n);
+        if (b && n) memcpy(e->tail + at, b, n), at += n;
+    }
+    for (int i = 0; i < r->n_stop_strs; i++)
+        if (r->stop_lens[i] <= at && memcmp(e->tail + at - r->stop_lens[i], r->stop_strs[i], r->stop_lens[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Samples the next token of the slot from logits, records it, and ends the sample when a stop rule fires.
+ * Returns 1 when the slot became free, 0 when it goes on, -1 on error. */
+static int advance(cpt_engine *e, int si, const float *logits, cpt_err *err) {
+    slot *sl = &e->slots[si];
+    req *r = sl->r;
+    float lp = 0;
+    int32_t tok = cpt_sample(logits, &r->sp, &sl->rng, &e->sw, &lp);
+    if (append(r, sl->sample, tok, lp, err)) return -1;
+    e->st.generated_tokens++;
+    cpt_gen_sample *s = &r->samples[sl->sample];
+    int stop = 0;
+    for (int i = 0; i < r->n_stop_ids && !stop; i++) stop = tok == r->stop_ids[i];
+    if (!stop) stop = ends_with_stop_str(e, r, s);
+    if (stop || s->n_tokens >= r->max_new) {
+        s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
+        r->done_samples++;
+        r->live--;
+        sl->r = NULL;
+        cpt_kv_cache_reset(&e->cache, si);
+        return 1;
+    }
+    sl->pending = tok;
+    return 0;
+}
+
+static int ensure_toks(cpt_engine *e, int n, cpt_err *err) {
+    if (n <= e->toks_cap) return 0;
+    int32_t *p = realloc(e->toks, sizeof(int32_t) * (size_t)n);
+    if (!p) return cpt_errf(err, "engine: out of memory for %d prefill tokens", n);
+    e->toks = p;
+    e->toks_cap = n;
+    return 0;
+}
+
+/* A slot of r other than `except` that holds r's prompt, or -1. */
+static int source_slot(const cpt_engine *e, const req *r, int except) {
+    for (int s = 0; s < e->n_slots; s++)
+        if (s != except && e->slots[s].r == r && e->cache.slots[s].len >= r->n_prompt) return s;
+    return -1;
+}
+
+static req *next_waiting(cpt_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->next_sample < e->reqs[i]->n_samples) return e->reqs[i];
+    return NULL;
+}
+
+/* Fills free slots with waiting samples: one batched prefill for the prompts that no slot holds, prefix copies
+ * for the others, then each new sample's first token from its prompt's logits. Repeats while a sample finishing
+ * on its first token frees a slot again. */
+static int admit(cpt_engine *e, cpt_err *err) {
+    for (;;) {
+        int n_new = 0, n_pre = 0, n_tok = 0;
+        int *new_slot = e->new_slot;
+        for (int s = 0; s < e->n_slots; s++) {
+            if (e->slots[s].r) continue;
+            req *r = next_waiting(e);
+            if (!r) break;
+            slot *sl = &e->slots[s];
+            sl->r = r;
+            sl->sample = r->next_sample++;
+            cpt_rng_seed(&sl->rng, r->seed, (uint64_t)sl->sample);
+            cpt_kv_cache_reset(&e->cache, s);
+            r->live++;
+            new_slot[n_new++] = s;
+            /* the first new slot of a request without a live holder of its prompt runs the prefill */
+            int has_src = source_slot(e, r, s) >= 0;
+            int in_batch = 0;
+            for (int k = 0; k < n_pre; k++) in_batch |= e->slots[e->seg_slot[k]].r == r;
+            if (!has_src && !in_batch) {
+                if (ensure_toks(e, n_tok + r->n_prompt, err)) return -1;
+                memcpy(e->toks + n_tok, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+                e->segs[n_pre] = (cpt_decode_seg){s, n_tok, r->n_prompt};
+                e->seg_slot[n_pre++] = s;
+                n_tok += r->n_prompt;
+            }
+        }
+        if (!n_new) return 0;
+        if (n_pre) {
+            if (cpt_model_decode(e->m, &e->cache, e->toks, n_tok, e->segs, n_pre, e->logits, NULL, &e->work, err))
+                return -1;
+            for (int k = 0; k < n_pre; k++) {
+                req *r = e->slots[e->seg_slot[k]].r;
+                memcpy(r->prompt_logits, e->logits + (size_t)k * e->V, sizeof(float) * (size_t)e->V);
+                r->prefilled = 1;
+            }
+            e->st.prefills += n_pre;
+            e->st.prefill_tokens += n_tok;
+        }
+        for (int k = 0; k < n_new; k++) {
+            int s = new_slot[k];
+            req *r = e->slots[s].r;
+            if (e->cache.slots[s].len == 0) {
+                int src = source_slot(e, r, s);
+                if (src < 0) return cpt_errf(err, "engine: no slot holds the prompt of request %lld", (long long)r->id);
+                if (cpt_kv_cache_copy_prefix(&e->cache, s, src, r->n_prompt, err)) return -1;
+                e->st.shared_prefills++;
+            }
+        }
+        int freed = 0;
+        for (int k = 0; k < n_new; k++) {
+            int s = new_slot[k];
+            int rc = advance(e, s, e->slots[s].r->prompt_logits, err);
+            if (rc < 0) return -1;
+            freed += rc;
+        }
+        if (!freed) return 0;
+    }
+}
+
+int cpt_engine_step(cpt_engine *e, cpt_err *err) {
+    if (admit(e, err)) return -1;
+    int n = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        if (!e->slots[s].r) continue;
+        e->segs[n] = (cpt_decode_seg){s, n, 1};
+        e->seg_slot[n] = s;
+        n++;
+    }
+    if (!n) return 0;
+    if (ensure_toks(e, e->n_slots, err)) return -1;
+    for (int k = 0; k < n; k++) e->toks[k] = e->slots[e->seg_slot[k]].pending;
+    if (cpt_model_decode(e->m, &e->cache, e->toks, n, e->segs, n, e->logits, NULL, &e->work, err)) return -1;
+    e->st.decode_steps++;
+    e->st.slot_steps += n;
+    int active = n;
+    for (int k = 0; k < n; k++) {
+        int rc = advance(e, e->seg_slot[k], e->logits + (size_t)k * e->V, err);
+        if (rc < 0) return -1;
+        active -= rc;
+    }
+    return active;
+}
+
+int cpt_engine_take(cpt_engine *e, cpt_gen_result *out) {
+    for (int i = 0; i < e->n_reqs; i++) {
+        req *r = e->reqs[i];
+        if (r->done_samples < r->n_samples) continue;
+        memset(out, 0, sizeof *out);
+        out->tag = r->tag;
+        out->id = r->id;
+        out->n_samples = r->n_samples;
+        out->samples = r->samples;
+        r->samples = NULL;
+        req_free(r);
+        memmove(e->reqs + i, e->reqs + i + 1, sizeof *e->reqs * (size_t)(e->n_reqs - i - 1));
+        e->n_reqs--;
+        return 1;
+    }
+    return 0;
+}
+
+int cpt_engine_active(const cpt_engine *e) {
+    int n = 0;
+    for (int s = 0; s < e->n_slots; s++) n += e->slots[s].r != NULL;
+    return n;
+}
+int cpt_engine_idle(const cpt_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->done_samples < e->reqs[i]->n_samples) return 0;
+    return 1;
+}
+int cpt_engine_pending(const cpt_engine *e) { return e->n_reqs; }
+int cpt_engine_slots(const cpt_engine *e) { return e->n_slots; }
+const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e) { return &e->st; }
+
+int cpt_engine_generate(cpt_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results, cpt_err *err) {
+    int64_t first = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t id = cpt_engine_submit(e, &reqs[i], err);
+        if (id < 0) return -1;
+        if (i == 0) first = id;
+        memset(&results[i], 0, sizeof results[i]);
+    }
+    int got = 0;
+    while (got < n) {
+        if (cpt_engine_idle(e) && !cpt_engine_pending(e)) return cpt_errf(err, "engine: requests lost");
+        if (cpt_engine_step(e, err) < 0) return -1;
+        cpt_gen_result r;
+        while (cpt_engine_take(e, &r)) {
+            int64_t k = r.id - first;
+            if (k < 0 || k >= n) {
+                cpt_gen_result_free(&r); /* a request submitted before this call: not ours to return */
+                continue;
+            }
+            results[k] = r;
+            got++;
+        }
+    }
+    return 0;
+}
