@@ -192,6 +192,14 @@ int cpt_model_config_load(const char *hf_dir, cpt_model_config *cfg, cpt_err *er
     return rc;
 }
 
+int cpt_model_config_parse(const char *json, size_t len, const char *name, cpt_model_config *cfg, cpt_err *err) {
+    json_t *root = cpt_json_loadb(json, len, 0, name, err);
+    if (!root) return -1;
+    int rc = config_from_json(root, cfg, name, err);
+    json_decref(root);
+    return rc;
+}
+
 /* A float as the short decimal a person wrote (1e-06, not 9.99999997e-07). */
 static json_t *jfloat(float f) {
     char buf[32];

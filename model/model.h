@@ -32,6 +32,8 @@ typedef struct cpt_model_config {
 
 /* Parses HF_DIR/config.json; an unknown architecture or a missing field is an error naming it. */
 int cpt_model_config_load(const char *hf_dir, cpt_model_config *cfg, cpt_err *err);
+/* The same from bytes in memory (name is used in messages): the fuzzed entry point. */
+int cpt_model_config_parse(const char *json, size_t len, const char *name, cpt_model_config *cfg, cpt_err *err);
 /* Writes config.json for cfg (for exports), atomically. */
 int cpt_model_config_save(const cpt_model_config *cfg, const char *path, cpt_err *err);
 

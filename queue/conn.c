@@ -21,29 +21,39 @@ static int copy_field(json_t *root, const char *key, char *out, size_t cap, int 
     return 0;
 }
 
+int cpt_queue_conn_parse(const char *text, size_t len, const char *path, cpt_queue_conn *c, cpt_err *err) {
+    memset(c, 0, sizeof *c);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return cpt_errf(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    int rc = -1;
+    if (!json_is_object(root)) cpt_errf(err, "%s: expected a JSON object", path);
+    else if (!copy_field(root, "url", c->url, sizeof c->url, 1, path, err) &&
+             !copy_field(root, "password_file", c->password_file, sizeof c->password_file, 0, path, err) &&
+             !copy_field(root, "run", c->run, sizeof c->run, 0, path, err))
+        rc = 0;
+    json_decref(root);
+    if (rc) return -1;
+    cpt_redis_url u;
+    if (cpt_redis_parse_url(c->url, &u, err)) return cpt_err_prefix(err, "%s", path);
+    int has_pw = u.password[0] != 0;
+    explicit_bzero(&u, sizeof u);
+    if (has_pw) return cpt_errf(err, "%s: the url carries a password; use password_file", path);
+    if (c->run[0] && !cpt_run_id_valid(c->run)) return cpt_errf(err, "%s: run \"%s\" is not a valid run id", path, c->run);
+    return 0;
+}
+
 int cpt_queue_conn_from_run_dir(const char *run_dir, cpt_queue_conn *c, cpt_err *err) {
     memset(c, 0, sizeof *c);
     char path[4096];
     snprintf(path, sizeof path, "%s/queue.json", run_dir);
     if (cpt_path_exists(path)) {
-        json_error_t je;
-        json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-        if (!root) return cpt_errf(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
-        int rc = -1;
-        if (!json_is_object(root)) cpt_errf(err, "%s: expected a JSON object", path);
-        else if (!copy_field(root, "url", c->url, sizeof c->url, 1, path, err) &&
-                 !copy_field(root, "password_file", c->password_file, sizeof c->password_file, 0, path, err) &&
-                 !copy_field(root, "run", c->run, sizeof c->run, 0, path, err))
-            rc = 0;
-        json_decref(root);
-        if (rc) return -1;
-        cpt_redis_url u;
-        if (cpt_redis_parse_url(c->url, &u, err)) return cpt_err_prefix(err, "%s", path);
-        int has_pw = u.password[0] != 0;
-        explicit_bzero(&u, sizeof u);
-        if (has_pw) return cpt_errf(err, "%s: the url carries a password; use password_file", path);
-        if (c->run[0] && !cpt_run_id_valid(c->run)) return cpt_errf(err, "%s: run \"%s\" is not a valid run id", path, c->run);
-        return 0;
+        size_t len;
+        char *text = cpt_read_file(path, &len, err);
+        if (!text) return -1;
+        int rc = cpt_queue_conn_parse(text, len, path, c, err);
+        free(text);
+        return rc;
     }
     char *real = realpath(run_dir, NULL);
     if (!real) return cpt_errno(err, "run directory %s", run_dir);

@@ -16,6 +16,9 @@ typedef struct cpt_queue_conn {
     char run[CPT_RUN_ID_MAX]; /* empty: unknown (cpt-queue then looks for it in Redis) */
 } cpt_queue_conn;
 
+/* Parses the text of a queue.json (path names it in errors). */
+int cpt_queue_conn_parse(const char *text, size_t len, const char *path, cpt_queue_conn *c, cpt_err *err);
+
 /* Reads RUN_DIR/queue.json, else falls back to RUN_DIR/redis.sock. */
 int cpt_queue_conn_from_run_dir(const char *run_dir, cpt_queue_conn *c, cpt_err *err);
 

@@ -91,7 +91,7 @@ static int get_int(json_t *o, const char *key, int64_t *out, const char *path, c
 
 static int get_hex(json_t *v, uint64_t *out, const char *path, const char *field, cpt_err *err) {
     if (!json_is_string(v)) return cpt_errf(err, "%s: field '%s' missing or not a hex string", path, field);
-    if (cpt_checksum_parse_hex(json_string_value(v), out, err)) return cpt_err_prefix(err, "%s: field '%s': ", path, field);
+    if (cpt_checksum_parse_hex(json_string_value(v), out, err)) return cpt_err_prefix(err, "%s: field '%s'", path, field);
     return 0;
 }
 
@@ -189,7 +189,7 @@ int cpt_copy_tokenizer_files(const char *tokenizer_path, const char *dir, cpt_er
         snprintf(src, sizeof src, "%s/%s", src_dir, names[i]);
         if (!cpt_path_exists(src)) continue;
         snprintf(dst, sizeof dst, "%s/%s", dir, names[i]);
-        if (copy_file(src, dst, err)) return cpt_err_prefix(err, "copying tokenizer files: ");
+        if (copy_file(src, dst, err)) return cpt_err_prefix(err, "copying tokenizer files");
         copied++;
     }
     if (!is_dir(tokenizer_path)) {
@@ -199,7 +199,7 @@ int cpt_copy_tokenizer_files(const char *tokenizer_path, const char *dir, cpt_er
         if (strcmp(base, "tokenizer.json")) {
             char dst[CPT_CKPT_PATH_MAX + 64];
             snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
-            if (copy_file(tokenizer_path, dst, err)) return cpt_err_prefix(err, "copying tokenizer files: ");
+            if (copy_file(tokenizer_path, dst, err)) return cpt_err_prefix(err, "copying tokenizer files");
             copied++;
         }
     }
@@ -377,12 +377,12 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
     int64_t step = a->state->step;
     snprintf(tmp, sizeof tmp, "%s/step-%" PRId64 ".tmp-%ld", ckdir, step, (long)getpid());
     snprintf(fin, sizeof fin, "%s/step-%" PRId64, ckdir, step);
-    if (cpt_mkdir_p(ckdir, 0755, err)) return cpt_err_prefix(err, "checkpoint: ");
+    if (cpt_mkdir_p(ckdir, 0755, err)) return cpt_err_prefix(err, "checkpoint");
     int64_t *steps;
     size_t n;
-    if (list_steps(ckdir, &steps, &n, 1, err)) return cpt_err_prefix(err, "checkpoint: ");
+    if (list_steps(ckdir, &steps, &n, 1, err)) return cpt_err_prefix(err, "checkpoint");
     free(steps);
-    if (cpt_mkdir_p(tmp, 0755, err)) return cpt_err_prefix(err, "checkpoint: ");
+    if (cpt_mkdir_p(tmp, 0755, err)) return cpt_err_prefix(err, "checkpoint");
 
     snprintf(p, sizeof p, "%s/model", tmp);
     if (cpt_model_save_hf(a->model, p, 0, err)) goto fail;
@@ -415,16 +415,16 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
         cpt_errno(err, "rename %s -> %s", tmp, fin);
         goto fail;
     }
-    if (cpt_fsync_dir(ckdir, err)) return cpt_err_prefix(err, "checkpoint: ");
+    if (cpt_fsync_dir(ckdir, err)) return cpt_err_prefix(err, "checkpoint");
     char latest[64];
     int ll = snprintf(latest, sizeof latest, "step-%" PRId64 "\n", step);
     snprintf(p, sizeof p, "%s/latest", ckdir);
-    if (cpt_write_file_atomic(p, latest, (size_t)ll, err)) return cpt_err_prefix(err, "checkpoint: switching latest: ");
+    if (cpt_write_file_atomic(p, latest, (size_t)ll, err)) return cpt_err_prefix(err, "checkpoint: switching latest");
     if (out_dir) snprintf(out_dir, out_cap, "%s", fin);
 
     /* Retention: keep the newest keep_last step folders up to this one. Folders past it were never committed (a
      * run that crashed after a later save than the one it resumed from) and are removed too. */
-    if (list_steps(ckdir, &steps, &n, 0, err)) return cpt_err_prefix(err, "checkpoint retention: ");
+    if (list_steps(ckdir, &steps, &n, 0, err)) return cpt_err_prefix(err, "checkpoint retention");
     int keep = a->keep_last < 1 ? 1 : a->keep_last, kept = 0;
     for (size_t i = 0; i < n; i++) {
         if (steps[i] <= step && kept < keep) {
@@ -442,7 +442,7 @@ fail:
         cpt_err e2;
         cpt_remove_tree(tmp, &e2);
     }
-    return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ", step);
+    return cpt_err_prefix(err, "checkpoint step %" PRId64, step);
 }
 
 int cpt_ckpt_find_latest(const char *run_dir, char *out, size_t out_cap, cpt_err *err) {
@@ -516,5 +516,5 @@ int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_tr
     return 0;
 fail:
     cpt_train_state_free(state);
-    return cpt_err_prefix(err, "loading checkpoint %s: ", ckpt_dir);
+    return cpt_err_prefix(err, "loading checkpoint %s", ckpt_dir);
 }

@@ -20,14 +20,13 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/model.h"
+#include "queue/schema.h"
 #include "trainer/optim.h"
 
 #define CPT_CKPT_MAX_RNGS 8
 #define CPT_CKPT_PATH_MAX 4096
 
-typedef struct cpt_group_id {
-    int64_t epoch, index;
-} cpt_group_id;
+/* Group ids are the queue's: (epoch, index), see queue/schema.h. */
 
 typedef struct cpt_train_state {
     int64_t step;           /* optimizer steps done */

@@ -24,12 +24,12 @@ static int dir_state(const char *dir) {
 
 int cpt_export_hf(const char *checkpoint, const char *out_dir, int bf16, cpt_err *err) {
     char ckpt[CPT_CKPT_PATH_MAX], model_dir[CPT_CKPT_PATH_MAX + 16], tmp[CPT_CKPT_PATH_MAX + 32];
-    if (cpt_ckpt_resolve(checkpoint, ckpt, sizeof ckpt, err)) return cpt_err_prefix(err, "export: ");
+    if (cpt_ckpt_resolve(checkpoint, ckpt, sizeof ckpt, err)) return cpt_err_prefix(err, "export");
     int st = dir_state(out_dir);
     if (st < 0) return cpt_errf(err, "export: %s exists and is not an empty folder (refusing to overwrite)", out_dir);
     snprintf(model_dir, sizeof model_dir, "%s/model", ckpt);
     cpt_model *m = cpt_model_load(model_dir, err);
-    if (!m) return cpt_err_prefix(err, "export: loading %s: ", model_dir);
+    if (!m) return cpt_err_prefix(err, "export: loading %s", model_dir);
     size_t ol = strlen(out_dir);
     while (ol > 1 && out_dir[ol - 1] == '/') ol--;
     snprintf(tmp, sizeof tmp, "%.*s.tmp-%ld", (int)ol, out_dir, (long)getpid());
@@ -47,7 +47,7 @@ out:
     if (rc) {
         cpt_err e2;
         cpt_remove_tree(tmp, &e2);
-        return cpt_err_prefix(err, "export: ");
+        return cpt_err_prefix(err, "export");
     }
     return 0;
 }

@@ -135,11 +135,11 @@ int cpt_adamw_save(const cpt_adamw *o, const char *path, cpt_err *err) {
     snprintf(step, sizeof step, "%" PRId64, o->step);
     if (cpt_st_writer_meta(w, "step", step, err)) goto fail;
     if (cpt_st_writer_meta(w, "format", "cpt-adamw-1", err)) goto fail;
-    if (cpt_st_writer_finish(w, path, err)) return cpt_err_prefix(err, "saving optimizer state: ");
+    if (cpt_st_writer_finish(w, path, err)) return cpt_err_prefix(err, "saving optimizer state");
     return 0;
 fail:
     cpt_st_writer_free(w);
-    return cpt_err_prefix(err, "saving optimizer state to %s: ", path);
+    return cpt_err_prefix(err, "saving optimizer state to %s", path);
 }
 
 static int load_moment(const cpt_st_file *f, const char *path, const char *prefix, const cpt_param *p, float *dst,
@@ -158,7 +158,7 @@ static int load_moment(const cpt_st_file *f, const char *path, const char *prefi
 
 int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err) {
     cpt_st_file *f = cpt_st_open(path, err);
-    if (!f) return cpt_err_prefix(err, "loading optimizer state: ");
+    if (!f) return cpt_err_prefix(err, "loading optimizer state");
     int rc = -1;
     const char *step = cpt_st_metadata(f, "step");
     char *end = NULL;

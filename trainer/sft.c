@@ -57,7 +57,7 @@ cpt_model *cpt_trainer_model_from_config(const cpt_config *cfg, int vocab_size, 
             return NULL;
         }
         cpt_model *m = cpt_model_load(path, err);
-        if (!m) cpt_err_prefix(err, "model.path %s: ", path);
+        if (!m) cpt_err_prefix(err, "model.path %s", path);
         return m;
     }
     cpt_model_config mc;
@@ -106,10 +106,10 @@ static int setup_tokenizer(sft_ctx *c, cpt_err *err) {
     if (!*tp) return cpt_errf(err, "tokenizer.path is empty and there is no model.path to take it from");
     snprintf(c->tok_path, sizeof c->tok_path, "%s", tp);
     c->tok = cpt_tokenizer_load(tp, err);
-    if (!c->tok) return cpt_err_prefix(err, "tokenizer %s: ", tp);
+    if (!c->tok) return cpt_err_prefix(err, "tokenizer %s", tp);
     const char *tn = cpt_cfg_str(c->cfg, "data.chat_template");
     if (strcmp(tn, "none")) {
-        if (cpt_chat_template_load(tp, tn, &c->tpl, err)) return cpt_err_prefix(err, "data.chat_template: ");
+        if (cpt_chat_template_load(tp, tn, &c->tpl, err)) return cpt_err_prefix(err, "data.chat_template");
         c->have_tpl = 1;
     }
     add_stop(c, cpt_tokenizer_eos_id(c->tok));
@@ -351,7 +351,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     uint64_t hash = cpt_config_hash(cfg);
     char ckpt[CPT_CKPT_PATH_MAX];
     int found = cpt_cfg_bool(cfg, "train.resume") ? cpt_ckpt_find_latest(run_dir, ckpt, sizeof ckpt, err) : 0;
-    if (found < 0) return cpt_err_prefix(err, "resume: ");
+    if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
         if (cpt_ckpt_load(ckpt, c->model, c->opt, &c->st, err)) return -1;
         if (c->st.config_hash != hash)

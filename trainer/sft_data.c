@@ -20,11 +20,11 @@ static int tokenize_raw(const cpt_sft_data_opts *o, const char *p, const char *c
                         int *n, cpt_err *err) {
     int32_t *pi = NULL, *ci = NULL;
     long np = cpt_tokenizer_encode(o->tok, p, strlen(p), &pi, err);
-    if (np < 0) return cpt_err_prefix(err, "prompt: ");
+    if (np < 0) return cpt_err_prefix(err, "prompt");
     long nc = cpt_tokenizer_encode(o->tok, c, strlen(c), &ci, err);
     if (nc < 0) {
         free(pi);
-        return cpt_err_prefix(err, "completion: ");
+        return cpt_err_prefix(err, "completion");
     }
     int extra = o->eos_id >= 0;
     *n = (int)(np + nc + extra);
@@ -96,7 +96,7 @@ int cpt_sft_dataset_load(const char *path, const cpt_sft_data_opts *o, cpt_sft_d
     if (cpt_data_format_parse(o->format, &dopt.format))
         return cpt_errf(err, "data.format \"%s\" is unknown", o->format);
     cpt_dataset *raw = cpt_dataset_load(path, &dopt, err);
-    if (!raw) return cpt_err_prefix(err, "data: ");
+    if (!raw) return cpt_err_prefix(err, "data");
     cpt_data_format fmt = cpt_dataset_format(raw);
     int rc = 0;
     for (size_t i = 0; i < cpt_dataset_count(raw) && !rc; i++) {
@@ -105,7 +105,7 @@ int cpt_sft_dataset_load(const char *path, const cpt_sft_data_opts *o, cpt_sft_d
         uint8_t *mask = NULL;
         int n = 0;
         if (tokenize_record(r, fmt, o, &ids, &mask, &n, err)) {
-            rc = cpt_err_prefix(err, "%s:%d: ", path, r->line);
+            rc = cpt_err_prefix(err, "%s:%d", path, r->line);
         } else {
             int s, l;
             last_answer(mask, n, &s, &l);

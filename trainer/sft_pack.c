@@ -109,7 +109,7 @@ int cpt_sft_cursor_init(cpt_sft_cursor *c, const cpt_sft_dataset *ds, uint64_t s
     cpt_data_cursor at = {.epoch = (uint64_t)epoch, .index = (uint64_t)index};
     if (cpt_data_order_seek(&c->order, at, err)) {
         cpt_data_order_free(&c->order);
-        return cpt_err_prefix(err, "data cursor: ");
+        return cpt_err_prefix(err, "data cursor");
     }
     return 0;
 }

@@ -16,7 +16,6 @@
 
 static inline float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
-#pragma omp simd reduction(+ : s)
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
 }
