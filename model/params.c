@@ -211,7 +211,7 @@ cpt_model *cpt_model_load(const char *hf_dir, cpt_err *err) {
     for (size_t i = 0; i < cpt_st_count(f); i++) {
         const char *n = cpt_st_at(f, i)->name;
         if (cpt_model_find_param(m, n) || !strcmp(n, "lm_head.weight") || strstr(n, "rotary_emb")) continue;
-        cpt_warn("%s: ignoring tensor \"%s\" that %s does not use", hf_dir, n, "the model");
+        cpt_warn("%s: ignoring tensor \"%s\", which the model does not use", hf_dir, n);
     }
     cpt_st_close(f);
     return m;

@@ -422,6 +422,11 @@ int cpt_engine_idle(const cpt_engine *e) {
     return 1;
 }
 int cpt_engine_pending(const cpt_engine *e) { return e->n_reqs; }
+int cpt_engine_waiting(const cpt_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->n_samples - e->reqs[i]->next_sample;
+    return n;
+}
 int cpt_engine_slots(const cpt_engine *e) { return e->n_slots; }
 const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e) { return &e->st; }
 

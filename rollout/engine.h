@@ -81,6 +81,7 @@ int cpt_engine_take(cpt_engine *e, cpt_gen_result *out);
 int cpt_engine_idle(const cpt_engine *e);
 int cpt_engine_active(const cpt_engine *e);  /* occupied slots */
 int cpt_engine_pending(const cpt_engine *e); /* submitted requests not yet taken */
+int cpt_engine_waiting(const cpt_engine *e); /* samples submitted but not yet in a slot */
 int cpt_engine_slots(const cpt_engine *e);
 const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e);
 /* Drops every request (waiting, running, finished but not taken) and empties the slots: after a weight change. */

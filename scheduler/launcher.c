@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/fs.h"
 #include "queue/redis.h"
+#include "scheduler/preflight.h"
+#include "scheduler/run_dir.h"
 
 static const char *role_names[2] = {"rollout", "reward"};
 
@@ -16,23 +19,12 @@ static int is_online(const char *algo) {
     return !strcmp(algo, "grpo") || !strcmp(algo, "ppo") || !strcmp(algo, "opd");
 }
 
-static int find_bin_dir(char *out, size_t cap, cpt_err *err) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return cpt_errno(err, "cannot find this program's folder (/proc/self/exe)");
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-    snprintf(out, cap, "%s", exe);
-    return 0;
-}
-
 int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
                          char *const *overrides, const char *resume_dir, cpt_err *err) {
     memset(L, 0, sizeof *L);
     L->exec = exec;
     cpt_sup_init(&L->sup);
-    if (find_bin_dir(L->bin_dir, sizeof L->bin_dir, err) != 0) return -1;
+    if (cpt_find_bin_dir(L->bin_dir, sizeof L->bin_dir, err) != 0) return -1;
     if (resume_dir) {
         char path[2100];
         snprintf(path, sizeof path, "%s/config.toml", resume_dir);
@@ -44,6 +36,14 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
         L->cfg = cpt_config_load(config_path, n_overrides, overrides, err);
     }
     if (!L->cfg) return -1;
+    /* Preflight before anything is created or started: every problem at once, not the first crash of a role. */
+    fprintf(stderr, "cpt: preflight\n");
+    cpt_preflight p = {.cfg = L->cfg, .bin_dir = L->bin_dir, .slurm = exec == CPT_EXEC_SLURM, .out = stderr};
+    int problems = cpt_preflight_run(&p);
+    if (problems)
+        return cpt_errf(err, "preflight: %d problem%s (listed above); nothing was started", problems,
+                        problems == 1 ? "" : "s");
+    fprintf(stderr, "preflight: ok\n");
     const char *dir = resume_dir ? resume_dir : cpt_cfg_str(L->cfg, "run.dir");
     if (cpt_mkdir_p(dir, 0755, err) != 0) return -1;
     if (!realpath(dir, L->run_dir)) return cpt_errno(err, "%s", dir);
@@ -212,13 +212,47 @@ static void print_progress(cpt_launcher *L, double started) {
     fprintf(stderr, "\n");
 }
 
+static void redis_opts(cpt_launcher *L, cpt_redis_server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->dir = L->run_dir;
+    o->appendfsync = cpt_cfg_str(L->cfg, "queue.appendfsync");
+}
+
+/* The private redis-server is supervised like a role: if it dies it restarts on the same folder, so it reloads
+ * its append-only file and the roles (which reconnect) find the queue as it was. */
+static void supervise_redis(cpt_launcher *L) {
+    if (!L->redis_owned) return;
+    if (L->redis.pid > 0) {
+        int status;
+        if (waitpid(L->redis.pid, &status, WNOHANG) != L->redis.pid) return;
+        fprintf(stderr, "cpt: redis-server exited (%s %d); restarting it on %s\n",
+                WIFSIGNALED(status) ? "signal" : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                L->run_dir);
+        L->redis.pid = -1;
+        L->redis_next_start = cpt_now();
+    }
+    if (cpt_now() < L->redis_next_start) return;
+    cpt_redis_server_opts o;
+    redis_opts(L, &o);
+    cpt_err err;
+    cpt_err_clear(&err);
+    if (cpt_redis_server_start(&o, &L->redis, &err) != 0) {
+        fprintf(stderr, "cpt: restarting redis-server: %s; retrying in 2 s\n", err.msg);
+        L->redis.pid = -1;
+        L->redis_next_start = cpt_now() + 2.0;
+        return;
+    }
+    L->redis_restarts++;
+}
+
 static int start_queue(cpt_launcher *L, cpt_redis **control, cpt_err *err) {
     const char *url = cpt_cfg_str(L->cfg, "queue.url");
     char queue_json[2200];
     snprintf(queue_json, sizeof queue_json, "%s/queue.json", L->run_dir);
     char urlbuf[700];
     if (!url[0]) {
-        cpt_redis_server_opts o = {.dir = L->run_dir, .appendfsync = cpt_cfg_str(L->cfg, "queue.appendfsync")};
+        cpt_redis_server_opts o;
+        redis_opts(L, &o);
         if (cpt_redis_server_start(&o, &L->redis, err) != 0) return -1;
         L->redis_owned = 1;
         snprintf(urlbuf, sizeof urlbuf, "%s", L->redis.url);
@@ -231,7 +265,8 @@ static int start_queue(cpt_launcher *L, cpt_redis **control, cpt_err *err) {
         free(text);
         if (rc != 0) return -1;
     }
-    cpt_redis_opts ro = {.url = url, .password_file = cpt_cfg_str(L->cfg, "queue.password_file")};
+    cpt_redis_opts ro = {.url = url, .password_file = cpt_cfg_str(L->cfg, "queue.password_file"),
+                         .reconnect_ms = 2000};
     *control = cpt_redis_open(&ro, err);
     return *control ? 0 : -1;
 }
@@ -251,6 +286,7 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     double progress_every = cpt_cfg_float(L->cfg, "run.progress_every_s");
     for (;;) {
         cpt_sup_poll(&L->sup, 0.2);
+        supervise_redis(L);
         cpt_proc *t = &L->sup.procs[trainer];
         if (L->stop_flag && *L->stop_flag) {
             fprintf(stderr, "cpt: stopping: the trainer checkpoints, then the workers drain\n");

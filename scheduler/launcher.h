@@ -33,6 +33,8 @@ typedef struct cpt_launcher {
     int online;             /* grpo, ppo, opd: queue and workers */
     cpt_redis_server redis;
     int redis_owned;
+    int redis_restarts;       /* times the private redis-server was restarted after dying */
+    double redis_next_start;  /* when a failed restart is tried again */
     cpt_supervisor sup;
     int want[2];            /* desired rollout, reward workers */
     volatile sig_atomic_t *stop_flag; /* set by the caller's signal handler */

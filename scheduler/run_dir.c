@@ -1,9 +1,11 @@
 #include "scheduler/run_dir.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, cpt_err *err) {
     *cfg = NULL;
@@ -37,5 +39,16 @@ int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, c
         *cfg = NULL;
         return -1;
     }
+    return 0;
+}
+
+int cpt_find_bin_dir(char *out, size_t cap, cpt_err *err) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return cpt_errno(err, "cannot find this program's folder (/proc/self/exe)");
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    snprintf(out, cap, "%s", exe);
     return 0;
 }

@@ -9,4 +9,7 @@
 /* run_dir NULL: $CPT_RUN. Loads RUN_DIR/config.toml and connects to the run's Redis. */
 int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, cpt_err *err);
 
+/* The folder holding this program (and the other cpt programs built with it). */
+int cpt_find_bin_dir(char *out, size_t cap, cpt_err *err);
+
 #endif

@@ -97,7 +97,17 @@ static int get_hex(json_t *v, uint64_t *out, const char *path, const char *field
 
 int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err) {
     memset(st, 0, sizeof *st);
-    json_t *o = cpt_json_load_file(path, 0, err);
+    size_t len;
+    char *text = cpt_read_file(path, &len, err);
+    if (!text) return -1;
+    int rc = cpt_train_state_parse(text, len, path, st, err);
+    free(text);
+    return rc;
+}
+
+int cpt_train_state_parse(const char *text, size_t len, const char *path, cpt_train_state *st, cpt_err *err) {
+    memset(st, 0, sizeof *st);
+    json_t *o = cpt_json_loadb(text, len, 0, path, err);
     if (!o) return -1;
     int rc = -1;
     json_t *fmt = json_object_get(o, "format");

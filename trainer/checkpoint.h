@@ -49,6 +49,8 @@ int cpt_train_state_get_rng(const cpt_train_state *st, const char *name, cpt_rng
 /* trainer_state.json <-> struct. */
 int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *err);
 int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err);
+/* The same over bytes in memory (name used in messages): the fuzzed entry point. */
+int cpt_train_state_parse(const char *text, size_t len, const char *name, cpt_train_state *st, cpt_err *err);
 
 typedef struct cpt_ckpt_save_args {
     const char *run_dir;

@@ -376,14 +376,12 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     const int64_t first_step = c->st.step;
     double t0 = cpt_now(), t_log = t0;
     long tok_since_log = 0;
-    int64_t steps_since_log = 0;
     res->last_loss = NAN;
     while (c->st.step < total && !stop_requested && !(this_run > 0 && c->st.step - first_step >= this_run)) {
         step_stats ss = {0};
         if (train_step(c, &ss, err)) return -1;
         res->last_loss = ss.loss;
         tok_since_log += ss.tokens;
-        steps_since_log++;
         int64_t s = c->st.step;
         if (s % log_every == 0 || s == total) {
             double now = cpt_now(), tok_s = tok_since_log / fmax(now - t_log, 1e-9);
@@ -397,7 +395,6 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
             if (log_metrics(c, k, v, 5, err)) return -1;
             t_log = now;
             tok_since_log = 0;
-            steps_since_log = 0;
         }
         if (c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total) {
             double el;
@@ -408,7 +405,6 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
         }
         if (ck_every > 0 && s % ck_every == 0 && s != total && save_checkpoint(c, err)) return -1;
     }
-    (void)steps_since_log;
     res->steps_done = c->st.step;
     res->interrupted = stop_requested != 0;
     if (res->interrupted)

@@ -114,7 +114,7 @@ static void fd_check(const char *what, cpt_model *m, const lossw *w, const char 
         }
     }
     CHECK_MSG(checked > 0, "%s: nothing checked", what);
-    CHECK_MSG(worst < 2e-2, "%s: finite differences differ by %.3g of max |grad| (%s)", what, worst, worst_name);
+    CHECK_MSG(worst < 1e-2, "%s: finite differences differ by %.3g of max |grad| (%s)", what, worst, worst_name);
     printf("%s: %d entries, worst FD mismatch %.2e\n", what, checked, worst);
 }
 

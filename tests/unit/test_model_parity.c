@@ -182,9 +182,11 @@ static void run_fixture(const char *fixture, worst *w) {
 }
 
 int main(void) {
-    worst w = {0};
-    for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) run_fixture(FIXTURES[i], &w);
-    printf("worst relative L2: logits %.3g, logprobs %.3g, entropy %.3g, loss %.3g, grad %.3g (%s)\n", w.logits,
-           w.logprobs, w.entropy, w.loss, w.grad, w.grad_name);
+    for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) {
+        worst w = {0};
+        run_fixture(FIXTURES[i], &w);
+        printf("%-13s worst relative L2: logits %.2g, logprobs %.2g, entropy %.2g, loss %.2g, grad %.2g (%s)\n",
+               FIXTURES[i], w.logits, w.logprobs, w.entropy, w.loss, w.grad, w.grad_name);
+    }
     return check_summary("test_model_parity");
 }

@@ -1,0 +1,423 @@
+/* The rollout worker loop (rollout/worker.h). */
+#include "rollout/worker.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/checksum.h"
+#include "core/fs.h"
+#include "queue/conn.h"
+#include "queue/stream.h"
+#include "rollout/engine.h"
+#include "rollout/model_source.h"
+#include "trainer/sft.h"
+
+/* A prompt group taken from the queue: generating (req >= 0) or waiting for a newer weight version (req < 0). */
+typedef struct flight {
+    cpt_queue_item it;
+    int64_t req;
+    double t_taken, t_touch;
+    uint64_t version;
+} flight;
+
+typedef struct worker {
+    const cpt_config *cfg;
+    const char *me;
+    volatile sig_atomic_t *stop;
+    cpt_rollout_worker_stats *st;
+    char run_dir[2048];
+    cpt_queue_conn conn;
+    cpt_queue *q;
+    cpt_model *m;
+    cpt_tokenizer *tok;
+    cpt_engine *e;
+    uint64_t version;
+    cpt_weights_msg want; /* a newer version to load once nothing is generating */
+    int has_want;
+    uint64_t bad_version; /* a version that failed to load: not retried */
+    flight *fl;
+    int n_fl, cap_fl;
+    int32_t eos[2];
+    int n_eos;
+    int block_ms;
+} worker;
+
+static int n_generating(const worker *w) {
+    int n = 0;
+    for (int i = 0; i < w->n_fl; i++) n += w->fl[i].req >= 0;
+    return n;
+}
+
+static void drop_flight(worker *w, int i) {
+    cpt_queue_item_free(&w->fl[i].it);
+    w->fl[i] = w->fl[--w->n_fl];
+}
+
+static int open_queue(worker *w, cpt_err *err) {
+    if (*cpt_cfg_str(w->cfg, "queue.url")) {
+        if (cpt_queue_conn_from_config(w->cfg, &w->conn, err)) return -1;
+    } else if (cpt_queue_conn_from_run_dir(w->run_dir, &w->conn, err)) {
+        return cpt_err_prefix(err, "finding the run's queue (queue.url is empty)");
+    }
+    if (!w->conn.run[0]) snprintf(w->conn.run, sizeof w->conn.run, "%s", cpt_cfg_str(w->cfg, "run.name"));
+    cpt_queue_opts o;
+    cpt_queue_opts_from_config(w->cfg, &w->conn, &o);
+    o.run = w->conn.run;
+    o.stop = w->stop;
+    o.read_count = 1;
+    w->q = cpt_queue_open(&o, err);
+    if (!w->q) return -1;
+    w->block_ms = w->q->block_ms;
+    return cpt_queue_create_group(w->q, CPT_STREAM_PROMPTS, "rollout", err);
+}
+
+static void heartbeat(worker *w, double tok_s, double occ) {
+    cpt_heartbeat_msg h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.run, sizeof h.run, "%s", w->conn.run);
+    snprintf(h.worker, sizeof h.worker, "%s", w->me);
+    snprintf(h.role, sizeof h.role, "rollout");
+    if (gethostname(h.host, sizeof h.host - 1)) snprintf(h.host, sizeof h.host, "unknown");
+    h.version = w->version;
+    h.tokens_per_s = tok_s >= 0 && isfinite(tok_s) ? tok_s : 0;
+    h.occupancy = occ < 0 || !isfinite(occ) ? 0 : occ > 1 ? 1 : occ;
+    h.time = cpt_now();
+    cpt_err err;
+    if (cpt_queue_heartbeat(w->q, &h, &err)) cpt_warn("cpt-rollout %s: heartbeat: %s", w->me, err.msg);
+}
+
+/* "xxh64:HEX" is checked; another algorithm is reported and skipped. */
+static int verify_checksum(const cpt_weights_msg *wm, cpt_err *err) {
+    if (!wm->checksum[0]) return 0;
+    if (strncmp(wm->checksum, "xxh64:", 6)) {
+        cpt_warn("weights v%llu: checksum %s not verified (only xxh64 is known)", (unsigned long long)wm->version,
+                 wm->checksum);
+        return 0;
+    }
+    uint64_t h, bytes;
+    if (cpt_checksum_file(wm->location, &h, &bytes, err)) return -1;
+    char hex[CPT_CHECKSUM_HEX_LEN + 1];
+    cpt_checksum_hex(h, hex);
+    if (strcmp(wm->checksum + 6, hex))
+        return cpt_errf(err, "%s: checksum xxh64:%s, announced %s", wm->location, hex, wm->checksum);
+    if (wm->bytes && bytes != wm->bytes)
+        return cpt_errf(err, "%s: %llu bytes, announced %llu", wm->location, (unsigned long long)bytes,
+                        (unsigned long long)wm->bytes);
+    return 0;
+}
+
+/* model.init = random: the shape from a config.json beside the weights file, else from the model.* keys. */
+static cpt_model *model_for_weights(worker *w, const char *location, cpt_err *err) {
+    char dir[CPT_MAX_LOCATION + 16], p[CPT_MAX_LOCATION + 32];
+    snprintf(dir, sizeof dir, "%s", location);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (cpt_path_exists(p)) {
+        cpt_model_config mc;
+        if (cpt_model_config_load(dir, &mc, err)) return NULL;
+        return cpt_model_new_random(&mc, 0, err);
+    }
+    int V = w->tok ? cpt_tokenizer_vocab_size(w->tok) : 0;
+    if (!V && !cpt_cfg_int(w->cfg, "model.vocab_size")) {
+        cpt_errf(err, "model.init = random needs a tokenizer (tokenizer.path) or model.vocab_size for the shape");
+        return NULL;
+    }
+    int32_t bos = w->tok ? cpt_tokenizer_bos_id(w->tok) : -1, eos = w->tok ? cpt_tokenizer_eos_id(w->tok) : -1;
+    return cpt_trainer_model_from_config(w->cfg, V, bos, eos, err);
+}
+
+static int make_engine(worker *w, cpt_err *err) {
+    cpt_engine_opts o = {.slots = (int)cpt_cfg_int(w->cfg, "rollout.slots"),
+                         .max_len = (int)cpt_cfg_int(w->cfg, "rollout.max_len"),
+                         .tok = w->tok};
+    w->e = cpt_engine_new(w->m, &o, err);
+    if (!w->e) return -1;
+    w->n_eos = cpt_cfg_bool(w->cfg, "rollout.stop_on_eos") ? cpt_rollout_eos_ids(w->m, w->tok, w->eos) : 0;
+    return 0;
+}
+
+/* Loads w->want (nothing is generating). A version that fails is logged and skipped; -1 only for errors that
+ * leave the worker without a model. */
+static int load_wanted(worker *w, cpt_err *err) {
+    cpt_weights_msg *wm = &w->want;
+    w->has_want = 0;
+    cpt_err lerr;
+    int ok = strcmp(wm->transport, "file") == 0;
+    if (!ok) cpt_errf(&lerr, "transport '%s' is not supported by the CPU worker (only file)", wm->transport);
+    if (ok && verify_checksum(wm, &lerr)) ok = 0;
+    if (ok && !w->m) {
+        w->m = model_for_weights(w, wm->location, &lerr);
+        if (!w->m || make_engine(w, &lerr)) ok = 0;
+    }
+    double t0 = cpt_now();
+    if (ok && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
+    if (!ok) {
+        w->bad_version = wm->version;
+        cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
+        (void)err;
+        return 0;
+    }
+    w->version = wm->version;
+    w->st->weight_loads++;
+    w->st->version = w->version;
+    cpt_info("cpt-rollout %s: weights v%llu loaded (%.3f s)", w->me, (unsigned long long)w->version, cpt_now() - t0);
+    return 0;
+}
+
+static void poll_weights(worker *w) {
+    cpt_weights_msg wm;
+    cpt_err err;
+    int rc = cpt_queue_get_weights(w->q, &wm, &err);
+    if (rc < 0) {
+        cpt_warn("cpt-rollout %s: reading weights: %s", w->me, err.msg);
+        return;
+    }
+    if (rc == 0) return;
+    int newer = !w->m || wm.version > w->version;
+    if (newer && wm.version != w->bad_version && (!w->has_want || wm.version > w->want.version)) {
+        w->want = wm;
+        w->has_want = 1;
+    }
+}
+
+static uint64_t mix_seed(uint64_t seed, cpt_group_id id) {
+    /* The group id joins the seed so groups that share a sampling seed still sample independently. */
+    uint64_t z = seed ^ (id.epoch * 0x9E3779B97F4A7C15ull) ^ (id.index * 0xBF58476D1CE4E5B9ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void dead_letter(worker *w, int i, const char *why) {
+    char reason[CPT_ERR_MAX + 128];
+    snprintf(reason, sizeof reason, "cpt-rollout %s: %s", w->me, why);
+    cpt_warn("group (%llu, %llu) -> dead: %s", (unsigned long long)w->fl[i].it.prompt.id.epoch,
+             (unsigned long long)w->fl[i].it.prompt.id.index, reason);
+    cpt_err err;
+    if (cpt_queue_dead_letter(w->q, CPT_STREAM_PROMPTS, "rollout", &w->fl[i].it.msg, reason, &err))
+        cpt_warn("cpt-rollout %s: dead-lettering: %s", w->me, err.msg);
+    else
+        w->st->dead++;
+    drop_flight(w, i);
+}
+
+/* Starts flight i on the engine; a group the engine refuses goes to the dead stream. */
+static void start_flight(worker *w, int i) {
+    flight *f = &w->fl[i];
+    const cpt_prompt_group *pg = &f->it.prompt;
+    const cpt_sampling *s = &pg->sampling;
+    int32_t stop_ids[CPT_MAX_STOP + 2];
+    int n_stop = 0;
+    for (uint32_t k = 0; k < s->n_stop_ids && n_stop < CPT_MAX_STOP; k++) stop_ids[n_stop++] = s->stop_ids[k];
+    for (int k = 0; k < w->n_eos; k++) stop_ids[n_stop++] = w->eos[k];
+    cpt_gen_request r = {.prompt = pg->prompt, .n_prompt = (int)pg->n_prompt, .n_samples = (int)pg->n_samples,
+                         .sp = {s->temperature, s->top_k, s->top_p, s->min_p}, .seed = mix_seed(s->seed, pg->id),
+                         .max_new_tokens = (int)s->max_new_tokens, .stop_ids = stop_ids, .n_stop_ids = n_stop,
+                         .stop_strs = (const char *const *)s->stop_strs, .n_stop_strs = (int)s->n_stop_strs};
+    cpt_err err;
+    int64_t id = cpt_engine_submit(w->e, &r, &err);
+    if (id < 0) {
+        dead_letter(w, i, err.msg);
+        return;
+    }
+    f->req = id;
+    f->version = w->version;
+}
+
+static void take_group(worker *w) {
+    cpt_err err;
+    cpt_queue_item it;
+    w->q->block_ms = cpt_engine_idle(w->e) ? w->block_ms : 1;
+    int got = cpt_queue_next(w->q, CPT_STREAM_PROMPTS, "rollout", w->me, &it, &err);
+    w->q->block_ms = w->block_ms;
+    if (got < 0) {
+        if (!*w->stop) {
+            cpt_warn("cpt-rollout %s: reading prompts: %s (retrying)", w->me, err.msg);
+            sleep(1);
+        }
+        return;
+    }
+    if (got == 0) return;
+    if (w->n_fl == w->cap_fl) {
+        int cap = w->cap_fl ? 2 * w->cap_fl : 16;
+        flight *p = realloc(w->fl, sizeof *p * (size_t)cap);
+        if (!p) {
+            cpt_warn("cpt-rollout %s: out of memory; the group stays pending", w->me);
+            cpt_queue_item_free(&it);
+            return;
+        }
+        w->fl = p;
+        w->cap_fl = cap;
+    }
+    double now = cpt_now();
+    w->fl[w->n_fl++] = (flight){.it = it, .req = -1, .t_taken = now, .t_touch = now};
+    if (it.prompt.min_version <= w->version) start_flight(w, w->n_fl - 1);
+}
+
+static void finish_group(worker *w, const cpt_gen_result *res) {
+    int i = 0;
+    while (i < w->n_fl && w->fl[i].req != res->id) i++;
+    if (i == w->n_fl) return;
+    flight *f = &w->fl[i];
+    const cpt_prompt_group *pg = &f->it.prompt;
+    cpt_rollout_group g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.run, sizeof g.run, "%s", pg->run);
+    g.id = pg->id;
+    g.n_prompt = pg->n_prompt;
+    g.prompt = pg->prompt;
+    g.n_completions = (uint32_t)res->n_samples;
+    cpt_completion *c = calloc((size_t)res->n_samples, sizeof *c);
+    if (!c) {
+        cpt_warn("cpt-rollout %s: out of memory; the group stays pending", w->me);
+        drop_flight(w, i);
+        return;
+    }
+    long toks = 0;
+    for (int k = 0; k < res->n_samples; k++) {
+        c[k].n_tokens = (uint32_t)res->samples[k].n_tokens;
+        c[k].tokens = res->samples[k].tokens;
+        c[k].logprobs = res->samples[k].logprobs;
+        c[k].finish = res->samples[k].finish;
+        toks += res->samples[k].n_tokens;
+    }
+    g.completions = c;
+    g.weight_version = f->version;
+    snprintf(g.worker, sizeof g.worker, "%s", w->me);
+    double now = cpt_now();
+    uint64_t ms = 0, seq = 0;
+    g.timings.started = f->t_taken;
+    g.timings.gen_s = now - f->t_taken;
+    if (!cpt_stream_id_parse(f->it.msg.id, &ms, &seq) && f->t_taken > ms / 1000.0)
+        g.timings.queue_s = f->t_taken - ms / 1000.0;
+    g.extra = pg->extra;
+    cpt_buf buf = {0};
+    cpt_err err;
+    if (cpt_rollout_group_encode(&g, &buf, &err)) {
+        char why[CPT_ERR_MAX + 64];
+        snprintf(why, sizeof why, "encoding the rollout group: %s", err.msg);
+        free(c);
+        dead_letter(w, i, why);
+        return;
+    }
+    if (cpt_queue_forward(w->q, &f->it, CPT_STREAM_ROLLOUTS, buf.data, buf.len, NULL, &err)) {
+        cpt_warn("cpt-rollout %s: forwarding group (%llu, %llu): %s (it stays pending and is delivered again)", w->me,
+                 (unsigned long long)g.id.epoch, (unsigned long long)g.id.index, err.msg);
+    } else {
+        w->st->groups++;
+        w->st->completions += res->n_samples;
+        w->st->tokens += toks;
+    }
+    cpt_buf_free(&buf);
+    free(c);
+    drop_flight(w, i);
+}
+
+int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatile sig_atomic_t *stop,
+                           cpt_rollout_worker_stats *stats, cpt_err *err) {
+    cpt_rollout_worker_stats local;
+    worker W, *w = &W;
+    memset(w, 0, sizeof *w);
+    w->cfg = cfg, w->me = worker_id, w->stop = stop, w->st = stats ? stats : &local;
+    memset(w->st, 0, sizeof *w->st);
+    const char *rd = getenv("CPT_RUN");
+    snprintf(w->run_dir, sizeof w->run_dir, "%s", rd && *rd ? rd : cpt_cfg_str(cfg, "run.dir"));
+    if (cpt_cfg_int(cfg, "rollout.threads")) omp_set_num_threads((int)cpt_cfg_int(cfg, "rollout.threads"));
+    int rc = -1;
+    const int random_init = !strcmp(cpt_cfg_str(cfg, "model.init"), "random");
+    const char *tp = cpt_cfg_str(cfg, "tokenizer.path");
+    if (!*tp && !random_init) tp = cpt_cfg_str(cfg, "model.path");
+    if (*tp && !(w->tok = cpt_rollout_load_tokenizer(tp, 0, err)) && err->msg[0]) {
+        cpt_err_prefix(err, "tokenizer %s", tp);
+        goto done;
+    }
+    if (!random_init) {
+        if (!(w->m = cpt_rollout_load_model(cpt_cfg_str(cfg, "model.path"), NULL, 0, err))) {
+            cpt_err_prefix(err, "model.path");
+            goto done;
+        }
+        if (make_engine(w, err)) goto done;
+    }
+    if (open_queue(w, err)) goto done;
+    cpt_info("cpt-rollout %s: run %s, %s, %d slots", worker_id, w->conn.run,
+             random_init ? "model from the first weight version" : cpt_cfg_str(cfg, "model.path"),
+             (int)cpt_cfg_int(cfg, "rollout.slots"));
+
+    const double poll_s = cpt_cfg_int(cfg, "rollout.weight_poll_ms") / 1000.0;
+    const double hb_s = cpt_cfg_float(cfg, "rollout.heartbeat_s"), max_wait = cpt_cfg_float(cfg, "rollout.max_wait_weights_s");
+    const double touch_s = w->q->claim_idle_ms / 3000.0;
+    double t_poll = 0, t_hb = 0, t_start = cpt_now();
+    long hb_tokens = 0, hb_steps = 0, hb_slot_steps = 0;
+    for (;;) {
+        double now = cpt_now();
+        int gen = n_generating(w);
+        if (*stop && gen == 0) break;
+        if (now - t_poll >= poll_s) {
+            poll_weights(w);
+            t_poll = now;
+        }
+        if (w->has_want && gen == 0 && load_wanted(w, err)) goto done;
+        if (!w->m) {
+            if (max_wait > 0 && now - t_start > max_wait) {
+                cpt_errf(err, "no weight version announced within rollout.max_wait_weights_s = %g s", max_wait);
+                goto done;
+            }
+            usleep(20000);
+            continue;
+        }
+        if (now - t_hb >= hb_s) {
+            const cpt_engine_stats *es = cpt_engine_get_stats(w->e);
+            double dt = t_hb > 0 ? now - t_hb : 0;
+            long steps = es->decode_steps - hb_steps;
+            heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
+                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_engine_slots(w->e)) : 0);
+            hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
+            t_hb = now;
+        }
+        /* groups waiting for a version: start them once it is here; keep every held group from being reclaimed */
+        int waiting = 0;
+        for (int i = 0; i < w->n_fl; i++) {
+            flight *f = &w->fl[i];
+            if (f->req < 0 && !w->has_want && f->it.prompt.min_version <= w->version) {
+                start_flight(w, i);
+                i = -1; /* start_flight may have dropped it: rescan */
+                waiting = 0;
+                continue;
+            }
+            if (f->req < 0) waiting++;
+            if (now - f->t_touch >= touch_s) {
+                cpt_err terr;
+                if (cpt_queue_touch(w->q, &f->it, &terr)) cpt_warn("cpt-rollout %s: touch: %s", w->me, terr.msg);
+                f->t_touch = now;
+            }
+        }
+        if (!*stop && !w->has_want && !waiting && cpt_engine_waiting(w->e) == 0 &&
+            cpt_engine_active(w->e) < cpt_engine_slots(w->e))
+            take_group(w);
+        else if (cpt_engine_idle(w->e))
+            usleep(20000);
+        if (!cpt_engine_idle(w->e) && cpt_engine_step(w->e, err) < 0) goto done;
+        cpt_gen_result res;
+        while (cpt_engine_take(w->e, &res)) {
+            finish_group(w, &res);
+            cpt_gen_result_free(&res);
+        }
+    }
+    cpt_info("cpt-rollout %s: stopping: %ld groups (%ld completions, %ld tokens), %ld dead, weights v%llu", worker_id,
+             w->st->groups, w->st->completions, w->st->tokens, w->st->dead, (unsigned long long)w->version);
+    rc = 0;
+done:
+    while (w->n_fl) drop_flight(w, w->n_fl - 1); /* unacked: reclaimed by another worker */
+    free(w->fl);
+    cpt_queue_close(w->q);
+    cpt_engine_free(w->e);
+    cpt_model_free(w->m);
+    cpt_tokenizer_free(w->tok);
+    return rc;
+}

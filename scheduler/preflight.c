@@ -1,0 +1,334 @@
+#include "scheduler/preflight.h"
+
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/dataset.h"
+#include "core/fs.h"
+#include "core/safetensors.h"
+#include "core/tokenizer.h"
+#include "model/model.h"
+#include "reward/reward.h"
+
+static void line(cpt_preflight *p, const char *tag, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void line(cpt_preflight *p, const char *tag, const char *what, const char *fmt, ...) {
+    if (!strcmp(tag, "FAIL")) p->problems++;
+    if (!strcmp(tag, "warn")) p->warnings++;
+    if (!p->out) return;
+    fprintf(p->out, "  %-4s  %-10s ", tag, what);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(p->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', p->out);
+}
+
+static int is_online(const char *algo) {
+    return !strcmp(algo, "grpo") || !strcmp(algo, "ppo") || !strcmp(algo, "opd");
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* An HF folder, or a checkpoint step folder (its model/ holds the HF layout). */
+static void model_folder(const char *path, char *out, size_t cap) {
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/model/config.json", path);
+    if (cpt_path_exists(sub)) snprintf(out, cap, "%s/model", path);
+    else snprintf(out, cap, "%s", path);
+}
+
+/* config.json parses and the weights open (headers only: the tensors are mapped, not read). */
+static void check_model_dir(cpt_preflight *p, const char *what, const char *path) {
+    if (!path[0]) {
+        line(p, "FAIL", what, "no path given");
+        return;
+    }
+    if (!is_dir(path)) {
+        line(p, "FAIL", what, "%s: not a folder (expected a Hugging Face model folder or a checkpoint)", path);
+        return;
+    }
+    char dir[4200];
+    model_folder(path, dir, sizeof dir);
+    cpt_model_config mc;
+    cpt_err err;
+    cpt_err_clear(&err);
+    if (cpt_model_config_load(dir, &mc, &err) != 0) {
+        line(p, "FAIL", what, "%s", err.msg);
+        return;
+    }
+    cpt_st_file *st = cpt_st_open(dir, &err);
+    if (!st) {
+        line(p, "FAIL", what, "%s: weights: %s", dir, err.msg);
+        return;
+    }
+    line(p, "ok", what, "%s: %d layers, hidden %d, vocab %d, %zu tensors", dir, mc.num_layers, mc.hidden_size,
+         mc.vocab_size, cpt_st_count(st));
+    cpt_st_close(st);
+}
+
+static void check_model(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    if (!strcmp(cpt_cfg_str(c, "model.init"), "random")) {
+        line(p, "ok", "model", "random %s: %lld layers, hidden %lld", cpt_cfg_str(c, "model.arch"),
+             (long long)cpt_cfg_int(c, "model.num_layers"), (long long)cpt_cfg_int(c, "model.hidden_size"));
+        return;
+    }
+    check_model_dir(p, "model", cpt_cfg_str(c, "model.path"));
+}
+
+static void check_tokenizer(cpt_preflight *p) {
+    const char *path = cpt_cfg_str(p->cfg, "tokenizer.path");
+    char dir[4200];
+    if (!path[0]) {
+        path = cpt_cfg_str(p->cfg, "model.path");
+        if (!path[0]) {
+            line(p, "FAIL", "tokenizer", "neither tokenizer.path nor model.path is set");
+            return;
+        }
+        model_folder(path, dir, sizeof dir);
+        path = dir;
+    }
+    cpt_err err;
+    cpt_err_clear(&err);
+    cpt_tokenizer *tok = cpt_tokenizer_load(path, &err);
+    if (!tok) {
+        line(p, "FAIL", "tokenizer", "%s", err.msg);
+        return;
+    }
+    line(p, "ok", "tokenizer", "%s", path);
+    cpt_tokenizer_free(tok);
+}
+
+/* The formats each method reads. */
+static int format_fits(const char *algo, cpt_data_format f) {
+    if (!strcmp(algo, "sft")) return f == CPT_DATA_PROMPT_COMPLETION || f == CPT_DATA_MESSAGES;
+    if (!strcmp(algo, "dpo")) return f == CPT_DATA_PREFERENCE;
+    return f == CPT_DATA_RL_PROMPT;
+}
+
+static const char *format_wanted(const char *algo) {
+    if (!strcmp(algo, "sft")) return "prompt_completion or messages";
+    if (!strcmp(algo, "dpo")) return "preference";
+    return "rl_prompt";
+}
+
+static void check_data_file(cpt_preflight *p, const char *key, int required) {
+    const char *path = cpt_cfg_str(p->cfg, key);
+    const char *algo = cpt_cfg_str(p->cfg, "algo.type");
+    if (!path[0]) {
+        if (required) line(p, "FAIL", "data", "%s is not set", key);
+        return;
+    }
+    cpt_err err;
+    cpt_err_clear(&err);
+    cpt_dataset *ds = cpt_dataset_load_config(path, p->cfg, &err);
+    if (!ds) {
+        line(p, "FAIL", "data", "%s: %s", key, err.msg);
+        return;
+    }
+    cpt_data_format f = cpt_dataset_format(ds);
+    if (!format_fits(algo, f))
+        line(p, "FAIL", "data", "%s: %s holds %s records; algo.type = %s reads %s", key, path,
+             cpt_data_format_name(f), algo, format_wanted(algo));
+    else if (cpt_dataset_bad_lines(ds))
+        line(p, "warn", "data", "%s: %s: %zu records, %zu bad lines skipped (first: %s)", key, path,
+             cpt_dataset_count(ds), cpt_dataset_bad_lines(ds), cpt_dataset_first_bad(ds));
+    else
+        line(p, "ok", "data", "%s: %s: %zu %s records", key, path, cpt_dataset_count(ds), cpt_data_format_name(f));
+    cpt_dataset_free(ds);
+}
+
+static void check_reward(cpt_preflight *p) {
+    cpt_err err;
+    cpt_err_clear(&err);
+    cpt_reward *r = cpt_reward_from_config(p->cfg, &err);
+    if (!r) {
+        line(p, "FAIL", "reward", "reward.type = %s: %s", cpt_cfg_str(p->cfg, "reward.type"), err.msg);
+        return;
+    }
+    line(p, "ok", "reward", "%s", cpt_reward_name(r));
+    cpt_reward_free(r);
+}
+
+static void check_program(cpt_preflight *p, const char *role, const char *program) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", p->bin_dir ? p->bin_dir : ".", program);
+    if (access(path, X_OK) != 0) line(p, "FAIL", "roles", "%s: program %s is missing (build it)", role, path);
+}
+
+/* The redis-server the launcher will start: $CPT_REDIS_SERVER or /usr/bin/redis-server (queue/redis_server.h). */
+static int find_redis_server(char *out, size_t cap) {
+    const char *env = getenv("CPT_REDIS_SERVER");
+    snprintf(out, cap, "%s", env && *env ? env : "/usr/bin/redis-server");
+    return access(out, X_OK) == 0;
+}
+
+static void check_roles(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    const char *algo = cpt_cfg_str(c, "algo.type");
+    check_program(p, "trainer", "cpt-train");
+    if (!is_online(algo)) {
+        line(p, "ok", "roles", "%s: trainer only", algo);
+        return;
+    }
+    long rollout = (long)cpt_cfg_int(c, "roles.rollout"), reward = (long)cpt_cfg_int(c, "roles.reward");
+    if (rollout < 1) line(p, "FAIL", "roles", "%s needs at least one rollout worker (roles.rollout = 0)", algo);
+    if (reward < 1) line(p, "FAIL", "roles", "%s needs at least one reward worker (roles.reward = 0)", algo);
+    check_program(p, "rollout", "cpt-rollout");
+    check_program(p, "reward", "cpt-reward");
+    if (!strcmp(algo, "opd")) {
+        if (!cpt_cfg_str(c, "teacher.path")[0]) line(p, "FAIL", "roles", "opd needs a teacher: set teacher.path");
+        else check_model_dir(p, "teacher", cpt_cfg_str(c, "teacher.path"));
+    }
+    if (!strcmp(algo, "ppo") && cpt_cfg_str(c, "critic.path")[0]) check_model_dir(p, "critic", cpt_cfg_str(c, "critic.path"));
+    if (cpt_cfg_str(c, "reward.model_path")[0]) check_model_dir(p, "rm", cpt_cfg_str(c, "reward.model_path"));
+    line(p, "ok", "roles", "%s: trainer, %ld rollout, %ld reward%s%s", algo, rollout, reward,
+         !strcmp(algo, "opd") ? ", teacher in the reward workers" : "",
+         cpt_cfg_float(c, "algo.kl_beta") > 0 ? ", reference (kl_beta > 0)" : "");
+    const char *url = cpt_cfg_str(c, "queue.url");
+    if (url[0]) {
+        line(p, "ok", "queue", "%s (not started by cpt)", url);
+    } else {
+        char path[4200];
+        if (find_redis_server(path, sizeof path)) line(p, "ok", "queue", "private redis-server: %s", path);
+        else line(p, "FAIL", "queue", "%s: redis-server not found (apt-get install redis-server, set "
+                  "CPT_REDIS_SERVER, or name a server in queue.url)", path);
+    }
+}
+
+void cpt_preflight_resources(const cpt_config *cfg, cpt_resources *out) {
+    long tasks = (long)cpt_cfg_int(cfg, "slurm.trainer_tasks");
+    out->tasks = tasks;
+    out->cpus = tasks * (long)cpt_cfg_int(cfg, "slurm.trainer_cpus");
+    out->gpus = tasks * (long)cpt_cfg_int(cfg, "slurm.trainer_gpus");
+    if (is_online(cpt_cfg_str(cfg, "algo.type"))) {
+        long rollout = (long)cpt_cfg_int(cfg, "roles.rollout"), reward = (long)cpt_cfg_int(cfg, "roles.reward");
+        out->tasks += rollout + reward;
+        out->cpus += rollout * (long)cpt_cfg_int(cfg, "slurm.rollout_cpus") +
+                     reward * (long)cpt_cfg_int(cfg, "slurm.reward_cpus");
+        out->gpus += rollout * (long)cpt_cfg_int(cfg, "slurm.rollout_gpus");
+    }
+}
+
+/* "8", "8(x2),4": CPUs summed over nodes. */
+static long parse_cpus_per_node(const char *s) {
+    long total = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s) return -1;
+        long times = 1;
+        if (!strncmp(end, "(x", 2)) {
+            times = strtol(end + 2, &end, 10);
+            if (*end != ')') return -1;
+            end++;
+        }
+        total += v * times;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        s = end;
+    }
+    return total;
+}
+
+/* "2", "a100:2", "0,1,3" (a list of ids): a count. */
+static long parse_gpus(const char *s, int id_list) {
+    if (id_list) {
+        long n = 1;
+        for (const char *c = s; *c; c++) n += *c == ',';
+        return *s ? n : 0;
+    }
+    const char *colon = strrchr(s, ':');
+    char *end;
+    long v = strtol(colon ? colon + 1 : s, &end, 10);
+    return *end ? -1 : v;
+}
+
+void cpt_preflight_slurm_alloc(cpt_resources *out) {
+    out->cpus = out->gpus = out->tasks = -1;
+    const char *v;
+    long nodes = (v = getenv("SLURM_JOB_NUM_NODES")) ? atol(v) : 1;
+    if (nodes < 1) nodes = 1;
+    if ((v = getenv("SLURM_JOB_CPUS_PER_NODE"))) out->cpus = parse_cpus_per_node(v);
+    else if ((v = getenv("SLURM_CPUS_ON_NODE"))) out->cpus = atol(v) * nodes;
+    if ((v = getenv("SLURM_GPUS_ON_NODE"))) out->gpus = atol(v) * nodes;
+    else if ((v = getenv("SLURM_GPUS"))) out->gpus = parse_gpus(v, 0);
+    else if ((v = getenv("SLURM_JOB_GPUS"))) out->gpus = parse_gpus(v, 1);
+    else if ((v = getenv("SLURM_STEP_GPUS"))) out->gpus = parse_gpus(v, 1);
+    else out->gpus = 0; /* an allocation without GPUs says nothing about them */
+    if ((v = getenv("SLURM_NTASKS"))) out->tasks = atol(v);
+}
+
+static long local_gpus(void) {
+    long n = 0;
+    DIR *d = opendir("/dev");
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *s = e->d_name;
+        if (!strncmp(s, "nvidia", 6) && s[6] >= '0' && s[6] <= '9') n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void check_resources(cpt_preflight *p) {
+    cpt_resources need, have;
+    cpt_preflight_resources(p->cfg, &need);
+    if (p->slurm) {
+        cpt_preflight_slurm_alloc(&have);
+        if (have.cpus < 0) {
+            line(p, "warn", "resources", "the allocation's CPUs are unknown (no SLURM_CPUS_ON_NODE); roles ask %ld", need.cpus);
+        } else if (need.cpus > have.cpus) {
+            line(p, "FAIL", "resources", "the roles ask %ld CPUs (slurm.*_cpus x roles), the allocation has %ld: "
+                 "raise --cpus-per-task/--ntasks in the sbatch script or lower slurm.*_cpus / roles.*",
+                 need.cpus, have.cpus);
+        }
+        if (need.gpus > have.gpus)
+            line(p, "FAIL", "resources", "the roles ask %ld GPUs (slurm.*_gpus x roles), the allocation has %ld: "
+                 "raise --gres=gpu:N in the sbatch script or lower slurm.trainer_gpus / slurm.rollout_gpus",
+                 need.gpus, have.gpus);
+        if (need.cpus <= have.cpus && need.gpus <= have.gpus)
+            line(p, "ok", "resources", "roles ask %ld CPUs, %ld GPUs; the allocation has %ld CPUs, %ld GPUs",
+                 need.cpus, need.gpus, have.cpus, have.gpus);
+        return;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), gpus = local_gpus();
+    if (need.gpus > gpus)
+        line(p, "FAIL", "resources", "the roles ask %ld GPUs (slurm.*_gpus), this machine has %ld", need.gpus, gpus);
+    else if (need.cpus > cpus)
+        /* Local processes share the cores; slower, not wrong. */
+        line(p, "warn", "resources", "the roles ask %ld CPUs, this machine has %ld: they will share cores",
+             need.cpus, cpus);
+    else
+        line(p, "ok", "resources", "roles ask %ld CPUs, %ld GPUs; this machine has %ld CPUs, %ld GPUs", need.cpus,
+             need.gpus, cpus, gpus);
+}
+
+int cpt_preflight_run(cpt_preflight *p) {
+    p->problems = p->warnings = 0;
+    const cpt_config *c = p->cfg;
+    const char *algo = cpt_cfg_str(c, "algo.type");
+    line(p, "ok", "config", "algo.type = %s, run.name = %s, run.dir = %s", algo, cpt_cfg_str(c, "run.name"),
+         cpt_cfg_str(c, "run.dir"));
+    check_model(p);
+    check_tokenizer(p);
+    check_data_file(p, "data.train", 1);
+    check_data_file(p, "data.eval", 0);
+    if (is_online(algo)) {
+        check_data_file(p, "validation.data", 0);
+        check_reward(p);
+    }
+    check_roles(p);
+    check_resources(p);
+    return p->problems;
+}

@@ -1,0 +1,241 @@
+/* cpt-rollout against a real redis-server:
+ *  - prompt groups in, rollout groups out, tagged with the weight version announced (v1, then v2); the recorded
+ *    logprobs equal a forward pass of that version's weights (so the tag is the truth); a group whose min_version
+ *    is above the weights held waits until a new enough version is published;
+ *  - heartbeats land in the workers hash; SIGTERM drains and exits 0;
+ *  - a worker killed with -9 mid-group: the group is reclaimed after claim_idle_ms and completed by another. */
+#include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "tests/check.h"
+#include "tests/integration/redis_helper.h"
+#include "trainer/weights_pub.h"
+
+#define RUN "rt"
+static test_redis T;
+static char CONFIG[256];
+
+static cpt_model_config tiny_cfg(void) {
+    cpt_model_config c = {0};
+    c.arch = CPT_ARCH_QWEN2;
+    c.vocab_size = 64, c.hidden_size = 32, c.intermediate_size = 64, c.num_layers = 2;
+    c.num_heads = 2, c.num_kv_heads = 1, c.head_dim = 16;
+    c.rms_norm_eps = 1e-6f, c.rope_theta = 10000.0f, c.tie_word_embeddings = 1, c.qkv_bias = 1;
+    c.max_position_embeddings = 8192, c.bos_token_id = -1, c.eos_token_id = -1;
+    return c;
+}
+
+static pid_t start_worker(const char *id, const char *extra) {
+    char log[300];
+    snprintf(log, sizeof log, "%s/%s.log", T.dir, id);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        setenv("CPT_RUN", T.dir, 1);
+        char exe[512];
+        snprintf(exe, sizeof exe, "%s/cpt-rollout", getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build");
+        if (extra) execl(exe, "cpt-rollout", CONFIG, "--worker-id", id, extra, (char *)NULL);
+        else execl(exe, "cpt-rollout", CONFIG, "--worker-id", id, (char *)NULL);
+        perror("exec cpt-rollout");
+        _exit(127);
+    }
+    return pid;
+}
+
+static void add_group(cpt_queue *q, uint64_t index, uint64_t min_version, int G, int max_new, int n_prompt) {
+    int32_t prompt[64];
+    for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((index * 7 + (uint64_t)i * 3) % 64);
+    cpt_prompt_group g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.run, sizeof g.run, RUN);
+    g.id = (cpt_group_id){0, index};
+    g.n_prompt = (uint32_t)n_prompt;
+    g.prompt = prompt;
+    g.n_samples = (uint32_t)G;
+    g.sampling = (cpt_sampling){.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = (uint32_t)max_new, .seed = index};
+    g.min_version = min_version;
+    cpt_buf b;
+    cpt_err err;
+    CHECK_MSG(cpt_prompt_group_encode(&g, &b, &err) == 0, "%s", err.msg);
+    CHECK_MSG(cpt_queue_add(q, CPT_STREAM_PROMPTS, b.data, b.len, NULL, &err) == 0, "%s", err.msg);
+    cpt_buf_free(&b);
+}
+
+static void publish(cpt_queue *q, uint64_t version, cpt_model **keep) {
+    cpt_model_config c = tiny_cfg();
+    cpt_err err;
+    cpt_model *m = cpt_model_new_random(&c, 100 + version, &err);
+    cpt_weights_msg w;
+    CHECK_MSG(cpt_weights_write(m, T.dir, RUN, version, &w, &err) == 0, "%s", err.msg);
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+    *keep = m;
+}
+
+/* Worst gap between the group's behaviour logprobs and a forward pass of m. */
+static double logprob_gap(cpt_model *m, const cpt_rollout_group *g) {
+    double worst = 0;
+    for (uint32_t k = 0; k < g->n_completions; k++) {
+        const cpt_completion *c = &g->completions[k];
+        int n = (int)(g->n_prompt + c->n_tokens);
+        int32_t *tok = malloc(sizeof(int32_t) * n), *tgt = malloc(sizeof(int32_t) * n), st[2] = {0, n};
+        float *lp = malloc(sizeof(float) * n);
+        memcpy(tok, g->prompt, sizeof(int32_t) * g->n_prompt);
+        memcpy(tok + g->n_prompt, c->tokens, sizeof(int32_t) * c->n_tokens);
+        for (int i = 0; i < n; i++) tgt[i] = i + 1 < n ? tok[i + 1] : -1;
+        cpt_batch b = {n, 1, tok, st, tgt};
+        cpt_forward_out out = {.logprobs = lp};
+        cpt_err err;
+        if (cpt_model_forward(m, &b, &out, 0, &err)) worst = 1e9;
+        for (uint32_t i = 0; i < c->n_tokens; i++)
+            worst = fmax(worst, fabs((double)c->logprobs[i] - lp[g->n_prompt - 1 + i]));
+        free(tok), free(tgt), free(lp);
+    }
+    return worst;
+}
+
+/* Reads one rollout group within timeout_s; 1 if found. */
+static int next_rollout(cpt_queue *q, cpt_queue_item *it, double timeout_s) {
+    double t0 = cpt_now();
+    cpt_err err;
+    while (cpt_now() - t0 < timeout_s) {
+        int got = cpt_queue_next(q, CPT_STREAM_ROLLOUTS, "check", "checker", it, &err);
+        if (got == 1) {
+            cpt_queue_done(q, it, &err);
+            return 1;
+        }
+        if (got < 0) fprintf(stderr, "reading rollouts: %s\n", err.msg);
+    }
+    return 0;
+}
+
+static int wait_exit(pid_t pid, double timeout_s, int *status) {
+    double t0 = cpt_now();
+    while (cpt_now() - t0 < timeout_s) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static void versions_and_drain(cpt_queue *q) {
+    cpt_model *v1 = NULL, *v2 = NULL, *v3 = NULL;
+    publish(q, 1, &v1);
+    for (uint64_t i = 0; i < 3; i++) add_group(q, i, 1, 3, 8, 5 + (int)i);
+    pid_t w = start_worker("w1", NULL);
+    cpt_queue_item it;
+    int got = 0;
+    for (int k = 0; k < 3 && next_rollout(q, &it, 30); k++, got++) {
+        CHECK_EQ_INT(it.rollout.weight_version, 1);
+        CHECK_EQ_INT(it.rollout.n_completions, 3);
+        CHECK_EQ_STR(it.rollout.worker, "w1");
+        CHECK_EQ_INT(it.rollout.n_prompt, 5 + it.rollout.id.index);
+        for (uint32_t c = 0; c < it.rollout.n_completions; c++) {
+            CHECK_EQ_INT(it.rollout.completions[c].n_tokens, 8);
+            CHECK_EQ_INT(it.rollout.completions[c].finish, CPT_FINISH_LENGTH);
+        }
+        double gap = logprob_gap(v1, &it.rollout);
+        CHECK_MSG(gap < 1e-4, "v1 group %llu: logprob gap %g", (unsigned long long)it.rollout.id.index, gap);
+        cpt_queue_item_free(&it);
+    }
+    CHECK_EQ_INT(got, 3);
+
+    /* v2: groups that need it are answered by it */
+    publish(q, 2, &v2);
+    add_group(q, 10, 2, 2, 6, 4);
+    add_group(q, 11, 2, 2, 6, 4);
+    for (got = 0; got < 2 && next_rollout(q, &it, 30); got++) {
+        CHECK_EQ_INT(it.rollout.weight_version, 2);
+        double gap = logprob_gap(v2, &it.rollout);
+        CHECK_MSG(gap < 1e-4, "v2 group: logprob gap %g (v1 would give %g)", gap, logprob_gap(v1, &it.rollout));
+        cpt_queue_item_free(&it);
+    }
+    CHECK_EQ_INT(got, 2);
+
+    /* min_version 3 waits for v3 */
+    add_group(q, 20, 3, 2, 6, 4);
+    CHECK(!next_rollout(q, &it, 1.5));
+    publish(q, 3, &v3);
+    CHECK(next_rollout(q, &it, 30));
+    CHECK_EQ_INT(it.rollout.id.index, 20);
+    CHECK_EQ_INT(it.rollout.weight_version, 3);
+    CHECK(logprob_gap(v3, &it.rollout) < 1e-4);
+    cpt_queue_item_free(&it);
+
+    /* heartbeat in the workers hash */
+    const char *hget[] = {"HEXISTS", cpt_queue_key(q, CPT_HASH_WORKERS), "w1"};
+    CHECK_EQ_INT(test_int(q, 3, hget), 1);
+
+    /* SIGTERM while a long group is in flight: it is finished and forwarded, then exit 0 */
+    add_group(q, 30, 3, 2, 400, 4);
+    while (test_pending(q, CPT_STREAM_PROMPTS, "rollout") < 1) usleep(2000);
+    kill(w, SIGTERM);
+    int status = 0;
+    CHECK(wait_exit(w, 30, &status));
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    CHECK(next_rollout(q, &it, 5));
+    CHECK_EQ_INT(it.rollout.id.index, 30);
+    CHECK_EQ_INT(it.rollout.completions[0].n_tokens, 400);
+    cpt_queue_item_free(&it);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    cpt_model_free(v1), cpt_model_free(v2), cpt_model_free(v3);
+}
+
+static void killed_mid_group(cpt_queue *q) {
+    /* a long group: 4 samples x 3000 tokens on one thread */
+    long long before = test_xlen(q, CPT_STREAM_ROLLOUTS);
+    add_group(q, 40, 0, 4, 3000, 8);
+    pid_t a = start_worker("w2", NULL);
+    double t0 = cpt_now();
+    while (test_pending(q, CPT_STREAM_PROMPTS, "rollout") < 1 && cpt_now() - t0 < 30) usleep(1000);
+    usleep(100000);
+    kill(a, SIGKILL);
+    int status;
+    waitpid(a, &status, 0);
+    CHECK_MSG(test_xlen(q, CPT_STREAM_ROLLOUTS) == before, "the group finished before the kill: no test");
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 1);
+    pid_t b = start_worker("w3", NULL);
+    cpt_queue_item it;
+    CHECK(next_rollout(q, &it, 60));
+    CHECK_EQ_INT(it.rollout.id.index, 40);
+    CHECK_EQ_STR(it.rollout.worker, "w3");
+    CHECK_EQ_INT(it.rollout.n_completions, 4);
+    CHECK_EQ_INT(it.rollout.completions[3].n_tokens, 3000);
+    CHECK_EQ_INT(it.rollout.weight_version, 3);
+    cpt_queue_item_free(&it);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    kill(b, SIGTERM);
+    CHECK(wait_exit(b, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(void) {
+    test_redis_start(&T, "no");
+    cpt_err err;
+    cpt_model_config c = tiny_cfg();
+    cpt_model *base = cpt_model_new_random(&c, 1, &err);
+    char base_dir[300];
+    snprintf(base_dir, sizeof base_dir, "%s/base", T.dir);
+    CHECK_MSG(cpt_model_save_hf(base, base_dir, 0, &err) == 0, "%s", err.msg);
+    cpt_model_free(base);
+    snprintf(CONFIG, sizeof CONFIG, "%s/config.toml", T.dir);
+    FILE *f = fopen(CONFIG, "w");
+    fprintf(f,
+            "[run]\nname = \"%s\"\ndir = \"%s\"\n[model]\npath = \"%s\"\n"
+            "[queue]\nurl = \"%s\"\nclaim_idle_ms = 1000\nblock_ms = 100\n"
+            "[rollout]\nslots = 4\nweight_poll_ms = 50\nheartbeat_s = 0.2\nstop_on_eos = false\nthreads = 1\n",
+            RUN, T.dir, base_dir, T.srv.url);
+    fclose(f);
+    cpt_queue *q = test_queue_open(&T, RUN, 1000, 1000);
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_ROLLOUTS, "check", &err), 0);
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_PROMPTS, "rollout", &err), 0);
+    versions_and_drain(q);
+    killed_mid_group(q);
+    cpt_queue_close(q);
+    int rc = check_summary("test_rollout_worker");
+    if (!rc) test_redis_stop(&T);
+    else fprintf(stderr, "logs kept in %s\n", T.dir);
+    return rc;
+}

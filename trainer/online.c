@@ -1,0 +1,578 @@
+#include "trainer/online.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/chat_template.h"
+#include "core/dataset.h"
+#include "core/fs.h"
+#include "core/metrics.h"
+#include "core/tokenizer.h"
+#include "queue/stream.h"
+#include "trainer/checkpoint.h"
+#include "trainer/online_book.h"
+#include "trainer/online_step.h"
+#include "trainer/rl_data.h"
+#include "trainer/sft.h"
+#include "trainer/weights_pub.h"
+
+#define EXIT_STOPPED 3 /* = CPT_EXIT_STOPPED (scheduler/launcher.h) = CPT_TRAIN_EXIT_INTERRUPTED */
+
+int cpt_online_is_online(const char *t) { return !strcmp(t, "grpo") || !strcmp(t, "ppo") || !strcmp(t, "opd"); }
+
+typedef struct online_ctx {
+    const cpt_config *cfg;
+    const char *run_dir, *run;
+    volatile sig_atomic_t *stop;
+    cpt_objective_config oc;
+    int sync;
+    int64_t max_staleness, groups_per_step, total_steps;
+    char tok_path[CPT_CKPT_PATH_MAX];
+    cpt_tokenizer *tok;
+    cpt_chat_template tpl;
+    int have_tpl;
+    int32_t stop_ids[4];
+    int n_stop;
+    cpt_dataset *ds;
+    cpt_data_order order;
+    cpt_model *policy, *ref, *critic;
+    cpt_online_learner L;
+    cpt_queue *q;
+    cpt_online_book book;
+    cpt_queue_item *held; /* accepted scored groups waiting to be trained on */
+    size_t n_held, cap_held;
+    cpt_rl_batch batch;
+    cpt_metrics *metrics;
+    cpt_train_state st;
+    int64_t last_saved_step;
+    char *config_text;
+    long dynamic_dropped, queue_dup_base;
+    double wait_s;
+} online_ctx;
+
+/* ---------------- setup ---------------- */
+
+static void add_stop(online_ctx *c, int32_t id) {
+    if (id < 0 || c->n_stop == 4) return;
+    for (int i = 0; i < c->n_stop; i++)
+        if (c->stop_ids[i] == id) return;
+    c->stop_ids[c->n_stop++] = id;
+}
+
+static int setup_data(online_ctx *c, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
+    const char *tp = cpt_cfg_str(cfg, "tokenizer.path");
+    if (!*tp) tp = cpt_cfg_str(cfg, "model.path");
+    if (!*tp) return cpt_errf(err, "tokenizer.path is empty and there is no model.path to take it from");
+    snprintf(c->tok_path, sizeof c->tok_path, "%s", tp);
+    c->tok = cpt_tokenizer_load(tp, err);
+    if (!c->tok) return cpt_err_prefix(err, "tokenizer %s", tp);
+    const char *tn = cpt_cfg_str(cfg, "data.chat_template");
+    if (strcmp(tn, "none")) {
+        if (cpt_chat_template_load(tp, tn, &c->tpl, err)) return cpt_err_prefix(err, "data.chat_template");
+        c->have_tpl = 1;
+    }
+    add_stop(c, cpt_tokenizer_eos_id(c->tok));
+    add_stop(c, cpt_tokenizer_token_id(c->tok, "<|im_end|>"));
+    add_stop(c, cpt_tokenizer_token_id(c->tok, "<|eot_id|>"));
+    add_stop(c, cpt_tokenizer_token_id(c->tok, "<|endoftext|>"));
+    const char *train = cpt_cfg_str(cfg, "data.train");
+    if (!*train) return cpt_errf(err, "data.train is empty (an rl_prompt JSONL file)");
+    c->ds = cpt_dataset_load_config(train, cfg, err);
+    if (!c->ds) return -1;
+    if (cpt_dataset_format(c->ds) != CPT_DATA_RL_PROMPT)
+        return cpt_errf(err, "%s: online training needs rl_prompt records ({\"prompt\", \"answer\"}), not %s", train,
+                        cpt_data_format_name(cpt_dataset_format(c->ds)));
+    return cpt_data_order_init(&c->order, cpt_dataset_count(c->ds), (uint64_t)cpt_cfg_int(cfg, "run.seed"),
+                               cpt_cfg_bool(cfg, "data.shuffle"), err);
+}
+
+static int setup_models(online_ctx *c, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
+    int V = cpt_tokenizer_vocab_size(c->tok), bos = cpt_tokenizer_bos_id(c->tok), eos = cpt_tokenizer_eos_id(c->tok);
+    c->policy = cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+    if (!c->policy) return -1;
+    if (cpt_model_cfg(c->policy)->vocab_size < V)
+        return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
+                        cpt_model_cfg(c->policy)->vocab_size, V);
+    if (cpt_objective_needs_ref(&c->oc)) {
+        /* The reference is the initial policy, frozen: loaded again from the config, never from a checkpoint. */
+        c->ref = cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+        if (!c->ref) return cpt_err_prefix(err, "reference model");
+    }
+    if (c->oc.type == CPT_OBJ_PPO) {
+        const char *cp = cpt_cfg_str(cfg, "critic.path");
+        c->critic = *cp ? cpt_model_load(cp, err) : cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+        if (!c->critic) return cpt_err_prefix(err, "critic %s", *cp ? cp : "(the policy's initial weights)");
+        if (!cpt_model_has_value_head(c->critic) &&
+            cpt_model_add_value_head(c->critic, (uint64_t)cpt_cfg_int(cfg, "run.seed") + 17, err))
+            return -1;
+    }
+    return cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err);
+}
+
+static int open_queue(online_ctx *c, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
+    char url[1024];
+    snprintf(url, sizeof url, "%s", cpt_cfg_str(cfg, "queue.url"));
+    if (!url[0]) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/queue.json", c->run_dir);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        const char *u = j ? json_string_value(json_object_get(j, "url")) : NULL;
+        if (u) snprintf(url, sizeof url, "%s", u);
+        json_decref(j);
+        if (!u) return cpt_errf(err, "%s: no queue URL (set queue.url, or start the run with `cpt run`)", path);
+    }
+    cpt_queue_opts o = {
+        .url = url,
+        .password_file = cpt_cfg_str(cfg, "queue.password_file"),
+        .run = c->run,
+        .max_len = cpt_cfg_int(cfg, "queue.max_len"),
+        .claim_idle_ms = (int)cpt_cfg_int(cfg, "queue.claim_idle_ms"),
+        .block_ms = (int)cpt_cfg_int(cfg, "queue.block_ms"),
+        .max_deliveries = (int)cpt_cfg_int(cfg, "queue.max_deliveries"),
+        .read_count = 16,
+        .stop = c->stop,
+    };
+    c->q = cpt_queue_open(&o, err);
+    if (!c->q) return -1;
+    /* Creating the downstream groups here too means prompts issued before the first worker starts are kept. */
+    if (cpt_queue_create_group(c->q, CPT_STREAM_PROMPTS, "rollout", err) ||
+        cpt_queue_create_group(c->q, CPT_STREAM_ROLLOUTS, "reward", err) ||
+        cpt_queue_create_group(c->q, CPT_STREAM_SCORED, "trainer", err))
+        return -1;
+    return 0;
+}
+
+/* ---------------- checkpoints ---------------- */
+
+static void critic_run_dir(online_ctx *c, char *out, size_t cap) { snprintf(out, cap, "%s/critic", c->run_dir); }
+
+static int save_checkpoint(online_ctx *c, cpt_err *err) {
+    free(c->st.outstanding);
+    c->st.outstanding = NULL;
+    if (cpt_book_outstanding(&c->book, &c->st.outstanding, &c->st.n_outstanding, err)) return -1;
+    c->st.data_epoch = (int64_t)c->book.next_epoch;
+    c->st.data_index = (int64_t)c->book.next_index;
+    int keep = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last");
+    char dir[CPT_CKPT_PATH_MAX + 64];
+    if (c->critic) {
+        /* The critic first: the policy's `latest` is the commit point, and resume loads the critic of that step. */
+        char cdir[CPT_CKPT_PATH_MAX];
+        critic_run_dir(c, cdir, sizeof cdir);
+        cpt_ckpt_save_args a = {.run_dir = cdir, .model = c->critic, .opt = c->L.copt, .state = &c->st,
+                                .keep_last = keep};
+        if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return cpt_err_prefix(err, "critic checkpoint");
+    }
+    cpt_ckpt_save_args a = {
+        .run_dir = c->run_dir,
+        .model = c->policy,
+        .opt = c->L.opt,
+        .state = &c->st,
+        .tokenizer_path = c->tok_path,
+        .config_text = c->config_text,
+        .keep_last = keep,
+    };
+    if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
+    c->last_saved_step = c->st.step;
+    cpt_info("online: checkpoint %s (version %" PRId64 ", %zu groups outstanding)", dir, c->st.weight_version,
+             c->st.n_outstanding);
+    return 0;
+}
+
+static int resume(online_ctx *c, cpt_err *err) {
+    c->last_saved_step = -1;
+    uint64_t hash = cpt_config_hash(c->cfg);
+    char ckpt[CPT_CKPT_PATH_MAX];
+    int found = cpt_cfg_bool(c->cfg, "train.resume") ? cpt_ckpt_find_latest(c->run_dir, ckpt, sizeof ckpt, err) : 0;
+    if (found < 0) return cpt_err_prefix(err, "resume");
+    if (found) {
+        if (cpt_ckpt_load(ckpt, c->policy, c->L.opt, &c->st, err)) return -1;
+        if (c->critic) {
+            char cdir[CPT_CKPT_PATH_MAX], cstep[CPT_CKPT_PATH_MAX + 64];
+            critic_run_dir(c, cdir, sizeof cdir);
+            snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, c->st.step);
+            cpt_train_state cst;
+            memset(&cst, 0, sizeof cst);
+            int rc = cpt_ckpt_load(cstep, c->critic, c->L.copt, &cst, err);
+            cpt_train_state_free(&cst);
+            if (rc) return cpt_err_prefix(err, "resume: the critic of step %" PRId64, c->st.step);
+        }
+        if (c->st.config_hash != hash)
+            cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
+        c->last_saved_step = c->st.step;
+        cpt_info("online: resumed from %s at step %" PRId64 ", version %" PRId64 ", cursor (%" PRId64 ", %" PRId64
+                 "), %zu groups to issue again",
+                 ckpt, c->st.step, c->st.weight_version, c->st.data_epoch, c->st.data_index, c->st.n_outstanding);
+    }
+    c->st.config_hash = hash;
+    cpt_data_cursor cur = {(uint64_t)c->st.data_epoch, (uint64_t)c->st.data_index};
+    if (cpt_data_order_seek(&c->order, cur, err)) return cpt_err_prefix(err, "resume: data cursor");
+    cpt_book_init(&c->book, cur.epoch, cur.index);
+    return cpt_book_restore(&c->book, c->st.outstanding, c->st.n_outstanding, err);
+}
+
+/* ---------------- weights ---------------- */
+
+static int publish(online_ctx *c, double *secs, cpt_err *err) {
+    double t0 = cpt_now();
+    cpt_weights_msg w;
+    uint64_t v = (uint64_t)c->st.weight_version;
+    if (cpt_weights_write(c->policy, c->run_dir, c->run, v, &w, err)) return -1;
+    if (cpt_queue_publish_weights(c->q, &w, err)) return cpt_err_prefix(err, "announcing weights v%" PRIu64, v);
+    if (cpt_weights_prune(c->run_dir, v, (int)cpt_cfg_int(c->cfg, "online.keep_weight_versions"), err) < 0) return -1;
+    if (secs) *secs = cpt_now() - t0;
+    return 0;
+}
+
+/* ---------------- issuing ---------------- */
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int issue_one(online_ctx *c, cpt_book_entry *e, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
+    cpt_group_id base = e->id;
+    size_t ri = cpt_data_order_at(&c->order, base.epoch, base.index);
+    const cpt_record *r = cpt_dataset_get(c->ds, ri);
+    if (!r) return cpt_errf(err, "group (%" PRIu64 ", %" PRIu64 "): no record %zu", base.epoch, base.index, ri);
+    int64_t version = c->st.weight_version;
+    int64_t minv = c->sync ? version : version - c->max_staleness;
+    cpt_prompt_group pg;
+    memset(&pg, 0, sizeof pg);
+    size_t n = 0;
+    if (cpt_rl_prompt_ids(c->have_tpl ? &c->tpl : NULL, c->tok, r, &pg.prompt, &n, err))
+        return cpt_err_prefix(err, "%s", cpt_dataset_path(c->ds));
+    pg.extra = cpt_rl_extra_json(r, err);
+    if (!pg.extra) {
+        free(pg.prompt);
+        return cpt_err_prefix(err, "%s", cpt_dataset_path(c->ds));
+    }
+    snprintf(pg.run, sizeof pg.run, "%s", c->run);
+    pg.id = cpt_book_mark_issued(&c->book, e, version);
+    pg.n_prompt = (uint32_t)n;
+    pg.n_samples = (uint32_t)cpt_cfg_int(cfg, "rollout.group_size");
+    pg.sampling.temperature = (float)cpt_cfg_float(cfg, "sampling.temperature");
+    pg.sampling.top_p = (float)cpt_cfg_float(cfg, "sampling.top_p");
+    pg.sampling.top_k = (int32_t)cpt_cfg_int(cfg, "sampling.top_k");
+    pg.sampling.min_p = (float)cpt_cfg_float(cfg, "sampling.min_p");
+    pg.sampling.max_new_tokens = (uint32_t)cpt_cfg_int(cfg, "sampling.max_new_tokens");
+    /* The same prompt gets the same seed on every attempt: a sync run is reproducible. */
+    pg.sampling.seed = mix64((uint64_t)cpt_cfg_int(cfg, "run.seed") ^ mix64(base.epoch * 0x9e3779b97f4a7c15ULL + base.index));
+    pg.sampling.n_stop_ids = (uint32_t)c->n_stop;
+    pg.sampling.stop_ids = c->stop_ids;
+    pg.min_version = minv > 0 ? (uint64_t)minv : 0;
+    cpt_buf buf = {0};
+    int rc = cpt_prompt_group_encode(&pg, &buf, err);
+    if (!rc) rc = cpt_queue_add(c->q, CPT_STREAM_PROMPTS, buf.data, buf.len, NULL, err);
+    cpt_buf_free(&buf);
+    free(pg.prompt);
+    free(pg.extra);
+    return rc;
+}
+
+/* Keeps the pipeline full: sync, exactly the next step's groups; async, up to groups_per_step * (max_staleness + 1)
+ * outstanding. New ids come from the data cursor; groups sent back (stale, resumed) go out again first. */
+static int issue(online_ctx *c, cpt_err *err) {
+    size_t want = c->sync ? (size_t)c->groups_per_step : (size_t)(c->groups_per_step * (c->max_staleness + 1));
+    while (c->book.n < want) {
+        cpt_data_cursor cur = cpt_data_order_tell(&c->order);
+        cpt_group_id id = {cur.epoch, cur.index};
+        (void)cpt_data_order_next(&c->order);
+        if (cpt_book_add_new(&c->book, id, err)) return -1;
+    }
+    cpt_book_entry *e;
+    while ((e = cpt_book_next_to_issue(&c->book)))
+        if (issue_one(c, e, err)) return -1;
+    return 0;
+}
+
+/* ---------------- receiving ---------------- */
+
+static int hold(online_ctx *c, cpt_queue_item *it, cpt_err *err) {
+    if (c->n_held == c->cap_held) {
+        size_t cap = c->cap_held ? c->cap_held * 2 : 16;
+        cpt_queue_item *h = realloc(c->held, cap * sizeof *h);
+        if (!h) return cpt_errf(err, "out of memory");
+        c->held = h;
+        c->cap_held = cap;
+    }
+    c->held[c->n_held++] = *it;
+    memset(it, 0, sizeof *it);
+    return 0;
+}
+
+static int all_tied(const cpt_rollout_group *g) {
+    for (uint32_t k = 1; k < g->n_completions; k++)
+        if (g->rewards[k] != g->rewards[0]) return 0;
+    return 1;
+}
+
+/* Takes scored groups until groups_per_step usable ones are held (or a stop, or one read times out: returns so the
+ * caller can issue and check the stop flag). */
+static int receive(online_ctx *c, cpt_err *err) {
+    const char *consumer = cpt_cfg_str(c->cfg, "online.consumer");
+    double t0 = cpt_now();
+    while (c->n_held < (size_t)c->groups_per_step) {
+        if (c->stop && *c->stop) break;
+        cpt_queue_item it;
+        int rc = cpt_queue_next(c->q, CPT_STREAM_SCORED, "trainer", consumer, &it, err);
+        if (rc < 0) {
+            if (c->stop && *c->stop) break;
+            return -1;
+        }
+        if (rc == 0) break;
+        cpt_group_id base = cpt_online_base_id(it.rollout.id);
+        cpt_book_verdict v = cpt_book_receive(&c->book, it.rollout.id, it.rollout.weight_version,
+                                              c->st.weight_version, c->sync ? 0 : c->max_staleness);
+        int r = 0;
+        if (v == CPT_BOOK_ACCEPT && c->oc.dynamic_sampling && all_tied(&it.rollout)) {
+            /* DAPO: a group whose rewards all tie has no signal; it is consumed, not trained, not re-issued. */
+            c->dynamic_dropped++;
+            r = cpt_book_trained(&c->book, base, err);
+            c->book.trained--;
+            if (!r) r = cpt_queue_done(c->q, &it, err);
+        } else if (v == CPT_BOOK_ACCEPT) {
+            r = hold(c, &it, err);
+        } else if (v == CPT_BOOK_DUPLICATE) {
+            r = cpt_queue_done(c->q, &it, err);
+        } else {
+            if (v == CPT_BOOK_STALE)
+                cpt_info("online: group (%" PRIu64 ", %" PRIu64 ") from version %" PRIu64 " is stale at version %" PRId64
+                         ": issued again",
+                         base.epoch, base.index, it.rollout.weight_version, c->st.weight_version);
+            else
+                cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") was never issued by this run: dropped", base.epoch,
+                         base.index);
+            /* a plain ack: the id must stay open for its next attempt */
+            r = cpt_queue_ack(c->q, CPT_STREAM_SCORED, "trainer", it.msg.id, err);
+        }
+        cpt_queue_item_free(&it);
+        if (r) return -1;
+        if (v == CPT_BOOK_STALE && issue(c, err)) return -1;
+    }
+    c->wait_s += cpt_now() - t0;
+    return 0;
+}
+
+static int cmp_held(const void *a, const void *b) {
+    cpt_group_id x = cpt_online_base_id(((const cpt_queue_item *)a)->rollout.id);
+    cpt_group_id y = cpt_online_base_id(((const cpt_queue_item *)b)->rollout.id);
+    if (x.epoch != y.epoch) return x.epoch < y.epoch ? -1 : 1;
+    return x.index < y.index ? -1 : x.index > y.index;
+}
+
+/* Drops held groups that became stale while waiting (async); returns how many. */
+static int drop_stale_held(online_ctx *c, cpt_err *err) {
+    int dropped = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_held; i++) {
+        cpt_queue_item *it = &c->held[i];
+        if (!c->sync && (int64_t)it->rollout.weight_version + c->max_staleness < c->st.weight_version) {
+            cpt_book_drop_stale(&c->book, cpt_online_base_id(it->rollout.id));
+            int r = cpt_queue_ack(c->q, CPT_STREAM_SCORED, "trainer", it->msg.id, err);
+            cpt_queue_item_free(it);
+            if (r) return -1;
+            dropped++;
+        } else {
+            c->held[k++] = *it;
+        }
+    }
+    c->n_held = k;
+    return dropped;
+}
+
+/* ---------------- one step ---------------- */
+
+static void fmt_duration(double s, char *buf, size_t cap) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, cap, "%lds", t);
+}
+
+static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err *err) {
+    size_t n = (size_t)c->groups_per_step;
+    qsort(c->held, c->n_held, sizeof *c->held, cmp_held);
+    cpt_rl_batch_reset(&c->batch);
+    const cpt_model_config *mc = cpt_model_cfg(c->policy);
+    int max_len = (int)cpt_cfg_int(c->cfg, "train.max_seq_len");
+    if (max_len > mc->max_position_embeddings) max_len = mc->max_position_embeddings;
+    double stale_sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cpt_rl_batch_add_group(&c->batch, &c->held[i].rollout, max_len, mc->vocab_size, err)) return -1;
+        stale_sum += (double)(c->st.weight_version - (int64_t)c->held[i].rollout.weight_version);
+    }
+    double t0 = cpt_now();
+    cpt_online_step_stats ss;
+    if (cpt_online_learner_step(&c->L, &c->batch, c->st.step, &ss, err)) return -1;
+    double t_train = cpt_now() - t0;
+    c->st.step++;
+    c->st.weight_version = c->st.step;
+    double t_sync = 0;
+    if (publish(c, &t_sync, err)) return -1;
+    /* Only now are the groups trained: ack them and close their ids. */
+    for (size_t i = 0; i < n; i++) {
+        if (cpt_queue_done(c->q, &c->held[i], err)) return -1;
+        if (cpt_book_trained(&c->book, cpt_online_base_id(c->held[i].rollout.id), err)) return -1;
+        cpt_queue_item_free(&c->held[i]);
+    }
+    memmove(c->held, c->held + n, (c->n_held - n) * sizeof *c->held);
+    c->n_held -= n;
+
+    int64_t s = c->st.step;
+    long dups = c->book.duplicates + c->q->stats.duplicates;
+    double tok_s = (double)ss.tokens / fmax(t_train, 1e-9);
+    if (s % cpt_cfg_int(c->cfg, "train.log_every") == 0 || s == c->total_steps) {
+        char eta[32];
+        fmt_duration((cpt_now() - t_start) / (double)(s - first_step) * (double)(c->total_steps - s), eta, sizeof eta);
+        fprintf(stderr,
+                "%s step %" PRId64 "/%" PRId64 " | reward %.3f | len %.1f | loss %.4f | kl %.4f | grad_norm %.3f | "
+                "%.0f tok/s | wait %.1fs | stale drop %ld | ETA %s\n",
+                cpt_obj_type_name(c->oc.type), s, c->total_steps, ss.reward_mean, ss.resp_len_mean, ss.m.loss, ss.m.kl,
+                ss.grad_norm, tok_s, c->wait_s, c->book.stale, eta);
+    }
+    cpt_metrics_begin(c->metrics, s);
+    cpt_metrics_add(c->metrics, "reward/mean", ss.reward_mean);
+    cpt_metrics_add(c->metrics, "reward/std", ss.reward_std);
+    cpt_metrics_add(c->metrics, "response_len/mean", ss.resp_len_mean);
+    const char *names[32];
+    double vals[32];
+    int k = cpt_obj_metrics_list(&c->oc, &ss.m, names, vals, 32);
+    for (int i = 0; i < k; i++) cpt_metrics_add(c->metrics, names[i], vals[i]);
+    if (ss.m.entropy == 0) cpt_metrics_add(c->metrics, "entropy", 0);
+    cpt_metrics_add(c->metrics, "grad_norm", ss.grad_norm);
+    cpt_metrics_add(c->metrics, "lr", ss.lr);
+    if (c->critic) {
+        cpt_metrics_add(c->metrics, "critic/grad_norm", ss.critic_grad_norm);
+        cpt_metrics_add(c->metrics, "critic/lr", ss.critic_lr);
+    }
+    cpt_metrics_add(c->metrics, "staleness/mean", stale_sum / (double)n);
+    cpt_metrics_add(c->metrics, "perf/train_tok_s", tok_s);
+    cpt_metrics_add(c->metrics, "time/train", t_train);
+    cpt_metrics_add(c->metrics, "time/wait_scored", c->wait_s);
+    cpt_metrics_add(c->metrics, "time/weight_sync", t_sync);
+    cpt_metrics_add_int(c->metrics, "version", c->st.weight_version);
+    cpt_metrics_add_int(c->metrics, "groups/trained", c->book.trained);
+    cpt_metrics_add_int(c->metrics, "groups/dropped_stale", c->book.stale);
+    cpt_metrics_add_int(c->metrics, "groups/duplicates", dups);
+    cpt_metrics_add_int(c->metrics, "groups/unknown", c->book.unknown);
+    cpt_metrics_add_int(c->metrics, "groups/reissued", c->book.reissued);
+    cpt_metrics_add_int(c->metrics, "groups/dynamic_dropped", c->dynamic_dropped);
+    cpt_metrics_add_int(c->metrics, "train/truncated", c->batch.n_truncated);
+    c->wait_s = 0;
+    return cpt_metrics_end(c->metrics, err);
+}
+
+/* ---------------- the run ---------------- */
+
+static void ctx_free(online_ctx *c) {
+    for (size_t i = 0; i < c->n_held; i++) cpt_queue_item_free(&c->held[i]);
+    free(c->held);
+    cpt_rl_batch_free(&c->batch);
+    cpt_book_free(&c->book);
+    cpt_online_learner_free(&c->L);
+    cpt_model_free(c->policy);
+    cpt_model_free(c->ref);
+    cpt_model_free(c->critic);
+    cpt_queue_close(c->q);
+    cpt_data_order_free(&c->order);
+    cpt_dataset_free(c->ds);
+    if (c->have_tpl) cpt_chat_template_free(&c->tpl);
+    cpt_tokenizer_free(c->tok);
+    cpt_metrics_close(c->metrics);
+    cpt_train_state_free(&c->st);
+    free(c->config_text);
+}
+
+static int run(online_ctx *c, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
+    c->run_dir = cpt_cfg_str(cfg, "run.dir");
+    c->run = cpt_cfg_str(cfg, "run.name");
+    if (cpt_obj_type_parse(cpt_cfg_str(cfg, "algo.type"), &c->oc.type, err)) return -1;
+    if (cpt_objective_from_config(cfg, &c->oc, err)) return -1;
+    c->sync = !strcmp(cpt_cfg_str(cfg, "async.mode"), "sync");
+    c->max_staleness = c->sync ? 0 : cpt_cfg_int(cfg, "async.max_staleness");
+    c->groups_per_step = cpt_cfg_int(cfg, "train.groups_per_step");
+    c->total_steps = cpt_cfg_int(cfg, "train.steps");
+    if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
+    if (setup_data(c, err) || setup_models(c, err)) return -1;
+    c->config_text = cpt_config_dump(cfg);
+    if (!c->config_text) return cpt_errf(err, "out of memory");
+    if (resume(c, err)) return -1;
+    if (cpt_mkdir_p(c->run_dir, 0755, err)) return -1;
+    char mpath[CPT_CKPT_PATH_MAX + 32];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", c->run_dir);
+    c->metrics = cpt_metrics_open(mpath, err);
+    if (!c->metrics) return -1;
+    if (open_queue(c, err)) return -1;
+    /* The current version (0 fresh, the checkpoint's after a resume) is announced before any prompt, so workers
+     * that answer min_version can load it. */
+    if (publish(c, NULL, err)) return -1;
+    cpt_info("online: %s, %s mode (max staleness %" PRId64 "), %" PRId64 " groups of %" PRId64 " per step, %zu prompts",
+             cpt_obj_type_name(c->oc.type), c->sync ? "sync" : "async", c->max_staleness, c->groups_per_step,
+             cpt_cfg_int(cfg, "rollout.group_size"), cpt_dataset_count(c->ds));
+
+    const int64_t this_run = cpt_cfg_int(cfg, "train.max_steps_this_run");
+    const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every");
+    const int64_t first_step = c->st.step;
+    const double idle_warn = cpt_cfg_float(cfg, "online.idle_warn_s");
+    double t_start = cpt_now(), last_progress = cpt_now();
+    while (c->st.step < c->total_steps && !(c->stop && *c->stop) &&
+           !(this_run > 0 && c->st.step - first_step >= this_run)) {
+        if (issue(c, err)) return -1;
+        size_t before = c->n_held;
+        if (receive(c, err)) return -1;
+        if (c->n_held > before) last_progress = cpt_now();
+        else if (cpt_now() - last_progress > idle_warn) {
+            cpt_warn("online: no scored group for %.0f s at step %" PRId64 " (%zu in flight); are the rollout and "
+                     "reward workers running?",
+                     cpt_now() - last_progress, c->st.step, cpt_book_count(&c->book, CPT_BOOK_IN_FLIGHT));
+            last_progress = cpt_now();
+        }
+        if (c->n_held < (size_t)c->groups_per_step) continue;
+        int d = drop_stale_held(c, err);
+        if (d < 0) return -1;
+        if (d > 0 || c->n_held < (size_t)c->groups_per_step) continue;
+        if (train_step(c, t_start, first_step, err)) return -1;
+        if (ck_every > 0 && c->st.step % ck_every == 0 && c->st.step != c->total_steps && save_checkpoint(c, err))
+            return -1;
+    }
+    int stopped = c->stop && *c->stop;
+    if (stopped) cpt_warn("online: stopping at step %" PRId64 " on request", c->st.step);
+    if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
+    if (c->st.step >= c->total_steps) {
+        fprintf(stderr, "%s done: step %" PRId64 ", version %" PRId64 ", %ld groups trained, %ld stale dropped, %ld duplicates\n",
+                cpt_obj_type_name(c->oc.type), c->st.step, c->st.weight_version, c->book.trained, c->book.stale,
+                c->book.duplicates + c->q->stats.duplicates);
+        return 0;
+    }
+    return EXIT_STOPPED;
+}
+
+int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile sig_atomic_t *stop, cpt_err *err) {
+    online_ctx c;
+    memset(&c, 0, sizeof c);
+    c.cfg = cfg;
+    c.stop = stop;
+    int rc = run(&c, err);
+    if (rc < 0) {
+        cpt_err_prefix(err, "%s", config_path ? config_path : "online");
+        rc = 1;
+    }
+    ctx_free(&c);
+    return rc;
+}

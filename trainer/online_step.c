@@ -1,0 +1,259 @@
+#include "trainer/online_step.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *s, cpt_err *err) {
+    if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &s->kind, err)) return -1;
+    s->base_lr = lr;
+    s->warmup_steps = cpt_cfg_int(cfg, "optim.warmup_steps");
+    s->total_steps = cpt_cfg_int(cfg, "train.steps");
+    s->min_lr_ratio = cpt_cfg_float(cfg, "optim.min_lr_ratio");
+    return 0;
+}
+
+int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const cpt_objective_config *oc,
+                            cpt_model *policy, cpt_model *ref, cpt_model *critic, cpt_err *err) {
+    memset(L, 0, sizeof *L);
+    L->oc = *oc;
+    L->policy = policy;
+    L->ref = ref;
+    L->critic = critic;
+    if (cpt_objective_needs_ref(oc) && !ref) return cpt_errf(err, "algo.kl_beta > 0 needs a reference model");
+    if (oc->type == CPT_OBJ_PPO && (!critic || !cpt_model_has_value_head(critic)))
+        return cpt_errf(err, "ppo needs a critic with a value head");
+    cpt_adamw_hparams hp = {
+        .beta1 = cpt_cfg_float(cfg, "optim.beta1"),
+        .beta2 = cpt_cfg_float(cfg, "optim.beta2"),
+        .eps = cpt_cfg_float(cfg, "optim.eps"),
+        .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay"),
+    };
+    L->params = cpt_model_param_list(policy, &L->n_params, err);
+    if (!L->params) return -1;
+    L->opt = cpt_adamw_new(L->params, L->n_params, &hp, err);
+    if (!L->opt) return -1;
+    if (sched_from_config(cfg, cpt_cfg_float(cfg, "optim.lr"), &L->sched, err)) return -1;
+    if (oc->type == CPT_OBJ_PPO) {
+        L->cparams = cpt_model_param_list(critic, &L->n_cparams, err);
+        if (!L->cparams) return -1;
+        L->copt = cpt_adamw_new(L->cparams, L->n_cparams, &hp, err);
+        if (!L->copt) return -1;
+        if (sched_from_config(cfg, cpt_cfg_float(cfg, "critic.lr"), &L->csched, err)) return -1;
+    }
+    L->grad_clip = cpt_cfg_float(cfg, "optim.grad_clip");
+    L->ppo_epochs = (int)cpt_cfg_int(cfg, "train.ppo_epochs");
+    L->micro_tokens = (int)cpt_cfg_int(cfg, "train.tokens_per_micro_batch");
+    return 0;
+}
+
+void cpt_online_learner_free(cpt_online_learner *L) {
+    cpt_adamw_free(L->opt);
+    cpt_adamw_free(L->copt);
+    free(L->params);
+    free(L->cparams);
+    float **bufs[] = {&L->logp, &L->old_logp, &L->ref_logp, &L->ent, &L->adv, &L->task_adv, &L->values,
+                      &L->old_values, &L->returns, &L->tok_rewards, &L->d_logp, &L->d_ent, &L->d_val, &L->zeros,
+                      &L->seq_adv, &L->seq_rew};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+    free(L->ss);
+    memset(L, 0, sizeof *L);
+}
+
+static int grow(cpt_online_learner *L, int n_tokens, int n_seqs, cpt_err *err) {
+    if (n_tokens > L->cap) {
+        float **bufs[] = {&L->logp, &L->old_logp, &L->ref_logp, &L->ent, &L->adv, &L->task_adv, &L->values,
+                          &L->old_values, &L->returns, &L->tok_rewards, &L->d_logp, &L->d_ent, &L->d_val, &L->zeros};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+            float *p = realloc(*bufs[i], (size_t)n_tokens * sizeof(float));
+            if (!p) return cpt_errf(err, "out of memory for a batch of %d tokens", n_tokens);
+            *bufs[i] = p;
+        }
+        memset(L->zeros, 0, (size_t)n_tokens * sizeof(float));
+        L->cap = n_tokens;
+    }
+    if (n_seqs > L->cap_seqs) {
+        float *a = realloc(L->seq_adv, (size_t)n_seqs * sizeof(float));
+        if (a) L->seq_adv = a;
+        float *r = realloc(L->seq_rew, (size_t)n_seqs * sizeof(float));
+        if (r) L->seq_rew = r;
+        int32_t *s = realloc(L->ss, (size_t)(n_seqs + 1) * sizeof(int32_t));
+        if (s) L->ss = s;
+        if (!a || !r || !s) return cpt_errf(err, "out of memory for %d sequences", n_seqs);
+        L->cap_seqs = n_seqs;
+    }
+    return 0;
+}
+
+int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b, const float *rewards,
+                          const float *values, float *adv, float *returns, float *scratch_seq, float *scratch_tok,
+                          cpt_err *err) {
+    if (oc->type == CPT_OBJ_PPO) {
+        if (!values || !returns) return cpt_errf(err, "ppo advantages need values and returns");
+        /* The task reward arrives at the last generated token of each sequence. */
+        memset(scratch_tok, 0, (size_t)b->n_tokens * sizeof(float));
+        for (int s = 0; s < b->n_seqs; s++)
+            for (int t = b->seq_start[s + 1] - 1; t >= b->seq_start[s]; t--)
+                if (b->mask[t] != 0) {
+                    scratch_tok[t] = rewards[s];
+                    break;
+                }
+        return cpt_gae(scratch_tok, values, b->mask, b->n_seqs, b->seq_start, oc->gamma, oc->gae_lambda,
+                       oc->ppo_norm_adv, oc->adv_eps, adv, returns, err);
+    }
+    /* Group advantages (grpo, and opd's optional task part). */
+    for (int g = 0; g < b->n_groups; g++)
+        if (cpt_grpo_advantages(rewards + b->group_seq0[g], 1, b->group_size[g], oc->adv_std_norm, oc->adv_eps,
+                                scratch_seq + b->group_seq0[g], err))
+            return -1;
+    if (oc->type == CPT_OBJ_OPD) {
+        if (!b->has_teacher)
+            return cpt_errf(err, "opd: a scored group has no teacher_logprobs (the reward side must run the teacher)");
+        cpt_seq_to_tokens(scratch_seq, b->n_seqs, b->seq_start, b->mask, scratch_tok);
+        cpt_opd_advantages(b->behav_logprobs, b->teacher_logprobs, oc->opd_task_weight > 0 ? scratch_tok : NULL,
+                           oc->opd_task_weight, b->mask, b->n_tokens, adv);
+        return 0;
+    }
+    cpt_seq_to_tokens(scratch_seq, b->n_seqs, b->seq_start, b->mask, adv);
+    return 0;
+}
+
+/* Micro-batches: consecutive sequences [s0, s1) with at most budget tokens (a longer sequence alone). */
+static int next_micro(const cpt_rl_batch *b, int s0, int budget) {
+    int s1 = s0 + 1;
+    while (s1 < b->n_seqs && b->seq_start[s1 + 1] - b->seq_start[s0] <= budget) s1++;
+    return s1;
+}
+
+static cpt_batch micro(cpt_online_learner *L, const cpt_rl_batch *b, int s0, int s1) {
+    int base = b->seq_start[s0];
+    for (int s = s0; s <= s1; s++) L->ss[s - s0] = b->seq_start[s] - base;
+    cpt_batch mb = {.n_tokens = b->seq_start[s1] - base, .n_seqs = s1 - s0, .tokens = b->tokens + base,
+                    .seq_start = L->ss, .targets = b->targets + base};
+    return mb;
+}
+
+/* Forward of m over the whole batch into logp / ent / values (any may be NULL); keep = activations for a backward
+ * right after (only meaningful when the batch is one micro-batch). */
+static int forward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, float *logp, float *ent,
+                       float *values, int keep, int *n_micro, cpt_err *err) {
+    int k = 0;
+    for (int s0 = 0; s0 < b->n_seqs;) {
+        int s1 = next_micro(b, s0, L->micro_tokens);
+        cpt_batch mb = micro(L, b, s0, s1);
+        int off = b->seq_start[s0];
+        cpt_forward_out fo = {.logprobs = logp ? logp + off : NULL, .entropy = ent ? ent + off : NULL,
+                              .values = values ? values + off : NULL};
+        if (cpt_model_forward(m, &mb, &fo, keep, err)) return -1;
+        s0 = s1;
+        k++;
+    }
+    if (n_micro) *n_micro = k;
+    return 0;
+}
+
+/* Accumulates the gradient of m for the given per-token gradients; kept: the single micro-batch's activations are
+ * still there from forward_all. */
+static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, const float *d_logp,
+                        const float *d_ent, const float *d_val, int kept, cpt_err *err) {
+    cpt_model_zero_grad(m);
+    for (int s0 = 0; s0 < b->n_seqs;) {
+        int s1 = next_micro(b, s0, L->micro_tokens);
+        cpt_batch mb = micro(L, b, s0, s1);
+        int off = b->seq_start[s0];
+        if (!kept) {
+            cpt_forward_out fo = {0};
+            if (cpt_model_forward(m, &mb, &fo, 1, err)) return -1;
+        }
+        if (cpt_model_backward(m, &mb, d_logp + off, d_ent ? d_ent + off : NULL, d_val ? d_val + off : NULL, err))
+            return -1;
+        s0 = s1;
+    }
+    return 0;
+}
+
+int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_t step, cpt_online_step_stats *st,
+                            cpt_err *err) {
+    memset(st, 0, sizeof *st);
+    const cpt_objective_config *oc = &L->oc;
+    if (b->n_seqs == 0) return cpt_errf(err, "online step: empty batch");
+    if (grow(L, b->n_tokens, b->n_seqs, err)) return -1;
+    int ppo = oc->type == CPT_OBJ_PPO;
+
+    /* Rewards (with the overlong penalty) and their stats. */
+    double rs = 0, rq = 0, len = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        double r = b->seq_reward[s];
+        if (oc->overlong_buffer_len > 0)
+            r += cpt_overlong_penalty(b->seq_resp_len[s], oc->overlong_max_len, oc->overlong_buffer_len,
+                                      oc->overlong_penalty_factor);
+        L->seq_rew[s] = (float)r;
+        rs += b->seq_reward[s];
+        rq += (double)b->seq_reward[s] * b->seq_reward[s];
+        len += b->seq_resp_len[s];
+    }
+    st->reward_mean = rs / b->n_seqs;
+    double var = rq / b->n_seqs - st->reward_mean * st->reward_mean;
+    st->reward_std = var > 0 ? sqrt(var) : 0;
+    st->resp_len_mean = len / b->n_seqs;
+    st->tokens = b->n_tokens;
+    for (int t = 0; t < b->n_tokens; t++) st->loss_tokens += b->mask[t] != 0;
+    if (st->loss_tokens == 0) return cpt_errf(err, "online step: no completion tokens in the batch");
+
+    if (L->ref && oc->kl_beta > 0 && forward_all(L, L->ref, b, L->ref_logp, NULL, NULL, 0, NULL, err))
+        return cpt_err_prefix(err, "reference forward");
+
+    int single = 0;
+    for (int epoch = 0; epoch < L->ppo_epochs; epoch++) {
+        int n_micro = 0;
+        if (forward_all(L, L->policy, b, L->logp, L->ent, NULL, 1, &n_micro, err)) return cpt_err_prefix(err, "policy forward");
+        single = n_micro == 1;
+        int csingle = 0;
+        if (ppo) {
+            if (forward_all(L, L->critic, b, NULL, NULL, L->values, 1, &n_micro, err)) return cpt_err_prefix(err, "critic forward");
+            csingle = n_micro == 1;
+        }
+        st->n_micro = n_micro;
+        if (epoch == 0) {
+            memcpy(L->old_logp, L->logp, (size_t)b->n_tokens * sizeof(float));
+            if (ppo) memcpy(L->old_values, L->values, (size_t)b->n_tokens * sizeof(float));
+            if (cpt_online_advantages(oc, b, L->seq_rew, ppo ? L->old_values : NULL, L->adv, L->returns, L->seq_adv,
+                                      L->task_adv, err))
+                return -1;
+        }
+        cpt_obj_inputs in = {
+            .n_tokens = b->n_tokens,
+            .n_seqs = b->n_seqs,
+            .seq_start = b->seq_start,
+            .mask = b->mask,
+            .logprobs = L->logp,
+            .old_logprobs = L->old_logp,
+            .behav_logprobs = oc->tis ? b->behav_logprobs : NULL,
+            .ref_logprobs = oc->kl_beta > 0 ? L->ref_logp : NULL,
+            .entropy = L->ent,
+            .advantages = L->adv,
+            .values = ppo ? L->values : NULL,
+            .old_values = ppo ? L->old_values : NULL,
+            .returns = ppo ? L->returns : NULL,
+        };
+        cpt_obj_grads g = {.d_logprobs = L->d_logp, .d_entropy = L->d_ent, .d_values = ppo ? L->d_val : NULL};
+        if (cpt_objective_compute(oc, &in, &g, &st->m, err)) return cpt_err_prefix(err, "step %" PRId64, step);
+        /* The critic first: the policy's kept activations would not survive a forward of the same model, and the
+         * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
+        if (ppo) {
+            if (backward_all(L, L->critic, b, L->zeros, NULL, L->d_val, csingle, err)) return cpt_err_prefix(err, "critic backward");
+            st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
+            st->critic_lr = cpt_lr_at(&L->csched, step);
+            cpt_adamw_step(L->copt, st->critic_lr);
+        }
+        if (backward_all(L, L->policy, b, L->d_logp, oc->entropy_coef != 0 ? L->d_ent : NULL, NULL, single, err))
+            return cpt_err_prefix(err, "policy backward");
+        st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
+        if (!isfinite(st->grad_norm))
+            return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
+        st->lr = cpt_lr_at(&L->sched, step);
+        cpt_adamw_step(L->opt, st->lr);
+    }
+    return 0;
+}

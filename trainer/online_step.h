@@ -1,0 +1,75 @@
+/* One optimizer step of the online trainer on a batch of scored groups (trainer/rl_data.h): advantages (group
+ * normalised for grpo, reverse KL to the teacher for opd, GAE over the critic's values for ppo), the objective
+ * (trainer/objective.h), backward, gradient clip and AdamW, for the policy and (ppo) the critic.
+ *
+ * The objective is computed once over the whole batch, so every aggregation (token mean, sequence mean, batch
+ * whitening) is the batch's. When the batch exceeds the micro-batch token budget, the forward runs micro-batch by
+ * micro-batch to get the logprobs, and then each micro-batch runs forward again with activations kept and backward
+ * with its slice of d(loss)/d(logprob): the gradient is exactly the whole batch's.
+ *
+ * Proximal policy: the first pass's logprobs (detached) are logp_old; with train.ppo_epochs = 1 the ratio is 1 and
+ * only the rollout's behaviour logprobs (truncated importance weights, algo.tis) correct for staleness; with more
+ * epochs the later passes are clipped against the first. */
+#ifndef CPT_TRAINER_ONLINE_STEP_H
+#define CPT_TRAINER_ONLINE_STEP_H
+
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "trainer/objective.h"
+#include "trainer/optim.h"
+#include "trainer/rl_data.h"
+
+typedef struct cpt_online_learner {
+    cpt_objective_config oc;
+    cpt_model *policy; /* not owned */
+    cpt_param **params;
+    size_t n_params;
+    cpt_adamw *opt;
+    cpt_lr_schedule sched;
+    cpt_model *ref;    /* not owned; kl_beta > 0 */
+    cpt_model *critic; /* not owned; ppo */
+    cpt_param **cparams;
+    size_t n_cparams;
+    cpt_adamw *copt;
+    cpt_lr_schedule csched;
+    double grad_clip;
+    int ppo_epochs;
+    int micro_tokens;
+    /* scratch, grown to the batch */
+    int cap;
+    float *logp, *old_logp, *ref_logp, *ent, *adv, *task_adv, *values, *old_values, *returns, *tok_rewards;
+    float *d_logp, *d_ent, *d_val, *zeros;
+    int32_t *ss;           /* local seq_start of a micro-batch */
+    int cap_seqs;
+    float *seq_adv, *seq_rew;
+} cpt_online_learner;
+
+/* Sets up optimizers and schedules from cfg (optim.*, critic.lr, train.*) for the given models; ref and critic may
+ * be NULL when the objective does not need them (-1 with an error when it does). */
+int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const cpt_objective_config *oc,
+                            cpt_model *policy, cpt_model *ref, cpt_model *critic, cpt_err *err);
+void cpt_online_learner_free(cpt_online_learner *L);
+
+typedef struct cpt_online_step_stats {
+    cpt_obj_metrics m;  /* of the last epoch */
+    double grad_norm, critic_grad_norm, lr, critic_lr;
+    double reward_mean, reward_std, resp_len_mean;
+    long tokens, loss_tokens;
+    int n_micro;
+} cpt_online_step_stats;
+
+/* One step (train.ppo_epochs optimizer updates) on b; `step` is the 0-based optimizer step for the LR schedule.
+ * Rewards get the overlong penalty here when algo.overlong_buffer_len > 0. */
+int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_t step, cpt_online_step_stats *st,
+                            cpt_err *err);
+
+/* Advantages of b per token into adv (task rewards and teacher as the objective type asks); values needed for ppo
+ * (returns filled then). Exposed for tests. */
+int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b, const float *rewards,
+                          const float *values, float *adv, float *returns, float *scratch_seq, float *scratch_tok,
+                          cpt_err *err);
+
+#endif
