@@ -189,6 +189,34 @@ static void sleep_ms(int ms) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
+/* Writing to a connection the server dropped raises SIGPIPE, which would kill the process. Like libpq, block it
+ * in this thread around our socket work and swallow one it caused, leaving the program's own disposition alone. */
+typedef struct sigpipe_guard {
+    sigset_t old;
+    int was_pending;
+} sigpipe_guard;
+
+static void sigpipe_block(sigpipe_guard *g) {
+    sigset_t pipe_set, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    g->was_pending = sigismember(&pending, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old);
+}
+
+static void sigpipe_restore(const sigpipe_guard *g) {
+    sigset_t pipe_set, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    if (!g->was_pending && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
 static void drop_ctx(cpt_redis *r) {
     if (r->ctx) redisFree(r->ctx);
     r->ctx = NULL;
@@ -280,7 +308,11 @@ cpt_redis *cpt_redis_open(const cpt_redis_opts *opts, cpt_err *err) {
     r->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
     r->command_timeout_ms = opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 30000;
     r->reconnect_ms = opts->reconnect_ms == 0 ? 30000 : opts->reconnect_ms;
-    if (connect_retry(r, err)) { cpt_redis_close(r); return NULL; }
+    sigpipe_guard g;
+    sigpipe_block(&g);
+    int rc = connect_retry(r, err);
+    sigpipe_restore(&g);
+    if (rc) { cpt_redis_close(r); return NULL; }
     return r;
 }
 
@@ -338,30 +370,10 @@ static int send_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply
     return rc;
 }
 
-/* Writing to a connection the server dropped raises SIGPIPE, which would kill the process. Like libpq, block it
- * in this thread around our writes and swallow one it caused, leaving the program's own disposition alone. */
-static int send_batch_nosigpipe(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
-                                cpt_err *err) {
-    sigset_t pipe_set, old, pending;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    sigpending(&pending);
-    int was_pending = sigismember(&pending, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    int rc = send_batch(r, n, cmds, replies, block_ms, err);
-    sigpending(&pending);
-    if (!was_pending && sigismember(&pending, SIGPIPE)) {
-        struct timespec zero = {0, 0};
-        sigtimedwait(&pipe_set, NULL, &zero);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc;
-}
-
-static int run_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
-                     cpt_err *err) {
+static int run_batch_unguarded(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
+                               cpt_err *err) {
     r->server_error[0] = '\0';
-    int rc = send_batch_nosigpipe(r, n, cmds, replies, block_ms, err);
+    int rc = send_batch(r, n, cmds, replies, block_ms, err);
     if (rc != -2) return rc;
     if (r->reconnect_ms < 0) return -1;
     char first[CPT_ERR_MAX];
@@ -371,9 +383,18 @@ static int run_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply 
         cpt_err cerr;
         if (connect_retry(r, &cerr)) return cpt_errf(err, "%s; reconnect failed: %s", first, cerr.msg);
         r->reconnects++;
-        rc = send_batch_nosigpipe(r, n, cmds, replies, block_ms, err);
+        rc = send_batch(r, n, cmds, replies, block_ms, err);
         if (rc != -2) return rc;
     }
+}
+
+static int run_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
+                     cpt_err *err) {
+    sigpipe_guard g;
+    sigpipe_block(&g);
+    int rc = run_batch_unguarded(r, n, cmds, replies, block_ms, err);
+    sigpipe_restore(&g);
+    return rc;
 }
 
 redisReply *cpt_redis_command(cpt_redis *r, int argc, const char **argv, const size_t *lens, const char *key,

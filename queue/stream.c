@@ -272,6 +272,10 @@ static long deliveries_of(cpt_queue *q, cpt_stream s, const char *group, const c
     return n;
 }
 
+static void free_msgs(cpt_queue_msg *m, int from, int to) {
+    for (int i = from; i < to; i++) cpt_queue_msg_free(&m[i]);
+}
+
 /* XAUTOCLAIM of entries idle past claim_idle_ms, walking the pending list with a cursor across calls. */
 static int claim(cpt_queue *q, cpt_stream s, const char *group, const char *consumer, int count, cpt_queue_msg *out,
                  cpt_err *err) {
@@ -300,14 +304,22 @@ static int claim(cpt_queue *q, cpt_stream s, const char *group, const char *cons
     int kept = 0;
     for (int i = 0; i < n; i++) {
         long d = deliveries_of(q, s, group, out[i].id, err);
-        if (d < 0) { for (int j = i; j < n; j++) cpt_queue_msg_free(&out[j]); for (int j = 0; j < kept; j++) cpt_queue_msg_free(&out[j]); return -1; }
+        if (d < 0) {
+            free_msgs(out, 0, kept);
+            free_msgs(out, i, n);
+            return -1;
+        }
         if (d > q->max_deliveries) {
             char reason[128];
             snprintf(reason, sizeof reason, "delivered %ld times without an ack (max %d)", d, q->max_deliveries);
             cpt_warn("%s %s: %s; moving it to %s", q->keys[s], out[i].id, reason, q->keys[CPT_STREAM_DEAD]);
             int rc = cpt_queue_dead_letter(q, s, group, &out[i], reason, err);
             cpt_queue_msg_free(&out[i]);
-            if (rc) { for (int j = i + 1; j < n; j++) cpt_queue_msg_free(&out[j]); for (int j = 0; j < kept; j++) cpt_queue_msg_free(&out[j]); return -1; }
+            if (rc) {
+                free_msgs(out, 0, kept);
+                free_msgs(out, i + 1, n);
+                return -1;
+            }
             continue;
         }
         if (kept != i) { out[kept] = out[i]; memset(&out[i], 0, sizeof out[i]); }

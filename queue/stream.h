@@ -127,7 +127,9 @@ typedef struct cpt_queue_item {
 } cpt_queue_item;
 
 /* The next valid message of stream s (prompts, rollouts or scored): dead-letters what does not decode or belongs
- * to another run, drops duplicates. Returns 1 with *it filled, 0 if nothing arrived within block_ms, -1 on error. */
+ * to another run, drops duplicates. Returns 1 with *it filled, 0 if nothing arrived within block_ms, -1 on error.
+ * An item held unfinished for longer than claim_idle_ms can be claimed again (by another consumer or by this
+ * one, which then sees it twice): touch it meanwhile (cpt_queue_touch). */
 int cpt_queue_next(cpt_queue *q, cpt_stream s, const char *group, const char *consumer, cpt_queue_item *it,
                    cpt_err *err);
 

@@ -221,6 +221,17 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         else if (!strcmp(f, "--bench")) a->bench = 1;
         else if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 1; }
         else {
+            static const char *value_flags[] = {"--model", "--tokenizer", "--prompt", "--prompt-ids", "--prompts",
+                                                "--bench-config", "--max-new-tokens", "--n", "--slots", "--batch",
+                                                "--prompt-len", "--threads", "--top-k", "--seed", "--temperature",
+                                                "--top-p", "--min-p", "--stop", "--stop-id", NULL};
+            int known = 0;
+            for (int k = 0; value_flags[k] && !known; k++) known = !strcmp(f, value_flags[k]);
+            if (!known) {
+                fprintf(stderr, "cpt generate: unknown option %s\n", f);
+                usage();
+                return -1;
+            }
             NEED();
             const char *s = argv[++i];
             if (!strcmp(f, "--model")) a->model = s;

@@ -70,6 +70,7 @@ static void check_model_dir(cpt_preflight *p, const char *what, const char *path
         line(p, "FAIL", what, "%s: weights: %s", dir, err.msg);
         return;
     }
+    if (!strcmp(what, "model")) p->model_vocab = mc.vocab_size;
     line(p, "ok", what, "%s: %d layers, hidden %d, vocab %d, %zu tensors", dir, mc.num_layers, mc.hidden_size,
          mc.vocab_size, cpt_st_count(st));
     cpt_st_close(st);
@@ -78,6 +79,7 @@ static void check_model_dir(cpt_preflight *p, const char *what, const char *path
 static void check_model(cpt_preflight *p) {
     const cpt_config *c = p->cfg;
     if (!strcmp(cpt_cfg_str(c, "model.init"), "random")) {
+        p->model_vocab = (long)cpt_cfg_int(c, "model.vocab_size");
         line(p, "ok", "model", "random %s: %lld layers, hidden %lld", cpt_cfg_str(c, "model.arch"),
              (long long)cpt_cfg_int(c, "model.num_layers"), (long long)cpt_cfg_int(c, "model.hidden_size"));
         return;
@@ -104,7 +106,12 @@ static void check_tokenizer(cpt_preflight *p) {
         line(p, "FAIL", "tokenizer", "%s", err.msg);
         return;
     }
-    line(p, "ok", "tokenizer", "%s", path);
+    long vocab = cpt_tokenizer_vocab_size(tok);
+    if (p->model_vocab > 0 && vocab > p->model_vocab)
+        line(p, "FAIL", "tokenizer", "%s has %ld token ids, the model's vocabulary only %ld: the model and the "
+             "tokenizer do not belong together", path, vocab, p->model_vocab);
+    else
+        line(p, "ok", "tokenizer", "%s: %ld token ids", path, vocab);
     cpt_tokenizer_free(tok);
 }
 
@@ -316,6 +323,7 @@ static void check_resources(cpt_preflight *p) {
 
 int cpt_preflight_run(cpt_preflight *p) {
     p->problems = p->warnings = 0;
+    p->model_vocab = 0;
     const cpt_config *c = p->cfg;
     const char *algo = cpt_cfg_str(c, "algo.type");
     line(p, "ok", "config", "algo.type = %s, run.name = %s, run.dir = %s", algo, cpt_cfg_str(c, "run.name"),

@@ -18,6 +18,7 @@ typedef struct cpt_preflight {
     int slurm;            /* check resources against the Slurm allocation in the environment */
     FILE *out;            /* where each check's line goes (NULL: nowhere) */
     int problems, warnings;
+    long model_vocab;     /* the model's vocabulary once checked (0: unknown or from the tokenizer) */
 } cpt_preflight;
 
 /* Runs every check; returns the number of problems (0: the run can start). */

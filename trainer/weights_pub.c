@@ -33,6 +33,11 @@ int cpt_weights_write(const cpt_model *m, const char *run_dir, const char *run, 
         cpt_remove_tree(tmp, &e2);
         return -1;
     }
+    /* config.json beside the versions: a worker that starts from model.init = random reads the shape from it */
+    char cfg_src[4300], cfg_dst[4200];
+    snprintf(cfg_src, sizeof cfg_src, "%s/config.json", tmp);
+    snprintf(cfg_dst, sizeof cfg_dst, "%s/config.json", dir);
+    if (rename(cfg_src, cfg_dst)) return cpt_errno(err, "rename %s -> %s", cfg_src, cfg_dst);
     if (cpt_fsync_dir(dir, err)) return -1;
     if (cpt_remove_tree(tmp, err)) return -1;
     uint64_t h = 0, bytes = 0;

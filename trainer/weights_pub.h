@@ -1,7 +1,8 @@
 /* Weight versions over the file transport (DESIGN.md "Weight versions"): the trainer writes
  * RUN_DIR/weights/vN.safetensors atomically (cpt_model_save_hf's tensor names and layout, F32, so a worker's
  * cpt_model_load_weights reads it), then announces it in the run's weights hash with its size and XXH64 checksum,
- * and deletes all but the newest `keep` version files. */
+ * and deletes all but the newest `keep` version files. RUN_DIR/weights/config.json (the model's shape) sits beside
+ * them for workers that build the model from the weights alone. */
 #ifndef CPT_TRAINER_WEIGHTS_PUB_H
 #define CPT_TRAINER_WEIGHTS_PUB_H
 

@@ -227,6 +227,19 @@ int main(void) {
     CHECK_EQ_INT(cpt_redis_server_start(&o, &other, &err), -1);
     CHECK_MSG(strstr(err.msg, "queue.appendfsync = \"sometimes\"") != NULL, "%s", err.msg);
 
+    /* a missing binary and a run directory too deep for a socket path are reported, not crashed on */
+    cpt_redis_server_opts nob = {.dir = t.dir, .exe = "/nonexistent/redis-server"};
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/other", t.dir);
+    nob.dir = sub;
+    CHECK_EQ_INT(cpt_redis_server_start(&nob, &other, &err), -1);
+    CHECK_MSG(strstr(err.msg, "redis-server /nonexistent/redis-server: No such file") != NULL, "%s", err.msg);
+    char deep[400];
+    snprintf(deep, sizeof deep, "%s/%0100d/%050d", t.dir, 0, 0);
+    cpt_redis_server_opts longdir = {.dir = deep};
+    CHECK_EQ_INT(cpt_redis_server_start(&longdir, &other, &err), -1);
+    CHECK_MSG(strstr(err.msg, "too long for a unix socket path") != NULL, "%s", err.msg);
+
     cpt_queue *q = test_queue_open(&t, "runA", 1000, 60000);
     round_trip(q);
     dead_letters_and_duplicates(q);
@@ -236,6 +249,21 @@ int main(void) {
     const char *bad[] = {"XADD", cpt_queue_key(q, CPT_HASH_WEIGHTS), "*", "f", "v"};
     CHECK(cpt_redis_command(q->redis, 5, bad, NULL, bad[1], 0, &err) == NULL);
     CHECK_MSG(strstr(err.msg, "XADD cpt:runA:weights: WRONGTYPE") != NULL, "%s", err.msg);
+
+    /* a pipeline: one round trip, replies in order; an error reply names its command */
+    const char *c1[] = {"HSET", "cpt:runA:scratch", "a", "1"};
+    const char *c2[] = {"HINCRBY", "cpt:runA:scratch", "a", "41"};
+    const char *c3[] = {"HGET", "cpt:runA:scratch", "a"};
+    cpt_redis_cmd cmds[3] = {{4, c1, NULL, c1[1]}, {4, c2, NULL, c2[1]}, {3, c3, NULL, c3[1]}};
+    redisReply *reps[3];
+    CHECK_EQ_INT(cpt_redis_pipeline(q->redis, 3, cmds, reps, &err), 0);
+    CHECK(reps[1]->type == REDIS_REPLY_INTEGER && reps[1]->integer == 42);
+    CHECK(reps[2]->type == REDIS_REPLY_STRING && !strcmp(reps[2]->str, "42"));
+    for (int i = 0; i < 3; i++) freeReplyObject(reps[i]);
+    const char *c4[] = {"LPUSH", "cpt:runA:scratch", "x"};
+    cpt_redis_cmd bad2[2] = {{3, c3, NULL, c3[1]}, {3, c4, NULL, c4[1]}};
+    CHECK_EQ_INT(cpt_redis_pipeline(q->redis, 2, bad2, reps, &err), -1);
+    CHECK_MSG(strstr(err.msg, "LPUSH cpt:runA:scratch: WRONGTYPE") != NULL, "%s", err.msg);
     cpt_queue_close(q);
 
     /* the AOF lives in the run folder */

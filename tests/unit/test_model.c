@@ -345,6 +345,47 @@ static void test_weights_io(void) {
     CHECK(cpt_st_writer_finish(w, path, &err) == 0);
     CHECK(cpt_model_load_weights(m, path, &err) != 0);
     CHECK_MSG(strstr(err.msg, "model.norm.weight") && strstr(err.msg, "[32]") && strstr(err.msg, "[64]"), "%s", err.msg);
+    /* a sharded folder: two safetensors files and model.safetensors.index.json, bf16 in one shard */
+    snprintf(dir, sizeof dir, "%s/sharded", tmpdir);
+    cpt_mkdir_p(dir, 0755, &err);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(cpt_model_config_save(cpt_model_cfg(m), path, &err) == 0);
+    cpt_st_writer *w1 = cpt_st_writer_new(), *w2 = cpt_st_writer_new();
+    size_t np = cpt_model_num_params(m), len = 0;
+    char *index = malloc(100000);
+    len += (size_t)snprintf(index + len, 100000 - len, "{\"metadata\": {}, \"weight_map\": {");
+    uint16_t *half = malloc(sizeof(uint16_t) * cpt_model_numel(m));
+    for (size_t i = 0; i < np; i++) {
+        cpt_param *p = cpt_model_param(m, i);
+        int second = i >= np / 2;
+        const void *data = p->data;
+        cpt_dtype dt = CPT_DT_F32;
+        if (second) {
+            for (size_t k = 0; k < p->numel; k++) half[p->data - cpt_model_data(m) + k] = cpt_f32_to_bf16(p->data[k]);
+            data = half + (p->data - cpt_model_data(m));
+            dt = CPT_DT_BF16;
+        }
+        CHECK(cpt_st_writer_add(second ? w2 : w1, p->name, dt, p->ndim, p->shape, data, &err) == 0);
+        len += (size_t)snprintf(index + len, 100000 - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                i ? ", " : "", p->name, second + 1);
+    }
+    snprintf(index + len, 100000 - len, "}}");
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    CHECK(cpt_st_writer_finish(w1, path, &err) == 0);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    CHECK(cpt_st_writer_finish(w2, path, &err) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    CHECK(write_text(path, index) == 0);
+    m2 = cpt_model_load(dir, &err);
+    CHECK_MSG(m2 != NULL, "sharded: %s", err.msg);
+    if (m2) {
+        cpt_param *first = cpt_model_param(m2, 0), *last = cpt_model_param(m2, np - 1);
+        CHECK(memcmp(first->data, cpt_model_param(m, 0)->data, first->numel * 4) == 0);
+        CHECK_NEAR(last->data[3], cpt_bf16_to_f32(cpt_f32_to_bf16(cpt_model_param(m, np - 1)->data[3])), 1e-9);
+        cpt_model_free(m2);
+    }
+    free(index);
+    free(half);
     /* value head survives save/load */
     CHECK(cpt_model_add_value_head(m, 1, &err) == 0);
     CHECK(cpt_model_add_value_head(m, 1, &err) != 0);

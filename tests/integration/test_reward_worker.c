@@ -1,0 +1,202 @@
+/* cpt-reward against a real redis-server: rollout groups encoded here go in, scored groups with the math
+ * reward's values come out; a plugin that crashes sends its groups to the dead stream while the worker lives;
+ * SIGTERM drains and exits 0. Runs the cpt-reward binary of $CPT_BUILD. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/tokenizer.h"
+#include "tests/check.h"
+#include "tests/integration/redis_helper.h"
+
+static const char *build_dir(void) { return getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build"; }
+
+static pid_t start_worker(const char *config, const char *id) {
+    char exe[1024];
+    snprintf(exe, sizeof exe, "%s/cpt-reward", build_dir());
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(exe, exe, config, "--worker-id", id, (char *)NULL);
+        perror("exec cpt-reward");
+        _exit(127);
+    }
+    return pid;
+}
+
+static void write_config(const char *path, const char *url, const char *run, const char *reward_lines) {
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); exit(1); }
+    fprintf(f, "[run]\nname = \"%s\"\n[queue]\nurl = \"%s\"\nblock_ms = 200\n[tokenizer]\npath = \"examples/tiny-tokenizer\"\n"
+               "[reward]\nheartbeat_s = 0.2\n%s\n", run, url, reward_lines);
+    fclose(f);
+}
+
+static int32_t *encode(const cpt_tokenizer *tok, const char *s, uint32_t *n) {
+    cpt_err err;
+    int32_t *ids = NULL;
+    long k = cpt_tokenizer_encode(tok, s, strlen(s), &ids, &err);
+    if (k < 0) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    *n = (uint32_t)k;
+    return ids;
+}
+
+/* One rollout group: prompt text, completions texts, extra. */
+static void add_group(cpt_queue *q, const cpt_tokenizer *tok, const char *run, uint64_t index, const char *prompt,
+                      int n, const char *const *completions, const char *extra) {
+    cpt_rollout_group g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.run, sizeof g.run, "%s", run);
+    g.id.epoch = 0;
+    g.id.index = index;
+    g.prompt = encode(tok, prompt, &g.n_prompt);
+    g.n_completions = (uint32_t)n;
+    g.completions = calloc((size_t)n, sizeof *g.completions);
+    for (int c = 0; c < n; c++) {
+        cpt_completion *k = &g.completions[c];
+        k->tokens = encode(tok, completions[c], &k->n_tokens);
+        k->logprobs = malloc(k->n_tokens * sizeof(float));
+        for (uint32_t t = 0; t < k->n_tokens; t++) k->logprobs[t] = -0.5f;
+        k->finish = CPT_FINISH_STOP;
+    }
+    g.weight_version = 7;
+    snprintf(g.worker, sizeof g.worker, "rollout-0");
+    g.extra = extra ? strdup(extra) : NULL;
+    cpt_buf b;
+    cpt_err err;
+    CHECK_EQ_INT(cpt_rollout_group_encode(&g, &b, &err), 0);
+    CHECK_EQ_INT(cpt_queue_add(q, CPT_STREAM_ROLLOUTS, b.data, b.len, NULL, &err), 0);
+    cpt_buf_free(&b);
+    cpt_rollout_group_free(&g);
+}
+
+/* Waits up to secs for the next scored group. */
+static int next_scored(cpt_queue *q, cpt_queue_item *it, double secs) {
+    cpt_err err;
+    double t0 = cpt_now();
+    while (cpt_now() - t0 < secs) {
+        int r = cpt_queue_next(q, CPT_STREAM_SCORED, "trainer", "t0", it, &err);
+        if (r == 1) return 1;
+        if (r < 0) { fprintf(stderr, "%s\n", err.msg); return 0; }
+    }
+    return 0;
+}
+
+static int wait_exit(pid_t pid, double secs, int *status) {
+    double t0 = cpt_now();
+    while (cpt_now() - t0 < secs) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static int part_value(const cpt_rollout_group *g, const char *name, uint32_t c, double *v) {
+    for (uint32_t p = 0; p < g->n_parts; p++)
+        if (!strcmp(g->part_names[p], name)) {
+            *v = g->part_values[(size_t)p * g->n_completions + c];
+            return 1;
+        }
+    return 0;
+}
+
+static void test_scores(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
+    char cfgp[256];
+    snprintf(cfgp, sizeof cfgp, "%s/math.toml", dir);
+    write_config(cfgp, t->srv.url, "rwm", "type = \"combined\"\ncombine = [\"math:1\", \"length:1\"]\nlength_unit = \"tokens\"\nlength_target = 4\nlength_penalty = 0.01");
+    cpt_queue *q = test_queue_open(t, "rwm", 64, 60000);
+    cpt_err err;
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_SCORED, "trainer", &err), 0);
+    const char *c0[] = {"2 + 3 = 5\n#### 5", "#### 6", "the answer is \\boxed{5}"};
+    add_group(q, tok, "rwm", 0, "What is 2 + 3?", 3, c0, "{\"answer\": \"5\"}");
+    const char *c1[] = {"#### 1,000", "#### 999"};
+    add_group(q, tok, "rwm", 1, "What is 10 * 100?", 2, c1, "{\"answer\": 1000}");
+    pid_t pid = start_worker(cfgp, "reward-1");
+    for (uint64_t want = 0; want < 2; want++) {
+        cpt_queue_item it;
+        CHECK(next_scored(q, &it, 30));
+        if (it.type != CPT_MSG_SCORED_GROUP) break;
+        const cpt_rollout_group *g = &it.rollout;
+        CHECK_EQ_INT((int)g->id.index, (int)want);
+        CHECK(g->has_rewards);
+        CHECK_EQ_INT((int)g->weight_version, 7);
+        for (uint32_t c = 0; c < g->n_completions; c++) {
+            /* math part: the right answer scores 1, a wrong one 0; length part: -0.01 per token beyond 4 */
+            double math = -1, len = 1;
+            CHECK(part_value(g, "math", c, &math));
+            CHECK(part_value(g, "length", c, &len));
+            double want_math = want == 0 ? (c == 1 ? 0 : 1) : (c == 0 ? 1 : 0);
+            double n = g->completions[c].n_tokens;
+            double want_len = n > 4 ? -0.01 * (n - 4) : 0;
+            CHECK_NEAR(math, want_math, 1e-12);
+            CHECK_NEAR(len, want_len, 1e-12);
+            CHECK_NEAR(g->rewards[c], want_math + want_len, 1e-12);
+            CHECK(g->completions[c].teacher_logprobs == NULL);
+        }
+        CHECK_EQ_INT(cpt_queue_done(q, &it, &err), 0);
+        cpt_queue_item_free(&it);
+    }
+    /* the rollouts were acked: nothing pending for the reward group */
+    CHECK_EQ_INT((int)test_pending(q, CPT_STREAM_ROLLOUTS, "reward"), 0);
+    /* heartbeats reach the workers hash */
+    usleep(500000);
+    const char *hx[] = {"HEXISTS", cpt_queue_key(q, CPT_HASH_WORKERS), "reward-1"};
+    CHECK_EQ_INT((int)test_int(q, 3, hx), 1);
+    /* SIGTERM: drains and exits 0 */
+    kill(pid, SIGTERM);
+    int st = 0;
+    CHECK(wait_exit(pid, 15, &st));
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cpt_queue_close(q);
+}
+
+static void test_crash(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
+    char cfgp[256], lines[1400];
+    snprintf(cfgp, sizeof cfgp, "%s/crash.toml", dir);
+    snprintf(lines, sizeof lines, "type = \"plugin\"\nplugin_path = \"%s/plugins/libreward_crash_test.so\"\nplugin_config = \"crash\"\nplugin_timeout_ms = 5000",
+             build_dir());
+    write_config(cfgp, t->srv.url, "rwc", lines);
+    cpt_queue *q = test_queue_open(t, "rwc", 64, 60000);
+    const char *c0[] = {"#### 5", "#### 6"};
+    add_group(q, tok, "rwc", 0, "What is 2 + 3?", 2, c0, "{\"answer\": \"5\"}");
+    add_group(q, tok, "rwc", 1, "What is 2 + 4?", 2, c0, "{\"answer\": \"6\"}");
+    pid_t pid = start_worker(cfgp, "reward-c");
+    double t0 = cpt_now();
+    while (test_xlen(q, CPT_STREAM_DEAD) < 2 && cpt_now() - t0 < 30) usleep(50000);
+    CHECK_EQ_INT((int)test_xlen(q, CPT_STREAM_DEAD), 2);
+    CHECK_EQ_INT((int)test_xlen(q, CPT_STREAM_SCORED), 0);
+    /* the reason names the failure */
+    const char *xr[] = {"XRANGE", cpt_queue_key(q, CPT_STREAM_DEAD), "-", "+"};
+    cpt_err err;
+    redisReply *r = cpt_redis_command(q->redis, 4, xr, NULL, xr[1], 0, &err);
+    int found = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            redisReply *e = r->element[i];
+            if (e->elements < 2) continue;
+            redisReply *f = e->element[1];
+            for (size_t j = 0; j + 1 < f->elements; j += 2)
+                if (f->element[j + 1]->str && strstr(f->element[j + 1]->str, "scoring failed")) found++;
+        }
+    if (r) freeReplyObject(r);
+    CHECK_EQ_INT(found, 2);
+    /* the worker lives */
+    int st = 0;
+    CHECK_EQ_INT((int)waitpid(pid, &st, WNOHANG), 0);
+    kill(pid, SIGTERM);
+    CHECK(wait_exit(pid, 15, &st));
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cpt_queue_close(q);
+}
+
+int main(void) {
+    test_redis t;
+    test_redis_start(&t, "everysec");
+    cpt_err err;
+    cpt_tokenizer *tok = cpt_tokenizer_load("examples/tiny-tokenizer", &err);
+    if (!tok) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    test_scores(&t, tok, t.dir);
+    test_crash(&t, tok, t.dir);
+    cpt_tokenizer_free(tok);
+    test_redis_stop(&t);
+    return check_summary("reward_worker");
+}
