@@ -1,4 +1,5 @@
 /* cpt eval --model HF_DIR|CHECKPOINT --data FILE.jsonl --reward NAME [options] [reward.key=value ...] */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,12 +150,28 @@ int cmd_eval(int argc, char **argv) {
     o.verbose = !json_out;
     if (cpt_eval_run(m, tok, ds, reward, &o, &res, &err)) goto fail;
     if (json_out) {
-        printf("{\"model\": \"%s\", \"data\": \"%s\", \"reward\": \"%s\", \"prompts\": %zu, \"samples\": %d, "
-               "\"temperature\": %g, \"accuracy\": %.6f, \"mean_reward\": %.6f, \"mean_tokens\": %.3f",
-               model, data, rname, res.n_prompts, res.samples, (double)o.temperature, res.accuracy, res.mean_reward,
-               res.mean_tokens);
-        for (int i = 0; i < res.n_k; i++) printf(", \"pass@%d\": %.6f", res.k[i], res.pass_at_k[i]);
-        printf(", \"seconds\": %.3f}\n", res.seconds);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:f}", "model", model, "data", data, "reward",
+                              rname, "prompts", (json_int_t)res.n_prompts, "samples", res.samples, "temperature",
+                              (double)o.temperature, "accuracy", res.accuracy, "mean_reward", res.mean_reward,
+                              "mean_tokens", res.mean_tokens);
+        if (!o) {
+            cpt_errf(&err, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < res.n_k; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "pass@%d", res.k[i]);
+            json_object_set_new(o, key, json_real(res.pass_at_k[i]));
+        }
+        json_object_set_new(o, "seconds", json_real(res.seconds));
+        char *txt = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (!txt) {
+            cpt_errf(&err, "out of memory");
+            goto fail;
+        }
+        printf("%s\n", txt);
+        free(txt);
     } else {
         printf("eval: %zu prompts x %d samples (temperature %g), reward %s\n", res.n_prompts, res.samples,
                (double)o.temperature, rname);
