@@ -150,22 +150,22 @@ int cmd_eval(int argc, char **argv) {
     o.verbose = !json_out;
     if (cpt_eval_run(m, tok, ds, reward, &o, &res, &err)) goto fail;
     if (json_out) {
-        json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:f}", "model", model, "data", data, "reward",
+        json_t *jo = json_pack("{s:s, s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:f}", "model", model, "data", data, "reward",
                               rname, "prompts", (json_int_t)res.n_prompts, "samples", res.samples, "temperature",
                               (double)o.temperature, "accuracy", res.accuracy, "mean_reward", res.mean_reward,
                               "mean_tokens", res.mean_tokens);
-        if (!o) {
+        if (!jo) {
             cpt_errf(&err, "out of memory");
             goto fail;
         }
         for (int i = 0; i < res.n_k; i++) {
             char key[32];
             snprintf(key, sizeof key, "pass@%d", res.k[i]);
-            json_object_set_new(o, key, json_real(res.pass_at_k[i]));
+            json_object_set_new(jo, key, json_real(res.pass_at_k[i]));
         }
-        json_object_set_new(o, "seconds", json_real(res.seconds));
-        char *txt = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
+        json_object_set_new(jo, "seconds", json_real(res.seconds));
+        char *txt = json_dumps(jo, JSON_COMPACT);
+        json_decref(jo);
         if (!txt) {
             cpt_errf(&err, "out of memory");
             goto fail;

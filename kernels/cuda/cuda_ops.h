@@ -1,0 +1,111 @@
+/* The CUDA backend: bf16 activations and weights, fp32 accumulation, fp32 master weights and optimizer state.
+ *
+ * Entry points are C functions over the cpt_tensor views of kernels/kernels.h with device CPT_DEVICE_CUDA. Every
+ * op runs on the stream of an explicit context (cpt_cuda_ctx: stream, cuBLASLt handle and workspace, a scratch
+ * buffer for deterministic reductions); ops are asynchronous, cpt_cuda_sync waits and reports device faults.
+ *
+ * Conventions follow kernels.h: backward ops ACCUMULATE into their gradient outputs; reductions use fixed
+ * partitions and fixed summation orders (no float atomics), so results are bitwise reproducible; a misused op
+ * (wrong device, dtype or shape) prints what mismatched and aborts, as the CPU ops do. Functions that can fail for
+ * reasons outside the program (no device, out of memory, a failed copy) return -1 / NULL with a message naming the
+ * CUDA call in a cpt_err.
+ *
+ * dtypes: activations, weights and activation gradients are BF16; per-row statistics (rstd, lse, logprob,
+ * entropy), weight gradients, master weights and AdamW moments are F32; positions, targets are I32. */
+#ifndef CPT_KERNELS_CUDA_CUDA_OPS_H
+#define CPT_KERNELS_CUDA_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- context and memory ---------------------------------------------------------------------------------- */
+
+typedef struct cpt_cuda_ctx cpt_cuda_ctx;
+
+/* Selects device `device`, creates a stream and loads cuBLASLt (libcublasLt.so.13, or the path in
+ * CPT_CUBLASLT_LIB). NULL with err set when there is no usable device or library. */
+cpt_cuda_ctx *cpt_cuda_ctx_new(int device, cpt_err *err);
+void cpt_cuda_ctx_free(cpt_cuda_ctx *ctx);
+/* Waits for every op queued on the context's stream; -1 with the device error (a kernel fault) named. */
+int cpt_cuda_sync(cpt_cuda_ctx *ctx, cpt_err *err);
+
+/* Device memory. `what` names the buffer in error messages. */
+void *cpt_cuda_malloc(size_t bytes, const char *what, cpt_err *err);
+void cpt_cuda_free(void *p);
+int cpt_cuda_memcpy_h2d(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err);
+int cpt_cuda_memcpy_d2h(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err);
+int cpt_cuda_memcpy_d2d(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err);
+/* Fills n bytes with the byte value (0xFF poisons bf16 and fp32 buffers with NaN). */
+int cpt_cuda_memset(cpt_cuda_ctx *ctx, void *dst, int byte, size_t bytes, cpt_err *err);
+/* fp32 host <-> bf16 device, converted on the host with round-to-nearest-even (NaN stays NaN). Synchronous. */
+int cpt_cuda_upload_bf16(cpt_cuda_ctx *ctx, void *dst, const float *src, size_t n, cpt_err *err);
+int cpt_cuda_download_bf16(cpt_cuda_ctx *ctx, float *dst, const void *src, size_t n, cpt_err *err);
+
+/* Host-side bf16 rounding, the same the uploads use: tests feed the CPU reference the values the GPU sees. */
+uint16_t cpt_f32_to_bf16(float x);
+float cpt_bf16_to_f32(uint16_t b);
+
+/* A device view: dims given by ndim and the shape values. */
+cpt_tensor cpt_cuda_tensor(void *p, cpt_dtype dt, int ndim, int64_t d0, int64_t d1);
+
+/* ---- ops (all asynchronous on ctx's stream) -------------------------------------------------------------- */
+
+/* out [N, OC] bf16 = inp [N, C] bf16 @ w [OC, C]^T bf16 (+ bias [OC] bf16, optional); fp32 accumulation. */
+void cpt_cuda_matmul_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor inp, cpt_tensor w, cpt_tensor bias);
+/* dinp [N, C] bf16 += dout [N, OC] @ w [OC, C];  dw [OC, C] f32 += dout^T @ inp. Either may be absent. */
+void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                         cpt_tensor w);
+
+/* Fused residual add + RMSNorm over the last dim: when resid is present, x = inp + resid is written to
+ * resid_out (bf16; may alias inp or resid) and normalised, else x = inp. out [R, C] bf16 = x * rstd * w,
+ * rstd [R] f32 kept for backward (optional). */
+void cpt_cuda_rmsnorm_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor rstd, cpt_tensor resid_out, cpt_tensor inp,
+                          cpt_tensor resid, cpt_tensor w, float eps);
+/* dinp [R, C] bf16 += d/dx; dw [C] f32 += d/dw (fixed-order reduction over chunks of rows); inp is the forward's
+ * normalised input x. */
+void cpt_cuda_rmsnorm_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                          cpt_tensor w, cpt_tensor rstd);
+
+/* In place on bf16 x [N, row_stride], as cpt_k_rope_fwd/bwd; inv_freq [head_dim / 2] f32 on the device (from
+ * cpt_rope_inv_freq, so llama3 scaling is the CPU's), positions [N] i32 on the device. */
+void cpt_cuda_rope_fwd(cpt_cuda_ctx *ctx, cpt_tensor x, int n_heads, int head_dim, cpt_tensor positions,
+                       cpt_tensor inv_freq);
+void cpt_cuda_rope_bwd(cpt_cuda_ctx *ctx, cpt_tensor dx, int n_heads, int head_dim, cpt_tensor positions,
+                       cpt_tensor inv_freq);
+
+/* out [N, I] = silu(gate) * up from gu [N, 2I] (gate then up); dgu += from dout. All bf16. */
+void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu);
+void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu);
+
+/* From bf16 logits [n, V] in one streaming pass per row (online max / sum; no fp32 copy of the logits):
+ * lse [n], logprob [n] (0 where target < 0), entropy [n], all f32; logprob and entropy optional; targets [n] i32
+ * (needed for logprob). */
+void cpt_cuda_token_stats_fwd(cpt_cuda_ctx *ctx, cpt_tensor logprob, cpt_tensor entropy, cpt_tensor lse,
+                              cpt_tensor logits, cpt_tensor targets);
+/* Overwrites the bf16 logits with d(loss)/d(logits), as cpt_k_token_stats_bwd. */
+void cpt_cuda_token_stats_bwd(cpt_cuda_ctx *ctx, cpt_tensor logits, cpt_tensor lse, cpt_tensor entropy,
+                              cpt_tensor targets, cpt_tensor d_logprob, cpt_tensor d_entropy);
+
+/* One fused AdamW update of one parameter, torch.optim.AdamW semantics as trainer/optim.c: param, m, v f32
+ * (fp32 master and moments), grad f32, param_bf16 (optional) receives the bf16 copy the forward uses. step is the
+ * 1-based count of updates including this one. */
+typedef struct cpt_cuda_adamw_args {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    int no_decay;
+} cpt_cuda_adamw_args;
+void cpt_cuda_adamw(cpt_cuda_ctx *ctx, cpt_tensor param, cpt_tensor param_bf16, cpt_tensor grad, cpt_tensor m,
+                    cpt_tensor v, const cpt_cuda_adamw_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
