@@ -103,7 +103,9 @@ static void cache_attention(const cpt_kv_cache *c, int layer, int N, const float
                             const int32_t *slot_of, int H, int KV, int D, float *att) {
     const float scale = 1.0f / sqrtf((float)D);
     const int group = H / KV;
-#pragma omp parallel for schedule(dynamic, 4)
+    long work = 0; /* multiply-adds, to keep small steps off the thread pool */
+    for (int i = 0; i < N; i++) work += (long)(pos[i] + 1) * H * D * 2;
+#pragma omp parallel for schedule(dynamic, 4) if(work >= (1L << 18))
     for (int ih = 0; ih < N * H; ih++) {
         int i = ih / H, h = ih % H, kvh = h / group;
         const float *q = qkv + (size_t)i * QKV + (size_t)h * D;

@@ -113,6 +113,26 @@ static void stop_ids(const cpt_tokenizer *tok, int32_t *ids, int *n) {
     }
 }
 
+/* s with newlines escaped, cut to fit cap (for log lines); NULL: "(messages)". */
+static const char *escaped(const char *s, char *buf, size_t cap) {
+    if (!s) return "(messages)";
+    size_t j = 0;
+    for (; *s && j + 5 < cap; s++) {
+        if (*s == '\n') {
+            buf[j++] = '\\';
+            buf[j++] = 'n';
+        } else {
+            buf[j++] = *s;
+        }
+    }
+    if (*s) {
+        buf[j++] = '.';
+        buf[j++] = '.';
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
 /* Generates and scores records [first, first + count). */
 static int eval_chunk(cpt_engine *e, const cpt_tokenizer *tok, const cpt_dataset *ds, size_t first, int count,
                       cpt_reward *reward, const cpt_eval_opts *o, const int32_t *stops, int n_stops,
@@ -176,9 +196,12 @@ static int eval_chunk(cpt_engine *e, const cpt_tokenizer *tok, const cpt_dataset
         res->rewards[first * (size_t)K + (size_t)t] = rr[t].value;
     }
     if (o->verbose)
-        for (int i = 0; i < count && first + (size_t)i < 3; i++)
-            cpt_info("eval: record %zu: \"%s\" -> \"%s\" (reward %g)", first + (size_t)i, ptext[i], texts[i * K],
+        for (int i = 0; i < count && first + (size_t)i < 3; i++) {
+            char a[96], b[96];
+            cpt_info("eval: record %zu: \"%s\" -> \"%s\" (reward %g)", first + (size_t)i,
+                     escaped(cpt_dataset_get(ds, first + (size_t)i)->prompt, a, sizeof a), escaped(texts[i * K], b, sizeof b),
                      rr[i * K].value);
+        }
     rc = 0;
 done:
     for (int i = 0; i < count && outs; i++)

@@ -282,7 +282,16 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
         if (got == 0) continue;
         double t0 = cpt_now();
         cpt_err serr;
-        if (cpt_reward_score_group(&sc, &it.rollout, &serr)) {
+        int failed = cpt_reward_score_group(&sc, &it.rollout, &serr) != 0;
+        if (failed && *stop) {
+            /* A stop signal sent to the whole process group also reaches a plugin's child process: a failure now
+             * says nothing about the group, so it stays pending and another worker takes it. */
+            cpt_warn("cpt-reward %s: stopping with group (%llu, %llu) unscored: %s", worker_id,
+                     (unsigned long long)it.rollout.id.epoch, (unsigned long long)it.rollout.id.index, serr.msg);
+            cpt_queue_item_free(&it);
+            break;
+        }
+        if (failed) {
             char reason[CPT_ERR_MAX + 64];
             snprintf(reason, sizeof reason, "cpt-reward %s: scoring failed: %s", worker_id, serr.msg);
             cpt_warn("group (%llu, %llu) -> dead: %s", (unsigned long long)it.rollout.id.epoch,

@@ -15,11 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/fs.h"
 #include "core/json_util.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
+#include "rollout/prompts.h"
 #include "scheduler/commands.h"
 
 typedef struct gen_args {
@@ -32,12 +34,6 @@ typedef struct gen_args {
     int32_t stop_ids[CPT_MAX_STOP + 2];
     int n_stop_ids;
 } gen_args;
-
-typedef struct prompt_list {
-    int n, cap;
-    int32_t **ids;
-    int *len;
-} prompt_list;
 
 static void usage(void) {
     fprintf(stderr,
@@ -71,132 +67,6 @@ static int parse_float(const char *flag, const char *s, float *out) {
     }
     *out = (float)v;
     return 0;
-}
-
-static int add_prompt(prompt_list *pl, const int32_t *ids, int n) {
-    if (pl->n == pl->cap) {
-        int cap = pl->cap ? pl->cap * 2 : 8;
-        int32_t **a = realloc(pl->ids, sizeof *a * (size_t)cap);
-        if (!a) return -1;
-        pl->ids = a;
-        int *l = realloc(pl->len, sizeof *l * (size_t)cap);
-        if (!l) return -1;
-        pl->len = l;
-        pl->cap = cap;
-    }
-    pl->ids[pl->n] = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    if (!pl->ids[pl->n]) return -1;
-    memcpy(pl->ids[pl->n], ids, sizeof(int32_t) * (size_t)n);
-    pl->len[pl->n++] = n;
-    return 0;
-}
-
-static void prompts_free(prompt_list *pl) {
-    for (int i = 0; i < pl->n; i++) free(pl->ids[i]);
-    free(pl->ids);
-    free(pl->len);
-}
-
-/* "1,2,3" -> ids; errors name the item. */
-static int parse_ids(const char *s, prompt_list *pl, const char *where) {
-    int n = 0, cap = 16;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    const char *p = s;
-    while (ids && *p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "cpt generate: %s: token %d of '%s' is not a non-negative integer\n", where, n, s);
-            free(ids);
-            return -1;
-        }
-        if (n == cap) {
-            int32_t *q = realloc(ids, sizeof(int32_t) * (size_t)(cap *= 2));
-            if (!q) break;
-            ids = q;
-        }
-        ids[n++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    int rc = ids && n ? add_prompt(pl, ids, n) : -1;
-    if (!n) fprintf(stderr, "cpt generate: %s: no token ids\n", where);
-    free(ids);
-    return rc;
-}
-
-static int encode_text(const cpt_tokenizer *tok, const char *text, prompt_list *pl, const char *where) {
-    cpt_err err;
-    if (!tok) {
-        fprintf(stderr, "cpt generate: %s: a text prompt needs a tokenizer (--tokenizer)\n", where);
-        return -1;
-    }
-    int32_t *ids = NULL;
-    long n = cpt_tokenizer_encode(tok, text, strlen(text), &ids, &err);
-    if (n < 0) {
-        fprintf(stderr, "cpt generate: %s: %s\n", where, err.msg);
-        return -1;
-    }
-    if (n == 0) {
-        fprintf(stderr, "cpt generate: %s: the prompt encodes to no tokens\n", where);
-        free(ids);
-        return -1;
-    }
-    int rc = add_prompt(pl, ids, (int)n);
-    free(ids);
-    return rc;
-}
-
-static int read_prompts_file(const char *path, const cpt_tokenizer *tok, prompt_list *pl) {
-    cpt_err err;
-    size_t len;
-    char *text = cpt_read_file(path, &len, &err);
-    if (!text) {
-        fprintf(stderr, "cpt generate: %s\n", err.msg);
-        return -1;
-    }
-    int line = 0, rc = 0;
-    char *save = NULL;
-    for (char *l = strtok_r(text, "\n", &save); l && !rc; l = strtok_r(NULL, "\n", &save)) {
-        line++;
-        if (!l[strspn(l, " \t\r")]) continue;
-        char where[4200];
-        snprintf(where, sizeof where, "%s:%d", path, line);
-        json_t *j = cpt_json_loadb(l, strlen(l), 0, where, &err);
-        if (!j) {
-            fprintf(stderr, "cpt generate: %s\n", err.msg);
-            rc = -1;
-            break;
-        }
-        json_t *p = json_object_get(j, "prompt"), *ids = json_object_get(j, "prompt_ids");
-        if (json_is_string(p)) {
-            rc = encode_text(tok, json_string_value(p), pl, where);
-        } else if (json_is_array(ids) && json_array_size(ids) > 0) {
-            size_t n = json_array_size(ids);
-            int32_t *v = malloc(sizeof(int32_t) * n);
-            for (size_t i = 0; v && i < n && !rc; i++) {
-                json_t *x = json_array_get(ids, i);
-                if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
-                    fprintf(stderr, "cpt generate: %s: prompt_ids[%zu] is not a token id\n", where, i);
-                    rc = -1;
-                } else {
-                    v[i] = (int32_t)json_integer_value(x);
-                }
-            }
-            if (!rc) rc = v ? add_prompt(pl, v, (int)n) : -1;
-            free(v);
-        } else {
-            fprintf(stderr, "cpt generate: %s: expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}\n", where);
-            rc = -1;
-        }
-        json_decref(j);
-    }
-    free(text);
-    if (!rc && pl->n == 0) {
-        fprintf(stderr, "cpt generate: %s: no prompts\n", path);
-        rc = -1;
-    }
-    return rc;
 }
 
 static int parse_args(int argc, char **argv, gen_args *a) {
@@ -296,7 +166,7 @@ static void print_ids(cpt_json_buf *b, const int32_t *ids, int n) {
     cpt_json_buf_puts(b, "]");
 }
 
-static void print_result(const gen_args *a, const cpt_tokenizer *tok, int p, const prompt_list *pl,
+static void print_result(const gen_args *a, const cpt_tokenizer *tok, int p, const cpt_prompt_list *pl,
                          const cpt_gen_result *r) {
     for (int k = 0; k < r->n_samples; k++) {
         const cpt_gen_sample *s = &r->samples[k];
@@ -372,6 +242,13 @@ static int bench_config(const char *spec, cpt_model_config *c) {
     return 0;
 }
 
+/* CPU time of this process (all threads): on a shared machine wall time alone says little. */
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* Decode throughput: batch requests of prompt_len random tokens, max_new tokens each, no stop, one slot each. */
 static int bench(const gen_args *a) {
     cpt_model_config c;
@@ -396,13 +273,13 @@ static int bench(const gen_args *a) {
                              .seed = (uint64_t)b, .max_new_tokens = max_new};
         if (cpt_engine_submit(e, &r, &err) < 0) rc = 1;
     }
-    double t0 = cpt_now(), t_first = 0;
+    double t0 = cpt_now(), t_first = 0, c_first = 0;
     long steps = 0;
     while (!rc && !cpt_engine_idle(e)) {
         if (cpt_engine_step(e, &err) < 0) rc = 1;
-        if (steps++ == 0) t_first = cpt_now();
+        if (steps++ == 0) t_first = cpt_now(), c_first = cpu_seconds();
     }
-    double t1 = cpt_now();
+    double t1 = cpt_now(), c1 = cpu_seconds();
     if (!rc) {
         const cpt_engine_stats *st = cpt_engine_get_stats(e);
         /* the first step holds the prefill (and the first decode); decode throughput is measured after it */
@@ -411,9 +288,10 @@ static int bench(const gen_args *a) {
         printf("bench: hidden %d layers %d heads %d/%d inter %d vocab %d | batch %d prompt %d new %d | threads %d\n",
                c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.intermediate_size, c.vocab_size, a->batch,
                a->prompt_len, max_new, omp_get_max_threads());
-        printf("bench: prefill+first step %.3f s (%.0f prompt tok/s), decode %.0f tok/s (%ld tokens in %.3f s), "
-               "total %.3f s\n",
-               t_first - t0, st->prefill_tokens / (t_first - t0), dec_tokens / dec_s, dec_tokens, dec_s, t1 - t0);
+        printf("bench: prefill+first step %.3f s (%.0f prompt tok/s), decode %.0f tok/s (%ld tokens in %.3f s; "
+               "%.3f s of CPU time: %.0f tok per CPU-second), total %.3f s\n",
+               t_first - t0, st->prefill_tokens / (t_first - t0), dec_tokens / dec_s, dec_tokens, dec_s, c1 - c_first,
+               dec_tokens / (c1 - c_first), t1 - t0);
     } else {
         fprintf(stderr, "cpt generate: %s\n", err.msg);
     }
@@ -442,16 +320,20 @@ int cmd_generate(int argc, char **argv) {
         cpt_model_free(m);
         return 1;
     }
-    prompt_list pl = {0};
+    cpt_prompt_list pl = {0};
     int rc = 0;
-    if (a.prompt) rc = encode_text(tok, a.prompt, &pl, "--prompt");
-    else if (a.prompt_ids) rc = parse_ids(a.prompt_ids, &pl, "--prompt-ids");
-    else rc = read_prompts_file(a.prompts_file, tok, &pl);
-    if (!a.no_eos) a.n_stop_ids += cpt_rollout_eos_ids(m, tok, a.stop_ids + a.n_stop_ids);
-    if (a.n_stops && !tok) {
-        fprintf(stderr, "cpt generate: --stop needs a tokenizer\n");
-        rc = -1;
+    if (a.prompt) {
+        rc = cpt_prompt_list_add_text(&pl, tok, a.prompt, strlen(a.prompt), "--prompt", &err);
+    } else if (a.prompt_ids) {
+        rc = cpt_prompt_list_add_ids(&pl, a.prompt_ids, "--prompt-ids", &err);
+    } else {
+        size_t len;
+        char *text = cpt_read_file(a.prompts_file, &len, &err);
+        rc = text ? cpt_prompt_list_parse_jsonl(&pl, text, len, a.prompts_file, tok, &err) : -1;
+        free(text);
     }
+    if (!a.no_eos) a.n_stop_ids += cpt_rollout_eos_ids(m, tok, a.stop_ids + a.n_stop_ids);
+    if (!rc && a.n_stops && !tok) rc = cpt_errf(&err, "--stop needs a tokenizer");
     cpt_engine *e = NULL;
     if (!rc) {
         cpt_engine_opts o = {.slots = a.slots ? a.slots : (pl.n * a.n < 16 ? pl.n * a.n : 16), .tok = tok};
@@ -491,7 +373,7 @@ int cmd_generate(int argc, char **argv) {
     free(done);
     free(have);
     cpt_engine_free(e);
-    prompts_free(&pl);
+    cpt_prompt_list_free(&pl);
     cpt_tokenizer_free(tok);
     cpt_model_free(m);
     return rc ? 1 : 0;

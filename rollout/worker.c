@@ -233,7 +233,7 @@ static void start_flight(worker *w, int i) {
 static void take_group(worker *w) {
     cpt_err err;
     cpt_queue_item it;
-    w->q->block_ms = cpt_engine_idle(w->e) ? w->block_ms : 1;
+    w->q->block_ms = cpt_engine_idle(w->e) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
     int got = cpt_queue_next(w->q, CPT_STREAM_PROMPTS, "rollout", w->me, &it, &err);
     w->q->block_ms = w->block_ms;
     if (got < 0) {
@@ -363,6 +363,16 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
             t_poll = now;
         }
         if (w->has_want && gen == 0 && load_wanted(w, err)) goto done;
+        if (now - t_hb >= hb_s) {
+            static const cpt_engine_stats none;
+            const cpt_engine_stats *es = w->e ? cpt_engine_get_stats(w->e) : &none;
+            double dt = t_hb > 0 ? now - t_hb : 0;
+            long steps = es->decode_steps - hb_steps;
+            heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
+                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_engine_slots(w->e)) : 0);
+            hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
+            t_hb = now;
+        }
         if (!w->m) {
             if (max_wait > 0 && now - t_start > max_wait) {
                 cpt_errf(err, "no weight version announced within rollout.max_wait_weights_s = %g s", max_wait);
@@ -370,15 +380,6 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
             }
             usleep(20000);
             continue;
-        }
-        if (now - t_hb >= hb_s) {
-            const cpt_engine_stats *es = cpt_engine_get_stats(w->e);
-            double dt = t_hb > 0 ? now - t_hb : 0;
-            long steps = es->decode_steps - hb_steps;
-            heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
-                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_engine_slots(w->e)) : 0);
-            hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
-            t_hb = now;
         }
         /* groups waiting for a version: start them once it is here; keep every held group from being reclaimed */
         int waiting = 0;

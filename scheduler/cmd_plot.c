@@ -55,6 +55,12 @@ static int write_series(const char *metrics, const char *key, const char *path, 
     cpt_metrics_series s;
     if (cpt_metrics_read_series(metrics, key, &s, err) != 0) return -1;
     *n = s.n;
+    size_t finite = 0;
+    for (size_t i = 0; i < s.n; i++) finite += isfinite(s.values[i]) != 0;
+    if (finite == 0) {
+        cpt_metrics_series_free(&s);
+        return cpt_errf(err, "%s: %s: no numeric values to plot (all null)", metrics, key);
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         cpt_metrics_series_free(&s);

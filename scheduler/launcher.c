@@ -59,6 +59,7 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     if (cpt_mkdir_p(logs, 0755, err) != 0) return -1;
     L->online = is_online(cpt_cfg_str(L->cfg, "algo.type"));
     L->sup.max_restarts = (int)cpt_cfg_int(L->cfg, "roles.max_restarts");
+    L->sup.max_quick_fails = 3;
     L->want[CPT_ROLE_ROLLOUT] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.rollout") : 0;
     L->want[CPT_ROLE_REWARD] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.reward") : 0;
     return 0;

@@ -117,13 +117,13 @@ static void check_tokenizer(cpt_preflight *p) {
 
 /* The formats each method reads. */
 static int format_fits(const char *algo, cpt_data_format f) {
-    if (!strcmp(algo, "sft")) return f == CPT_DATA_PROMPT_COMPLETION || f == CPT_DATA_MESSAGES;
+    if (!strcmp(algo, "sft")) return f == CPT_DATA_PROMPT_COMPLETION || f == CPT_DATA_MESSAGES || f == CPT_DATA_RL_PROMPT;
     if (!strcmp(algo, "dpo")) return f == CPT_DATA_PREFERENCE;
     return f == CPT_DATA_RL_PROMPT;
 }
 
 static const char *format_wanted(const char *algo) {
-    if (!strcmp(algo, "sft")) return "prompt_completion or messages";
+    if (!strcmp(algo, "sft")) return "prompt_completion, messages or rl_prompt (prompt -> answer)";
     if (!strcmp(algo, "dpo")) return "preference";
     return "rl_prompt";
 }
@@ -143,7 +143,10 @@ static void check_data_file(cpt_preflight *p, const char *key, int required) {
         return;
     }
     cpt_data_format f = cpt_dataset_format(ds);
-    if (!format_fits(algo, f))
+    if (f == CPT_DATA_MESSAGES && !strcmp(cpt_cfg_str(p->cfg, "data.chat_template"), "none"))
+        line(p, "FAIL", "data", "%s: %s holds messages records, which need a chat template (data.chat_template is "
+             "\"none\")", key, path);
+    else if (!format_fits(algo, f))
         line(p, "FAIL", "data", "%s: %s holds %s records; algo.type = %s reads %s", key, path,
              cpt_data_format_name(f), algo, format_wanted(algo));
     else if (cpt_dataset_bad_lines(ds))

@@ -39,6 +39,8 @@ void cpt_sup_init(cpt_supervisor *s) {
     s->backoff_max = 30.0;
     s->healthy_after = 60.0;
     s->max_restarts = 20;
+    s->quick_fail_s = 5.0;
+    s->max_quick_fails = 0; /* off unless the owner turns it on (the launcher does) */
 }
 
 void cpt_sup_free(cpt_supervisor *s) {
@@ -138,6 +140,17 @@ static void on_exit_status(cpt_supervisor *s, cpt_proc *p, int status) {
     int failed = p->exit_status != 0;
     if (!failed || p->stop_requested || p->policy == CPT_RESTART_NEVER) {
         p->state = failed && !p->stop_requested ? CPT_PROC_FAILED : CPT_PROC_EXITED;
+        return;
+    }
+    /* A process that exits with an error status right after starting (a bad config, a missing file) fails the
+     * same way every time: give up after a few tries instead of backing off for minutes. A signal (a crash, a
+     * kill -9) is not a start failure. */
+    if (WIFEXITED(status) && ran < s->quick_fail_s) p->quick_fails++;
+    else p->quick_fails = 0;
+    if (s->max_quick_fails > 0 && p->quick_fails >= s->max_quick_fails) {
+        p->state = CPT_PROC_FAILED;
+        fprintf(stderr, "cpt: %s failed %d times in a row within %.0f s of starting (status %d); giving up\n", p->name,
+                p->quick_fails, s->quick_fail_s, p->exit_status);
         return;
     }
     if (p->restarts >= s->max_restarts) {

@@ -27,6 +27,7 @@ typedef struct cpt_proc {
     pid_t pid;
     int exit_status;      /* last exit code, or 128 + signal */
     int restarts;
+    int quick_fails;      /* consecutive exits with a status (not a signal) soon after starting */
     double started_at, next_start_at, backoff;
     int stop_requested;
 } cpt_proc;
@@ -37,6 +38,8 @@ typedef struct cpt_supervisor {
     double backoff_min, backoff_max; /* seconds; doubled after each quick failure */
     double healthy_after;            /* a process that ran this long gets its backoff reset */
     int max_restarts;                /* per process; beyond it the process is FAILED for good */
+    double quick_fail_s;             /* an exit with a status this soon after starting is a start failure */
+    int max_quick_fails;             /* that many start failures in a row: FAILED (a bad config never heals) */
 } cpt_supervisor;
 
 void cpt_sup_init(cpt_supervisor *s);

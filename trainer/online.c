@@ -14,6 +14,8 @@
 #include "core/metrics.h"
 #include "core/tokenizer.h"
 #include "queue/stream.h"
+#include "reward/eval.h"
+#include "reward/reward.h"
 #include "trainer/checkpoint.h"
 #include "trainer/online_book.h"
 #include "trainer/online_step.h"
@@ -53,6 +55,9 @@ typedef struct online_ctx {
     char *config_text;
     long dynamic_dropped, queue_dup_base;
     double wait_s;
+    /* held-out validation (validation.*): greedy or sampled generations scored with the run's reward */
+    cpt_dataset *val;
+    cpt_reward *val_reward;
 } online_ctx;
 
 /* ---------------- setup ---------------- */
@@ -394,6 +399,34 @@ static int drop_stale_held(online_ctx *c, cpt_err *err) {
     return dropped;
 }
 
+/* ---------------- validation ---------------- */
+
+static int setup_validation(online_ctx *c, cpt_err *err) {
+    const char *path = cpt_cfg_str(c->cfg, "validation.data");
+    if (!*path) return 0;
+    c->val = cpt_dataset_load_config(path, c->cfg, err);
+    if (!c->val) return cpt_err_prefix(err, "validation.data");
+    c->val_reward = cpt_reward_from_config(c->cfg, err);
+    return c->val_reward ? 0 : cpt_err_prefix(err, "validation reward");
+}
+
+static int validate(online_ctx *c, cpt_err *err) {
+    if (!c->val) return 0;
+    cpt_eval_opts o;
+    cpt_eval_opts_from_config(c->cfg, &o);
+    o.tpl = c->have_tpl ? &c->tpl : NULL;
+    cpt_eval_results r;
+    memset(&r, 0, sizeof r);
+    if (cpt_eval_run(c->policy, c->tok, c->val, c->val_reward, &o, &r, err)) return cpt_err_prefix(err, "validation");
+    fprintf(stderr, "%s validation at step %" PRId64 ": accuracy %.3f | reward %.3f | len %.1f | %zu prompts x %d (%.1fs)\n",
+            cpt_obj_type_name(c->oc.type), c->st.step, r.accuracy, r.mean_reward, r.mean_tokens, r.n_prompts,
+            r.samples, r.seconds);
+    cpt_metrics_begin(c->metrics, c->st.step);
+    cpt_eval_add_metrics(c->metrics, "val", &r);
+    cpt_eval_results_free(&r);
+    return cpt_metrics_end(c->metrics, err);
+}
+
 /* ---------------- one step ---------------- */
 
 static void fmt_duration(double s, char *buf, size_t cap) {
@@ -496,6 +529,8 @@ static void ctx_free(online_ctx *c) {
     cpt_metrics_close(c->metrics);
     cpt_train_state_free(&c->st);
     free(c->config_text);
+    cpt_dataset_free(c->val);
+    cpt_reward_free(c->val_reward);
 }
 
 static int run(online_ctx *c, cpt_err *err) {
@@ -509,7 +544,7 @@ static int run(online_ctx *c, cpt_err *err) {
     c->groups_per_step = cpt_cfg_int(cfg, "train.groups_per_step");
     c->total_steps = cpt_cfg_int(cfg, "train.steps");
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
-    if (setup_data(c, err) || setup_models(c, err)) return -1;
+    if (setup_data(c, err) || setup_models(c, err) || setup_validation(c, err)) return -1;
     c->config_text = cpt_config_dump(cfg);
     if (!c->config_text) return cpt_errf(err, "out of memory");
     if (resume(c, err)) return -1;
@@ -526,6 +561,8 @@ static int run(online_ctx *c, cpt_err *err) {
              cpt_obj_type_name(c->oc.type), c->sync ? "sync" : "async", c->max_staleness, c->groups_per_step,
              cpt_cfg_int(cfg, "rollout.group_size"), cpt_dataset_count(c->ds));
 
+    const int64_t val_every = cpt_cfg_int(cfg, "validation.every_steps");
+    if (c->st.step == 0 && cpt_cfg_bool(cfg, "validation.before_training") && validate(c, err)) return -1;
     const int64_t this_run = cpt_cfg_int(cfg, "train.max_steps_this_run");
     const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every");
     const int64_t first_step = c->st.step;
@@ -548,6 +585,7 @@ static int run(online_ctx *c, cpt_err *err) {
         if (d < 0) return -1;
         if (d > 0 || c->n_held < (size_t)c->groups_per_step) continue;
         if (train_step(c, t_start, first_step, err)) return -1;
+        if (val_every > 0 && c->st.step % val_every == 0 && c->st.step != c->total_steps && validate(c, err)) return -1;
         if (ck_every > 0 && c->st.step % ck_every == 0 && c->st.step != c->total_steps && save_checkpoint(c, err))
             return -1;
     }
@@ -555,6 +593,7 @@ static int run(online_ctx *c, cpt_err *err) {
     if (stopped) cpt_warn("online: stopping at step %" PRId64 " on request", c->st.step);
     if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
     if (c->st.step >= c->total_steps) {
+        if (validate(c, err)) return -1;
         fprintf(stderr, "%s done: step %" PRId64 ", version %" PRId64 ", %ld groups trained, %ld stale dropped, %ld duplicates\n",
                 cpt_obj_type_name(c->oc.type), c->st.step, c->st.weight_version, c->book.trained, c->book.stale,
                 c->book.duplicates + c->q->stats.duplicates);

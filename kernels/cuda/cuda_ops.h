@@ -18,12 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
-#include "kernels/kernels.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "core/error.h"
+#include "kernels/kernels.h"
 
 /* ---- context and memory ---------------------------------------------------------------------------------- */
 
@@ -44,13 +44,10 @@ int cpt_cuda_memcpy_d2h(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t by
 int cpt_cuda_memcpy_d2d(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err);
 /* Fills n bytes with the byte value (0xFF poisons bf16 and fp32 buffers with NaN). */
 int cpt_cuda_memset(cpt_cuda_ctx *ctx, void *dst, int byte, size_t bytes, cpt_err *err);
-/* fp32 host <-> bf16 device, converted on the host with round-to-nearest-even (NaN stays NaN). Synchronous. */
+/* fp32 host <-> bf16 device, converted on the host with round-to-nearest-even (NaN stays NaN), the rounding of
+ * cpt_f32_to_bf16 in core/safetensors.h, so tests can feed the CPU reference the values the GPU sees. Synchronous. */
 int cpt_cuda_upload_bf16(cpt_cuda_ctx *ctx, void *dst, const float *src, size_t n, cpt_err *err);
 int cpt_cuda_download_bf16(cpt_cuda_ctx *ctx, float *dst, const void *src, size_t n, cpt_err *err);
-
-/* Host-side bf16 rounding, the same the uploads use: tests feed the CPU reference the values the GPU sees. */
-uint16_t cpt_f32_to_bf16(float x);
-float cpt_bf16_to_f32(uint16_t b);
 
 /* A device view: dims given by ndim and the shape values. */
 cpt_tensor cpt_cuda_tensor(void *p, cpt_dtype dt, int ndim, int64_t d0, int64_t d1);

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include "core/tokenizer.h"
+#include "model/model.h"
+#include "reward/reward_model.h"
+#include "reward/teacher.h"
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
 
@@ -188,6 +191,98 @@ static void test_crash(test_redis *t, const cpt_tokenizer *tok, const char *dir)
     cpt_queue_close(q);
 }
 
+static cpt_model *tiny_model(int vocab, uint64_t seed, int value_head) {
+    cpt_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = CPT_ARCH_QWEN2;
+    c.vocab_size = vocab;
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_layers = 1;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.rms_norm_eps = 1e-6f;
+    c.rope_theta = 10000;
+    c.tie_word_embeddings = 1;
+    c.qkv_bias = 1;
+    c.max_position_embeddings = 256;
+    c.bos_token_id = c.eos_token_id = -1;
+    cpt_err err;
+    cpt_model *m = cpt_model_new_random(&c, seed, &err);
+    if (!m || (value_head && cpt_model_add_value_head(m, seed + 1, &err))) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    return m;
+}
+
+/* algo.type = opd with teacher.path, and a reward model added to the math reward (reward.model_path): the scored
+ * group carries the teacher's logprobs and math + 0.5 * model score, equal to what the library computes here. */
+static void test_opd_and_reward_model(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
+    cpt_err err;
+    int vocab = cpt_tokenizer_vocab_size(tok);
+    char tdir[256], rdir[256], cfgp[256], lines[1400];
+    snprintf(tdir, sizeof tdir, "%s/teacher", dir);
+    snprintf(rdir, sizeof rdir, "%s/rm", dir);
+    cpt_model *teacher = tiny_model(vocab, 11, 0), *rm = tiny_model(vocab, 21, 1);
+    CHECK_EQ_INT(cpt_model_save_hf(teacher, tdir, 0, &err), 0);
+    CHECK_EQ_INT(cpt_model_save_hf(rm, rdir, 0, &err), 0);
+    snprintf(cfgp, sizeof cfgp, "%s/opd.toml", dir);
+    snprintf(lines, sizeof lines, "type = \"math\"\nmodel_path = \"%s\"\nmodel_only = false\nmodel_weight = 0.5\n"
+             "[algo]\ntype = \"opd\"\n[teacher]\npath = \"%s\"", rdir, tdir);
+    write_config(cfgp, t->srv.url, "rwo", lines);
+    cpt_queue *q = test_queue_open(t, "rwo", 64, 60000);
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_SCORED, "trainer", &err), 0);
+    const char *prompt = "What is 2 + 3?";
+    const char *comps[] = {"2 + 3 = 5\n#### 5", "#### 7"};
+    add_group(q, tok, "rwo", 0, prompt, 2, comps, "{\"answer\": \"5\"}");
+    pid_t pid = start_worker(cfgp, "reward-o");
+    cpt_queue_item it;
+    CHECK(next_scored(q, &it, 30));
+    if (it.type == CPT_MSG_SCORED_GROUP) {
+        const cpt_rollout_group *g = &it.rollout;
+        CHECK_EQ_INT((int)g->n_completions, 2);
+        for (uint32_t c = 0; c < g->n_completions; c++) {
+            const cpt_completion *k = &g->completions[c];
+            CHECK(k->teacher_logprobs != NULL);
+            float *want = malloc(k->n_tokens * sizeof *want);
+            const int32_t *toks[1] = {k->tokens};
+            int nt[1] = {(int)k->n_tokens};
+            float *outs[1] = {want};
+            CHECK_EQ_INT(cpt_teacher_logprobs(teacher, g->prompt, (int)g->n_prompt, 1, toks, nt, outs, &err), 0);
+            for (uint32_t j = 0; j < k->n_tokens && k->teacher_logprobs; j++)
+                CHECK_NEAR(k->teacher_logprobs[j], want[j], 1e-6);
+            free(want);
+            /* reward: math (1, 0) + 0.5 * the model's score of prompt text + completion text */
+            double mv = -1, model_part = 0;
+            CHECK(part_value(g, "math", c, &mv));
+            CHECK(part_value(g, "model", c, &model_part));
+            CHECK_NEAR(mv, c == 0 ? 1 : 0, 0);
+            size_t len;
+            char *ptext = cpt_tokenizer_decode(tok, g->prompt, g->n_prompt, 0, &len, &err);
+            int32_t *pi = NULL, *ci = NULL;
+            long np = cpt_tokenizer_encode(tok, ptext, strlen(ptext), &pi, &err);
+            long nc = cpt_tokenizer_encode(tok, comps[c], strlen(comps[c]), &ci, &err);
+            const int32_t *cc[1] = {ci};
+            int ncc[1] = {(int)nc};
+            double score = 0;
+            CHECK_EQ_INT(cpt_reward_model_score_ids(rm, pi, (int)np, 1, cc, ncc, &score, &err), 0);
+            CHECK_NEAR(model_part, score, 1e-6);
+            CHECK_NEAR(g->rewards[c], mv + 0.5 * score, 1e-6);
+            free(ptext);
+            free(pi);
+            free(ci);
+        }
+        CHECK_EQ_INT(cpt_queue_done(q, &it, &err), 0);
+        cpt_queue_item_free(&it);
+    }
+    kill(pid, SIGTERM);
+    int st = 0;
+    CHECK(wait_exit(pid, 15, &st));
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cpt_queue_close(q);
+    cpt_model_free(teacher);
+    cpt_model_free(rm);
+}
+
 int main(void) {
     test_redis t;
     test_redis_start(&t, "everysec");
@@ -196,6 +291,7 @@ int main(void) {
     if (!tok) { fprintf(stderr, "%s\n", err.msg); return 1; }
     test_scores(&t, tok, t.dir);
     test_crash(&t, tok, t.dir);
+    test_opd_and_reward_model(&t, tok, t.dir);
     cpt_tokenizer_free(tok);
     test_redis_stop(&t);
     return check_summary("reward_worker");

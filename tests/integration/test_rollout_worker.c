@@ -28,7 +28,7 @@ static cpt_model_config tiny_cfg(void) {
     return c;
 }
 
-static pid_t start_worker(const char *id, const char *extra) {
+static pid_t start_worker(const char *id, const char *const *extra) {
     char log[300];
     snprintf(log, sizeof log, "%s/%s.log", T.dir, id);
     pid_t pid = fork();
@@ -38,8 +38,11 @@ static pid_t start_worker(const char *id, const char *extra) {
         setenv("CPT_RUN", T.dir, 1);
         char exe[512];
         snprintf(exe, sizeof exe, "%s/cpt-rollout", getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build");
-        if (extra) execl(exe, "cpt-rollout", CONFIG, "--worker-id", id, extra, (char *)NULL);
-        else execl(exe, "cpt-rollout", CONFIG, "--worker-id", id, (char *)NULL);
+        const char *argv[32] = {"cpt-rollout", CONFIG, "--worker-id", id};
+        int n = 4;
+        for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
+        argv[n] = NULL;
+        execv(exe, (char *const *)argv);
         perror("exec cpt-rollout");
         _exit(127);
     }
@@ -121,6 +124,8 @@ static int wait_exit(pid_t pid, double timeout_s, int *status) {
     return 0;
 }
 
+static void random_init(cpt_queue *q, cpt_model *v3);
+
 static void versions_and_drain(cpt_queue *q) {
     cpt_model *v1 = NULL, *v2 = NULL, *v3 = NULL;
     publish(q, 1, &v1);
@@ -181,6 +186,7 @@ static void versions_and_drain(cpt_queue *q) {
     CHECK_EQ_INT(it.rollout.completions[0].n_tokens, 400);
     cpt_queue_item_free(&it);
     CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    random_init(q, v3);
     cpt_model_free(v1), cpt_model_free(v2), cpt_model_free(v3);
 }
 
@@ -209,6 +215,26 @@ static void killed_mid_group(cpt_queue *q) {
     CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
     kill(b, SIGTERM);
     CHECK(wait_exit(b, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* model.init = random: the worker waits for a weight announcement and builds the model from the model.* keys. */
+static void random_init(cpt_queue *q, cpt_model *v3) {
+    static const char *const ov[] = {"model.init=random", "model.path=", "model.vocab_size=64", "model.hidden_size=32",
+                                     "model.intermediate_size=64", "model.num_layers=2", "model.num_heads=2",
+                                     "model.num_kv_heads=1", "model.max_position_embeddings=8192", NULL};
+    add_group(q, 50, 3, 2, 6, 5);
+    pid_t w = start_worker("w4", ov);
+    cpt_queue_item it;
+    CHECK(next_rollout(q, &it, 30));
+    CHECK_EQ_INT(it.rollout.id.index, 50);
+    CHECK_EQ_STR(it.rollout.worker, "w4");
+    CHECK_EQ_INT(it.rollout.weight_version, 3);
+    double gap = logprob_gap(v3, &it.rollout);
+    CHECK_MSG(gap < 1e-4, "random-init worker: logprob gap %g against v3", gap);
+    cpt_queue_item_free(&it);
+    kill(w, SIGTERM);
+    int status;
+    CHECK(wait_exit(w, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 int main(void) {

@@ -1,0 +1,97 @@
+/* Shared pieces of the CUDA backend (.cu files only): the context, operand checks, launch checks, bf16 helpers. */
+#ifndef CPT_KERNELS_CUDA_CUDA_INTERNAL_H
+#define CPT_KERNELS_CUDA_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cuda_ops.h"
+
+/* cuBLASLt entry points, resolved with dlopen so the build needs no link flag for it. */
+struct cpt_cublaslt_api {
+    void *lib;
+    decltype(&cublasLtCreate) create;
+    decltype(&cublasLtDestroy) destroy;
+    decltype(&cublasLtMatmul) matmul;
+    decltype(&cublasLtMatmulDescCreate) desc_create;
+    decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+    decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+    decltype(&cublasLtMatrixLayoutCreate) layout_create;
+    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+    decltype(&cublasLtMatmulPreferenceCreate) pref_create;
+    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+};
+
+struct cpt_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cpt_cublaslt_api lt;
+    cublasLtHandle_t lt_handle;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    void *scratch; /* fp32 partial sums of deterministic reductions; grows on demand */
+    size_t scratch_bytes;
+    int num_sms;
+};
+
+/* A misused op is a programming error: name the op and the mismatch, abort (as kernels/cpu). */
+#define CKCHECK(cond, op, ...)                                                            \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "cpt cuda: %s: ", op);                                        \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fprintf(stderr, " (%s, %s:%d)\n", #cond, __FILE__, __LINE__);                 \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* A CUDA call inside an op failing means the device is unusable; name the call and abort. */
+#define CUDA_OK(call)                                                                                         \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess) {                                                                              \
+            fprintf(stderr, "cpt cuda: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            abort();                                                                                          \
+        }                                                                                                     \
+    } while (0)
+
+/* After every launch: a bad configuration shows up here, named by the kernel. */
+#define LAUNCH_OK(name)                                                                                       \
+    do {                                                                                                      \
+        cudaError_t e_ = cudaGetLastError();                                                                  \
+        if (e_ != cudaSuccess) {                                                                              \
+            fprintf(stderr, "cpt cuda: launch of %s failed: %s (%s:%d)\n", name, cudaGetErrorString(e_), __FILE__, \
+                    __LINE__);                                                                                \
+            abort();                                                                                          \
+        }                                                                                                     \
+    } while (0)
+
+/* The operand must be a present CUDA tensor of dtype dt and ndim dims. */
+void cpt_cuda_check(const char *op, const char *what, cpt_tensor t, cpt_dtype dt, int ndim);
+/* Scratch of at least bytes (synchronises the stream when it has to grow). */
+void *cpt_cuda_scratch(cpt_cuda_ctx *ctx, size_t bytes);
+
+static inline __nv_bfloat16 *BF(cpt_tensor t) { return (__nv_bfloat16 *)t.data; }
+static inline float *FP(cpt_tensor t) { return (float *)t.data; }
+static inline int32_t *IP(cpt_tensor t) { return (int32_t *)t.data; }
+
+static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* Sum over a block (blockDim.x a multiple of 32, at most 1024), result valid in every thread. */
+__device__ inline float block_sum(float v, float *shared32) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* shared32 may still be read from a previous call */
+    if (lane == 0) shared32[wid] = v;
+    __syncthreads();
+    v = lane < nw ? shared32[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+#endif

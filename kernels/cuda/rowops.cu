@@ -1,0 +1,235 @@
+/* Row-wise ops on bf16 activations with fp32 arithmetic: fused residual add + RMSNorm, RoPE, SwiGLU.
+ * Every output element is written by one thread; the weight gradient of RMSNorm is reduced over fixed chunks of
+ * rows, then over chunks in order, so results are bitwise reproducible. */
+#include "kernels/cuda/cuda_internal.h"
+
+#define NORM_THREADS 256
+#define ROW_CHUNK 64 /* rows per partial sum of the rmsnorm weight gradient */
+
+/* ---- rmsnorm ---- */
+
+__global__ void rmsnorm_fwd_kernel(__nv_bfloat16 *out, float *rstd, __nv_bfloat16 *resid_out,
+                                   const __nv_bfloat16 *inp, const __nv_bfloat16 *resid, const __nv_bfloat16 *w,
+                                   int64_t C, float eps) {
+    __shared__ float red[32];
+    int64_t r = blockIdx.x;
+    const __nv_bfloat16 *x = inp + r * C;
+    float ss = 0.0f;
+    if (resid) {
+        /* x = bf16(inp + resid) is what the next layer and the backward see, so normalise the rounded sum */
+        const __nv_bfloat16 *y = resid + r * C;
+        __nv_bfloat16 *xo = resid_out + r * C;
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            __nv_bfloat16 s = __float2bfloat16(__bfloat162float(x[c]) + __bfloat162float(y[c]));
+            xo[c] = s;
+            float f = __bfloat162float(s);
+            ss += f * f;
+        }
+        x = xo;
+    } else {
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            float f = __bfloat162float(x[c]);
+            ss += f * f;
+        }
+    }
+    ss = block_sum(ss, red);
+    float s = rsqrtf(ss / (float)C + eps);
+    if (rstd && threadIdx.x == 0) rstd[r] = s;
+    __nv_bfloat16 *o = out + r * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+        o[c] = __float2bfloat16(__bfloat162float(w[c]) * (__bfloat162float(x[c]) * s));
+}
+
+void cpt_cuda_rmsnorm_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor rstd, cpt_tensor resid_out, cpt_tensor inp,
+                          cpt_tensor resid, cpt_tensor w, float eps) {
+    const char *op = "rmsnorm_fwd";
+    cpt_cuda_check(op, "out", out, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "inp", inp, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "w", w, CPT_DT_BF16, 1);
+    int64_t R = inp.shape[0], C = inp.shape[1];
+    CKCHECK(out.shape[0] == R && out.shape[1] == C && w.shape[0] == C, op,
+            "shape mismatch: inp [%lld, %lld], out [%lld, %lld], w [%lld]", (long long)R, (long long)C,
+            (long long)out.shape[0], (long long)out.shape[1], (long long)w.shape[0]);
+    if (cpt_tensor_present(rstd)) {
+        cpt_cuda_check(op, "rstd", rstd, CPT_DT_F32, 1);
+        CKCHECK(rstd.shape[0] == R, op, "rstd has %lld rows, want %lld", (long long)rstd.shape[0], (long long)R);
+    }
+    if (cpt_tensor_present(resid)) {
+        cpt_cuda_check(op, "resid", resid, CPT_DT_BF16, 2);
+        cpt_cuda_check(op, "resid_out", resid_out, CPT_DT_BF16, 2);
+        CKCHECK(resid.shape[0] == R && resid.shape[1] == C && resid_out.shape[0] == R && resid_out.shape[1] == C,
+                op, "resid / resid_out must be [%lld, %lld]", (long long)R, (long long)C);
+    }
+    if (R == 0) return;
+    rmsnorm_fwd_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(
+        BF(out), cpt_tensor_present(rstd) ? FP(rstd) : NULL, cpt_tensor_present(resid) ? BF(resid_out) : NULL,
+        BF(inp), cpt_tensor_present(resid) ? BF(resid) : NULL, BF(w), C, eps);
+    LAUNCH_OK("rmsnorm_fwd_kernel");
+}
+
+__global__ void rmsnorm_bwd_dinp_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16 *dout, const __nv_bfloat16 *inp,
+                                        const __nv_bfloat16 *w, const float *rstd, int64_t C) {
+    __shared__ float red[32];
+    int64_t r = blockIdx.x;
+    const __nv_bfloat16 *x = inp + r * C, *dy = dout + r * C;
+    float dot = 0.0f;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+        dot += __bfloat162float(w[c]) * __bfloat162float(dy[c]) * __bfloat162float(x[c]);
+    dot = block_sum(dot, red);
+    float s = rstd[r], k = dot * s * s * s / (float)C;
+    __nv_bfloat16 *dx = dinp + r * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = s * __bfloat162float(w[c]) * __bfloat162float(dy[c]) - k * __bfloat162float(x[c]);
+        dx[c] = __float2bfloat16(__bfloat162float(dx[c]) + g);
+    }
+}
+
+/* part [nchunk, C]: column c of chunk ch = sum over its rows of dy * x * rstd */
+__global__ void rmsnorm_bwd_dw_partial_kernel(float *part, const __nv_bfloat16 *dout, const __nv_bfloat16 *inp,
+                                              const float *rstd, int64_t R, int64_t C) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, ch = blockIdx.y;
+    if (c >= C) return;
+    int64_t r0 = ch * ROW_CHUNK, r1 = r0 + ROW_CHUNK < R ? r0 + ROW_CHUNK : R;
+    float acc = 0.0f;
+    for (int64_t r = r0; r < r1; r++)
+        acc += __bfloat162float(dout[r * C + c]) * __bfloat162float(inp[r * C + c]) * rstd[r];
+    part[ch * C + c] = acc;
+}
+
+__global__ void sum_chunks_kernel(float *dst, const float *part, int64_t nchunk, int64_t C) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = dst[c];
+    for (int64_t ch = 0; ch < nchunk; ch++) acc += part[ch * C + c];
+    dst[c] = acc;
+}
+
+void cpt_cuda_rmsnorm_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                          cpt_tensor w, cpt_tensor rstd) {
+    const char *op = "rmsnorm_bwd";
+    cpt_cuda_check(op, "dout", dout, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "inp", inp, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "w", w, CPT_DT_BF16, 1);
+    cpt_cuda_check(op, "rstd", rstd, CPT_DT_F32, 1);
+    int64_t R = inp.shape[0], C = inp.shape[1];
+    CKCHECK(dout.shape[0] == R && dout.shape[1] == C && w.shape[0] == C && rstd.shape[0] == R, op,
+            "shape mismatch");
+    if (R == 0) return;
+    if (cpt_tensor_present(dinp)) {
+        cpt_cuda_check(op, "dinp", dinp, CPT_DT_BF16, 2);
+        CKCHECK(dinp.shape[0] == R && dinp.shape[1] == C, op, "dinp shape mismatch");
+        rmsnorm_bwd_dinp_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(BF(dinp), BF(dout), BF(inp), BF(w),
+                                                                               FP(rstd), C);
+        LAUNCH_OK("rmsnorm_bwd_dinp_kernel");
+    }
+    if (cpt_tensor_present(dw)) {
+        cpt_cuda_check(op, "dw", dw, CPT_DT_F32, 1);
+        CKCHECK(dw.shape[0] == C, op, "dw has %lld entries, want %lld", (long long)dw.shape[0], (long long)C);
+        int64_t nchunk = (R + ROW_CHUNK - 1) / ROW_CHUNK;
+        CKCHECK(nchunk <= 65535, op, "%lld rows is more than this reduction handles", (long long)R);
+        float *part = (float *)cpt_cuda_scratch(ctx, (size_t)(nchunk * C) * sizeof(float));
+        dim3 grid(cdiv(C, 256), (unsigned)nchunk);
+        rmsnorm_bwd_dw_partial_kernel<<<grid, 256, 0, ctx->stream>>>(part, BF(dout), BF(inp), FP(rstd), R, C);
+        LAUNCH_OK("rmsnorm_bwd_dw_partial_kernel");
+        sum_chunks_kernel<<<cdiv(C, 256), 256, 0, ctx->stream>>>(FP(dw), part, nchunk, C);
+        LAUNCH_OK("sum_chunks_kernel");
+    }
+}
+
+/* ---- rope ---- */
+
+/* One thread per (row, head, pair): angle = pos * inv_freq in fp32, as transformers. sign -1 rotates back. */
+__global__ void rope_kernel(__nv_bfloat16 *x, int64_t N, int64_t stride, int n_heads, int head_dim,
+                            const int32_t *pos, const float *inv_freq, float sign) {
+    int half = head_dim / 2;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * n_heads * half) return;
+    int i = (int)(idx % half);
+    int64_t nh = idx / half;
+    int h = (int)(nh % n_heads);
+    int64_t n = nh / n_heads;
+    float ang = (float)pos[n] * inv_freq[i];
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    sn *= sign;
+    __nv_bfloat16 *v = x + n * stride + (int64_t)h * head_dim;
+    float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
+    v[i] = __float2bfloat16(a * cs - b * sn);
+    v[i + half] = __float2bfloat16(b * cs + a * sn);
+}
+
+static void rope_apply(cpt_cuda_ctx *ctx, const char *op, cpt_tensor x, int n_heads, int head_dim,
+                       cpt_tensor positions, cpt_tensor inv_freq, float sign) {
+    cpt_cuda_check(op, "x", x, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "positions", positions, CPT_DT_I32, 1);
+    cpt_cuda_check(op, "inv_freq", inv_freq, CPT_DT_F32, 1);
+    int64_t N = x.shape[0], stride = x.shape[1];
+    CKCHECK(head_dim > 0 && head_dim % 2 == 0 && n_heads > 0 && (int64_t)n_heads * head_dim <= stride &&
+                positions.shape[0] == N && inv_freq.shape[0] == head_dim / 2,
+            op, "shape mismatch: x [%lld, %lld], %d heads of %d, inv_freq [%lld]", (long long)N, (long long)stride,
+            n_heads, head_dim, (long long)inv_freq.shape[0]);
+    int64_t total = N * n_heads * (head_dim / 2);
+    if (total == 0) return;
+    rope_kernel<<<cdiv(total, 256), 256, 0, ctx->stream>>>(BF(x), N, stride, n_heads, head_dim, IP(positions),
+                                                           FP(inv_freq), sign);
+    LAUNCH_OK("rope_kernel");
+}
+
+void cpt_cuda_rope_fwd(cpt_cuda_ctx *ctx, cpt_tensor x, int n_heads, int head_dim, cpt_tensor positions,
+                       cpt_tensor inv_freq) {
+    rope_apply(ctx, "rope_fwd", x, n_heads, head_dim, positions, inv_freq, 1.0f);
+}
+
+void cpt_cuda_rope_bwd(cpt_cuda_ctx *ctx, cpt_tensor dx, int n_heads, int head_dim, cpt_tensor positions,
+                       cpt_tensor inv_freq) {
+    rope_apply(ctx, "rope_bwd", dx, n_heads, head_dim, positions, inv_freq, -1.0f);
+}
+
+/* ---- swiglu ---- */
+
+__global__ void swiglu_fwd_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t N, int64_t H) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * H) return;
+    int64_t n = idx / H, i = idx % H;
+    float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]);
+    out[idx] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+}
+
+__global__ void swiglu_bwd_kernel(__nv_bfloat16 *dgu, const __nv_bfloat16 *dout, const __nv_bfloat16 *gu, int64_t N,
+                                  int64_t H) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * H) return;
+    int64_t n = idx / H, i = idx % H;
+    float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]);
+    float d = __bfloat162float(dout[idx]);
+    float s = 1.0f / (1.0f + expf(-g));
+    __nv_bfloat16 *dg = dgu + n * 2 * H + i, *du = dg + H;
+    *dg = __float2bfloat16(__bfloat162float(*dg) + d * u * s * (1.0f + g * (1.0f - s)));
+    *du = __float2bfloat16(__bfloat162float(*du) + d * g * s);
+}
+
+void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu) {
+    const char *op = "swiglu_fwd";
+    cpt_cuda_check(op, "out", out, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "gu", gu, CPT_DT_BF16, 2);
+    int64_t N = out.shape[0], H = out.shape[1];
+    CKCHECK(gu.shape[0] == N && gu.shape[1] == 2 * H, op, "gu is [%lld, %lld], want [%lld, %lld]",
+            (long long)gu.shape[0], (long long)gu.shape[1], (long long)N, (long long)(2 * H));
+    if (N * H == 0) return;
+    swiglu_fwd_kernel<<<cdiv(N * H, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
+    LAUNCH_OK("swiglu_fwd_kernel");
+}
+
+void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
+    const char *op = "swiglu_bwd";
+    cpt_cuda_check(op, "dgu", dgu, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "dout", dout, CPT_DT_BF16, 2);
+    cpt_cuda_check(op, "gu", gu, CPT_DT_BF16, 2);
+    int64_t N = dout.shape[0], H = dout.shape[1];
+    CKCHECK(gu.shape[0] == N && gu.shape[1] == 2 * H && dgu.shape[0] == N && dgu.shape[1] == 2 * H, op,
+            "shape mismatch: dout [%lld, %lld], gu [%lld, %lld], dgu [%lld, %lld]", (long long)N, (long long)H,
+            (long long)gu.shape[0], (long long)gu.shape[1], (long long)dgu.shape[0], (long long)dgu.shape[1]);
+    if (N * H == 0) return;
+    swiglu_bwd_kernel<<<cdiv(N * H, 256), 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+    LAUNCH_OK("swiglu_bwd_kernel");
+}

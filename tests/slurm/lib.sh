@@ -1,0 +1,53 @@
+# Shared by the slurm tests (sourced, not a test): a private cluster, waiting on job states and run steps.
+# Needs: SRC BUILD set; defines T (temp dir) and starts the cluster in $T/cluster, stopped on exit.
+T=$(mktemp -d /tmp/cpt-slurm-XXXXXX)
+pids=()
+slurm_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # jobs of this cluster end with it; scancel first so no step outlives the daemons
+  scancel --full --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
+  sleep 1
+  tests/slurm/cluster.sh stop "$T/cluster" || true
+  pkill -KILL -f "$T/" 2>/dev/null || true
+  rm -rf "$T"
+}
+trap slurm_cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$T"/*.log "$T"/*/logs/*.log; do [ -f "$f" ] && { echo "== $f"; tail -30 "$f"; } >&2; done
+  exit 1
+}
+tests/slurm/cluster.sh start "$T/cluster"
+source "$T/cluster/env"
+export CPT_BIN=$BUILD OMP_NUM_THREADS=1
+
+job_field() { scontrol show job "$1" -o 2>/dev/null | tr ' ' '\n' | grep "^$2=" | head -1 | cut -d= -f2-; }
+# the step of the newest metrics line of a run (empty before the first)
+run_step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2 || true; }
+wait_run_step() { # RUN_DIR STEP TIMEOUT_S
+  local end=$((SECONDS + $3)) s
+  while [ $SECONDS -lt $end ]; do
+    s=$(run_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+    sleep 0.2
+  done
+  fail "$1 did not reach step $2 in $3 s"
+}
+# waits for a final state; nudges a requeued job that Slurm holds in PENDING (BeginTime)
+wait_job_done() { # JOB TIMEOUT_S
+  local end=$((SECONDS + $2)) st reason
+  while [ $SECONDS -lt $end ]; do
+    st=$(job_field "$1" JobState); reason=$(job_field "$1" Reason)
+    case "$st" in
+      COMPLETED) return 0 ;;
+      FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) fail "job $1 ended $st" ;;
+      PENDING) [ "$reason" = BeginTime ] && scontrol update JobId="$1" StartTime=now 2>/dev/null || true ;;
+    esac
+    sleep 1
+  done
+  fail "job $1 not done after $2 s (state $st, reason $reason)"
+}
+wait_job_state() { # JOB STATE TIMEOUT_S
+  local end=$((SECONDS + $3))
+  while [ $SECONDS -lt $end ]; do [ "$(job_field "$1" JobState)" = "$2" ] && return 0; sleep 0.2; done
+  fail "job $1 never $2 (now $(job_field "$1" JobState))"
+}
