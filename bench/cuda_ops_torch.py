@@ -24,7 +24,7 @@ def bench(fn, reps=20):
 def main():
     torch.manual_seed(0)
     dev = "cuda"
-    N, C, OC, V, nl = 8192, 1536, 8960, 151936, 1024
+    N, C, OC, V, nl = 8192, 1536, 8960, 151936, 512
     x = torch.randn(N, C, device=dev, dtype=torch.bfloat16)
     w = torch.randn(OC, C, device=dev, dtype=torch.bfloat16) * 0.05
     ms = bench(lambda: torch.nn.functional.linear(x, w))

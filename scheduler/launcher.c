@@ -60,6 +60,9 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     L->online = is_online(cpt_cfg_str(L->cfg, "algo.type"));
     L->sup.max_restarts = (int)cpt_cfg_int(L->cfg, "roles.max_restarts");
     L->sup.max_quick_fails = 3;
+    /* srun ends its step on SIGTERM (the tasks may be killed before they checkpoint) but forwards SIGUSR1, which
+     * every role treats like SIGTERM: finish the step or the group in hand, save, exit. */
+    if (exec == CPT_EXEC_SLURM) L->sup.stop_signal = SIGUSR1;
     L->want[CPT_ROLE_ROLLOUT] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.rollout") : 0;
     L->want[CPT_ROLE_REWARD] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.reward") : 0;
     return 0;

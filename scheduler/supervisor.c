@@ -40,6 +40,7 @@ void cpt_sup_init(cpt_supervisor *s) {
     s->healthy_after = 60.0;
     s->max_restarts = 20;
     s->quick_fail_s = 5.0;
+    s->stop_signal = SIGTERM;
     s->max_quick_fails = 0; /* off unless the owner turns it on (the launcher does) */
 }
 
@@ -205,7 +206,7 @@ void cpt_sup_stop(cpt_supervisor *s, int i, double grace) {
     p->stop_requested = 1;
     if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
     if (p->state != CPT_PROC_RUNNING) return;
-    kill(p->pid, SIGTERM);
+    kill(p->pid, s->stop_signal);
     wait_gone(s, p, grace);
     if (p->state == CPT_PROC_RUNNING) {
         kill(p->pid, SIGKILL);
@@ -219,7 +220,7 @@ void cpt_sup_stop_all(cpt_supervisor *s, double grace) {
         cpt_proc *p = &s->procs[i];
         p->stop_requested = 1;
         if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
-        if (p->state == CPT_PROC_RUNNING) kill(p->pid, SIGTERM);
+        if (p->state == CPT_PROC_RUNNING) kill(p->pid, s->stop_signal);
     }
     double deadline = cpt_now() + grace;
     while (cpt_sup_running(s) && cpt_now() < deadline) cpt_sup_poll(s, 0.05);

@@ -39,6 +39,8 @@ typedef struct cpt_supervisor {
     double healthy_after;            /* a process that ran this long gets its backoff reset */
     int max_restarts;                /* per process; beyond it the process is FAILED for good */
     double quick_fail_s;             /* an exit with a status this soon after starting is a start failure */
+    int stop_signal;                 /* what cpt_sup_stop sends first: SIGTERM (default); SIGUSR1 for srun steps,
+                                        which forward it to their tasks (a SIGTERM makes srun end the step) */
     int max_quick_fails;             /* that many start failures in a row: FAILED (a bad config never heals) */
 } cpt_supervisor;
 
@@ -56,7 +58,7 @@ int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err);
  * Returns the number of state changes seen. */
 int cpt_sup_poll(cpt_supervisor *s, double timeout);
 
-/* SIGTERM, wait up to grace seconds, then SIGKILL; the process is not restarted. */
+/* stop_signal (SIGTERM), wait up to grace seconds, then SIGKILL; the process is not restarted. */
 void cpt_sup_stop(cpt_supervisor *s, int i, double grace);
 void cpt_sup_stop_all(cpt_supervisor *s, double grace);
 

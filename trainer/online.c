@@ -523,14 +523,14 @@ static void ctx_free(online_ctx *c) {
     cpt_model_free(c->critic);
     cpt_queue_close(c->q);
     cpt_data_order_free(&c->order);
-    cpt_dataset_free(c->ds);
+    if (c->ds) cpt_dataset_free(c->ds);
     if (c->have_tpl) cpt_chat_template_free(&c->tpl);
     cpt_tokenizer_free(c->tok);
     cpt_metrics_close(c->metrics);
     cpt_train_state_free(&c->st);
     free(c->config_text);
-    cpt_dataset_free(c->val);
-    cpt_reward_free(c->val_reward);
+    if (c->val) cpt_dataset_free(c->val);
+    if (c->val_reward) cpt_reward_free(c->val_reward);
 }
 
 static int run(online_ctx *c, cpt_err *err) {

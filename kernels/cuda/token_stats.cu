@@ -42,7 +42,7 @@ __global__ void token_stats_fwd_kernel(float *logprob, float *entropy, float *ls
         }
         float d = x - st.m, e = expf(d);
         st.s += e;
-        st.w += e * d;
+        st.w += e > 0.0f ? e * d : 0.0f; /* a -inf logit (masked) adds nothing, not 0 * -inf */
     }
     for (int o = 16; o > 0; o >>= 1) {
         online_t other = {__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o),

@@ -27,6 +27,11 @@ run() {
     local dir=$1
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+    if [ -z "${CPT_CUBLASLT_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 '; then
+        CPT_CUBLASLT_LIB=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
+        export CPT_CUBLASLT_LIB
+        echo "cuBLASLt: ${CPT_CUBLASLT_LIB:-not found}"
+    fi
     local rc=0
     CPT_CUDA_BENCH=1 LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}" "$dir/test_cuda_ops" || rc=$?
     python3 bench/cuda_ops_torch.py || true

@@ -1,15 +1,19 @@
 # Shared by the slurm tests (sourced, not a test): a private cluster, waiting on job states and run steps.
 # Needs: SRC BUILD set; defines T (temp dir) and starts the cluster in $T/cluster, stopped on exit.
 T=$(mktemp -d /tmp/cpt-slurm-XXXXXX)
+chmod 755 "$T" # munged (user munge) keeps its socket and key below it
 pids=()
 slurm_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   # jobs of this cluster end with it; scancel first so no step outlives the daemons
-  scancel --full --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
-  sleep 1
+  local jobs
+  jobs=$(squeue -h -o %i 2>/dev/null || true)
+  if [ -n "$jobs" ]; then
+    scancel --quiet $jobs 2>/dev/null || true
+    for _ in $(seq 1 40); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+  fi
   tests/slurm/cluster.sh stop "$T/cluster" || true
-  pkill -KILL -f "$T/" 2>/dev/null || true
-  rm -rf "$T"
+  [ -n "${KEEP_T:-}" ] && echo "kept $T" >&2 || rm -rf "$T"
 }
 trap slurm_cleanup EXIT
 fail() {

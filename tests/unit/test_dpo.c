@@ -105,6 +105,29 @@ static void test_reference(void) {
     CHECK_NEAR(max_diff, 0, 1e-4);
     cpt_model_free(m);
     cpt_dpo_data_free(&d);
+
+    /* without a chat template: prompt + answer + eos, the loss on the answer and the eos */
+    int32_t eos = cpt_tokenizer_token_id(tok, "<|endoftext|>");
+    CHECK(eos >= 0);
+    cpt_dpo_data_opts raw = {.tok = tok, .tpl = NULL, .eos_id = eos, .max_seq_len = 64};
+    CHECK_MSG(cpt_dpo_data_load(path, cfg, &raw, &d, &err) < 0, "a messages prompt without a template must fail");
+    CHECK(strstr(err.msg, ":5:") != NULL); /* names the line */
+    raw.max_pairs = 4;
+    CHECK_MSG(cpt_dpo_data_load(path, cfg, &raw, &d, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT((int)d.n, 4);
+    for (size_t i = 0; i < d.n; i++) {
+        const cpt_dpo_seq *s = &d.pairs[i].s[1];
+        int32_t *ids = NULL;
+        const char *rej[4] = {"1 + 1 = 3\n#### 3", "2 + 5 = 7", "9 - 4 = 5\n#### 6", "3 * 3 = 6\n#### 6"};
+        long na = cpt_tokenizer_encode(tok, rej[i], strlen(rej[i]), &ids, &err);
+        float cnt = 0;
+        for (int t = 0; t < s->n; t++) cnt += s->mask[t];
+        CHECK_EQ_INT((int)cnt, (int)na + 1);
+        CHECK_EQ_INT(s->ids[s->n - 1], eos);
+        CHECK(s->mask[s->n - 2] == 1 && s->mask[s->n - 1] == 0);
+        free(ids);
+    }
+    cpt_dpo_data_free(&d);
     cpt_chat_template_free(&tpl);
     cpt_tokenizer_free(tok);
     cpt_config_free(cfg);

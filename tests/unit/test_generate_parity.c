@@ -132,6 +132,24 @@ static void parity(const char *name, json_t *fx) {
     CHECK(cpt_engine_get_stats(e)->slot_steps > cpt_engine_get_stats(e)->decode_steps); /* batched */
     for (int k = 0; k < 3; k++) cpt_gen_result_free(&rm[k]);
 
+    /* 4 samples on 2 slots: samples 2 and 3 start after 0 and 1 finished, so the prompt is run again; same output */
+    {
+        cpt_engine_opts o2 = {.slots = 2};
+        cpt_engine *e2 = cpt_engine_new(m, &o2, &err);
+        cpt_gen_result two;
+        CHECK_MSG(cpt_engine_generate(e2, &r, 1, &two, &err) == 0, "%s", err.msg);
+        int eq = two.n_samples == 4;
+        for (int k = 0; eq && k < 4; k++)
+            eq = two.samples[k].n_tokens == one.samples[k].n_tokens &&
+                 !memcmp(two.samples[k].tokens, one.samples[k].tokens, sizeof(int32_t) * one.samples[k].n_tokens) &&
+                 !memcmp(two.samples[k].logprobs, one.samples[k].logprobs, sizeof(float) * one.samples[k].n_tokens);
+        CHECK_MSG(eq, "%s: 4 samples on 2 slots differ from 4 slots", name);
+        CHECK_EQ_INT(cpt_engine_get_stats(e2)->prefills, 2);
+        CHECK_EQ_INT(cpt_engine_get_stats(e2)->shared_prefills, 2);
+        cpt_gen_result_free(&two);
+        cpt_engine_free(e2);
+    }
+
     /* stop id: the 4th greedy token of prompt 0 (its first occurrence ends the sample) */
     json_t *want0 = json_object_get(json_array_get(cases, 0), "tokens");
     int32_t stop = (int32_t)json_integer_value(json_array_get(want0, 3));
