@@ -1,10 +1,12 @@
 #include "reward/reward_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/config.h"
+#include "core/fs.h"
 #include "reward/teacher.h"
 
 int cpt_reward_model_score_ids(cpt_model *m, const int32_t *prompt, int n_prompt, int n_completions,
@@ -118,7 +120,13 @@ cpt_reward *cpt_reward_model_load(const char *model_path, const char *tokenizer_
 cpt_reward *cpt_reward_with_model_from_config(const cpt_config *cfg, cpt_err *err) {
     const char *mp = cpt_cfg_str(cfg, "reward.model_path");
     if (!*mp) return cpt_reward_from_config(cfg, err);
-    cpt_reward *rm = cpt_reward_model_load(mp, cpt_cfg_str(cfg, "tokenizer.path"), err);
+    /* The reward model's own tokenizer when its folder has one (it may differ from the policy's). */
+    char dir[4200], tj[4300];
+    const char *tp = cpt_cfg_str(cfg, "tokenizer.path");
+    if (cpt_model_dir_resolve(mp, dir, sizeof dir, err)) return NULL;
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    if (cpt_path_exists(tj) || !*tp) tp = dir;
+    cpt_reward *rm = cpt_reward_model_load(mp, tp, err);
     if (!rm) {
         cpt_err_prefix(err, "reward.model_path");
         return NULL;

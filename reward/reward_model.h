@@ -2,8 +2,8 @@
  * last token of prompt + completion is the score (as Hugging Face's sequence-classification reward models with one
  * label, on unpadded input).
  *
- * Selected by reward.model_path (an HF folder or a checkpoint, reward/teacher.h's loader); the tokenizer is
- * tokenizer.path, else the model folder. As a cpt_reward provider it scores text: prompt and completion are
+ * Selected by reward.model_path (an HF folder or a checkpoint, reward/teacher.h's loader); the tokenizer is the
+ * model folder's own when it has a tokenizer.json, else tokenizer.path. As a cpt_reward provider it scores text: prompt and completion are
  * encoded separately and concatenated, so the worker passes the prompt text exactly as rendered (special tokens
  * kept). The result has one part, "model". */
 #ifndef CPT_REWARD_REWARD_MODEL_H

@@ -52,6 +52,11 @@ struct cpt_engine {
     cpt_decode_seg *segs; /* [slots] */
     int *seg_slot;        /* [slots] */
     int *new_slot;        /* [slots] */
+    int prefill_chunk;    /* most prompt tokens per decode call */
+    int *prog;            /* [slots] prompt tokens of each prefill segment done */
+    int *which;           /* [slots] the prefill segment of each piece of a call */
+    cpt_decode_seg *piece; /* [slots] */
+    int32_t *chunk;       /* [prefill_chunk] */
     char *tail;
     size_t tail_cap;
     cpt_engine_stats st;
@@ -111,7 +116,13 @@ cpt_engine *cpt_engine_new(cpt_model *m, const cpt_engine_opts *o, cpt_err *err)
     e->segs = malloc(sizeof *e->segs * (size_t)e->n_slots);
     e->seg_slot = malloc(sizeof *e->seg_slot * (size_t)e->n_slots);
     e->new_slot = malloc(sizeof *e->new_slot * (size_t)e->n_slots);
-    if (!e->slots || !e->logits || !e->segs || !e->seg_slot || !e->new_slot || cpt_sampler_work_init(&e->sw, e->V)) {
+    e->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 2048;
+    if (e->prefill_chunk < e->n_slots) e->prefill_chunk = e->n_slots;
+    e->prog = malloc(sizeof *e->prog * (size_t)e->n_slots);
+    e->which = malloc(sizeof *e->which * (size_t)e->n_slots);
+    e->piece = malloc(sizeof *e->piece * (size_t)e->n_slots);
+    e->chunk = malloc(sizeof *e->chunk * (size_t)e->prefill_chunk);
+    if (!e->slots || !e->logits || !e->segs || !e->seg_slot || !e->new_slot || !e->prog || !e->which || !e->piece || !e->chunk || cpt_sampler_work_init(&e->sw, e->V)) {
         cpt_errf(err, "engine: out of memory for %d slots", e->n_slots);
         goto fail;
     }
@@ -143,6 +154,10 @@ void cpt_engine_free(cpt_engine *e) {
     free(e->segs);
     free(e->seg_slot);
     free(e->new_slot);
+    free(e->prog);
+    free(e->which);
+    free(e->piece);
+    free(e->chunk);
     free(e->tail);
     free(e);
 }
@@ -306,6 +321,35 @@ static req *next_waiting(cpt_engine *e) {
     return NULL;
 }
 
+/* Runs the n prefill segments in e->segs (over e->toks) at most prefill_chunk tokens per decode call (long prompts
+ * continue in the next call through the cache), and saves each prompt's last logits in its request. */
+static int prefill(cpt_engine *e, int n, cpt_err *err) {
+    for (int k = 0; k < n; k++) e->prog[k] = 0;
+    for (;;) {
+        int np = 0, nt = 0;
+        for (int k = 0; k < n && nt < e->prefill_chunk; k++) {
+            int left = e->segs[k].count - e->prog[k];
+            if (left <= 0) continue;
+            int take = left < e->prefill_chunk - nt ? left : e->prefill_chunk - nt;
+            memcpy(e->chunk + nt, e->toks + e->segs[k].start + e->prog[k], sizeof(int32_t) * (size_t)take);
+            e->piece[np] = (cpt_decode_seg){e->segs[k].slot, nt, take};
+            e->which[np++] = k;
+            nt += take;
+        }
+        if (!np) return 0;
+        if (cpt_model_decode(e->m, &e->cache, e->chunk, nt, e->piece, np, e->logits, NULL, &e->work, err)) return -1;
+        for (int j = 0; j < np; j++) {
+            int k = e->which[j];
+            e->prog[k] += e->piece[j].count;
+            if (e->prog[k] == e->segs[k].count) {
+                req *r = e->slots[e->segs[k].slot].r;
+                memcpy(r->prompt_logits, e->logits + (size_t)j * e->V, sizeof(float) * (size_t)e->V);
+                r->prefilled = 1;
+            }
+        }
+    }
+}
+
 /* Fills free slots with waiting samples: one batched prefill for the prompts that no slot holds, prefix copies
  * for the others, then each new sample's first token from its prompt's logits. Repeats while a sample finishing
  * on its first token frees a slot again. */
@@ -337,14 +381,8 @@ static int admit(cpt_engine *e, cpt_err *err) {
             }
         }
         if (!n_new) return 0;
+        if (n_pre && prefill(e, n_pre, err)) return -1;
         if (n_pre) {
-            if (cpt_model_decode(e->m, &e->cache, e->toks, n_tok, e->segs, n_pre, e->logits, NULL, &e->work, err))
-                return -1;
-            for (int k = 0; k < n_pre; k++) {
-                req *r = e->slots[e->seg_slot[k]].r;
-                memcpy(r->prompt_logits, e->logits + (size_t)k * e->V, sizeof(float) * (size_t)e->V);
-                r->prefilled = 1;
-            }
             e->st.prefills += n_pre;
             e->st.prefill_tokens += n_tok;
         }

@@ -58,6 +58,7 @@ typedef struct cpt_engine_opts {
     int slots;   /* concurrent sequences; 0: 8 */
     int max_len; /* context per slot; 0: the model's max_position_embeddings */
     const cpt_tokenizer *tok; /* needed only for stop strings */
+    int prefill_chunk; /* most prompt tokens per forward call (bounds activation memory); 0: 2048 */
 } cpt_engine_opts;
 
 typedef struct cpt_engine_stats {

@@ -135,6 +135,7 @@ static cpt_model *model_for_weights(worker *w, const char *location, cpt_err *er
 static int make_engine(worker *w, cpt_err *err) {
     cpt_engine_opts o = {.slots = (int)cpt_cfg_int(w->cfg, "rollout.slots"),
                          .max_len = (int)cpt_cfg_int(w->cfg, "rollout.max_len"),
+                         .prefill_chunk = (int)cpt_cfg_int(w->cfg, "rollout.prefill_chunk"),
                          .tok = w->tok};
     w->e = cpt_engine_new(w->m, &o, err);
     if (!w->e) return -1;

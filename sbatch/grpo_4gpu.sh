@@ -19,7 +19,7 @@
 #SBATCH --output=cpt-grpo-%j.log
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
-config=${1:-examples/grpo_countdown.toml}
+config=${1:-examples/grpo_arithmetic.toml}
 shift || true
 CPT_BIN=${CPT_BIN:-$PWD/build}
 exec "$CPT_BIN/cpt-sched" "$config" roles.rollout=3 roles.reward=2 \

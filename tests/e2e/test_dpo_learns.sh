@@ -10,6 +10,9 @@ SRC=${CPT_SRC:-.}
 cd "$SRC"
 RUN=$(mktemp -d /tmp/cpt-dpo-e2e-XXXXXX)
 trap 'rm -rf "$RUN"' EXIT
+# the committed pairs are what scripts/make_pref_data.py makes
+python3 scripts/make_pref_data.py --split train --n 2000 --seed 1 | cmp - examples/data/arithmetic_pref_train.jsonl
+python3 scripts/make_pref_data.py --split eval --n 200 --seed 2 | cmp - examples/data/arithmetic_pref_eval.jsonl
 start=$(date +%s)
 status=0
 timeout 600 "$BUILD/cpt" train examples/dpo_arithmetic.toml run.dir="$RUN" data.max_records=800 \

@@ -55,7 +55,7 @@ static void parity(const char *name, json_t *fx) {
         cpt_model_free(m);
         return;
     }
-    cpt_engine_opts o = {.slots = 2};
+    cpt_engine_opts o = {.slots = 2, .prefill_chunk = 4}; /* prompts of 5, 9, 13 tokens prefill in pieces */
     cpt_engine *e = cpt_engine_new(m, &o, &err);
     int32_t prompts[3][32];
     int np[3];
@@ -95,6 +95,7 @@ static void parity(const char *name, json_t *fx) {
     /* temperature 1, no truncation: 4 samples of one prompt, recorded vs recomputed logprobs; shared prefill */
     cpt_engine_free(e);
     o.slots = 4;
+    o.prefill_chunk = 0;
     e = cpt_engine_new(m, &o, &err);
     cpt_gen_request r = greedy_req(prompts[1], np[1], 24);
     r.n_samples = 4;
@@ -132,9 +133,10 @@ static void parity(const char *name, json_t *fx) {
     CHECK(cpt_engine_get_stats(e)->slot_steps > cpt_engine_get_stats(e)->decode_steps); /* batched */
     for (int k = 0; k < 3; k++) cpt_gen_result_free(&rm[k]);
 
-    /* 4 samples on 2 slots: samples 2 and 3 start after 0 and 1 finished, so the prompt is run again; same output */
+    /* 4 samples on 2 slots: samples 2 and 3 start after 0 and 1 finished, so the prompt is run again (in pieces of
+     * 3 tokens); bitwise the same output */
     {
-        cpt_engine_opts o2 = {.slots = 2};
+        cpt_engine_opts o2 = {.slots = 2, .prefill_chunk = 3};
         cpt_engine *e2 = cpt_engine_new(m, &o2, &err);
         cpt_gen_result two;
         CHECK_MSG(cpt_engine_generate(e2, &r, 1, &two, &err) == 0, "%s", err.msg);
