@@ -29,7 +29,7 @@ for line in open(sys.argv[4]):
     if isinstance(r, dict) and isinstance(r.get("step"), int) and "groups/trained" in r:
         rows[r["step"]] = r
 dyn = max((r.get("groups/dynamic_dropped", 0) for r in rows.values()), default=0)
-consumed = cur["index"] + cur["epoch"] * 0  # one epoch of 1000 prompts is more than a test run uses
+consumed = cur["epoch"] * 1000 + cur["index"]  # examples/data/arithmetic_rl_train.jsonl: 1000 prompts an epoch
 if out: sys.exit(f"{len(out)} groups outstanding at the end: {out[:5]}")
 if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
 if dyn == 0 and consumed != steps * g:

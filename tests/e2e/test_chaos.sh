@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Chaos on a local GRPO run (`cpt run`, sync mode, 2 rollout and 2 reward workers): kill -9 of random rollout, reward
+# and trainer processes and of redis-server itself while it runs. The launcher restarts each (redis-server on the
+# same append-only file), the run finishes, and every group is trained exactly once: the final checkpoint's data
+# cursor is steps x groups_per_step past the start with nothing outstanding (tests/e2e/grpo_small.sh).
+set -euo pipefail
+SRC=${CPT_SRC:-$(pwd)}
+BUILD=${CPT_BUILD:-$SRC/build}
+CPT="$BUILD/cpt"
+T=$(mktemp -d /tmp/cpt-chaos-XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; sleep 1; rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; tail -40 "$T/run.log" >&2 || true; exit 1; }
+source tests/e2e/grpo_small.sh
+export OMP_NUM_THREADS=1
+if ! grpo_supported "$T"; then echo "SKIP: this build's cpt-train does not train grpo yet"; exit 0; fi
+STEPS=24 G=4
+R="$T/run"
+
+step_of() { grep -o '"step":[0-9]*' "$R/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2 || true; }
+t0=$SECONDS
+"$CPT" run "${GRPO_ARGS[@]}" run.dir="$R" train.steps=$STEPS train.groups_per_step=$G roles.rollout=2 roles.reward=2 \
+  queue.claim_idle_ms=2000 2> "$T/run.log" &
+pid=$!
+for _ in $(seq 1 600); do s=$(step_of); [ -n "$s" ] && [ "$s" -ge 2 ] && break; sleep 0.2; done
+[ -n "$(step_of)" ] || fail "the run never reached step 2"
+
+# each kind at least once, in a random order, a few seconds apart
+victims=(trainer rollout reward redis rollout reward trainer redis)
+killed=()
+for v in $(printf '%s\n' "${victims[@]}" | shuf); do
+  kill -0 "$pid" 2>/dev/null || break
+  case $v in
+    redis) vp=$(cat "$R/redis.pid" 2>/dev/null || true) ;;
+    trainer) vp=$(pgrep -f "cpt-train $R/config.toml" | head -1 || true) ;;
+    *) vp=$(pgrep -f "cpt-$v $R/config.toml --worker-id" | shuf -n1 || true) ;;
+  esac
+  if [ -n "$vp" ] && kill -9 "$vp" 2>/dev/null; then killed+=("$v@$(step_of)"); fi
+  sleep $((2 + RANDOM % 3))
+done
+echo "killed: ${killed[*]}"
+rc=0; wait "$pid" || rc=$?; pid=
+dt=$((SECONDS - t0))
+[ "$rc" -eq 0 ] || fail "the run ended with status $rc after chaos"
+n_killed=${#killed[@]}
+[ "$n_killed" -ge 6 ] || fail "only $n_killed kills landed (${killed[*]})"
+for v in trainer rollout reward; do
+  if printf '%s\n' "${killed[@]}" | grep -q "^$v@"; then
+    grep -Eq "$v(-[0-9]+)? exited with status 137" "$T/run.log" || fail "the launcher did not restart the $v"
+  fi
+done
+if printf '%s\n' "${killed[@]}" | grep -q '^redis@'; then
+  grep -q "redis-server exited (signal 9); restarting it" "$T/run.log" || fail "redis-server was not restarted"
+fi
+grep -q "run finished" "$T/run.log" || fail "no 'run finished'"
+summary=$(check_groups "$R" $STEPS $G) || fail "exactly-once: $summary"
+echo "test_chaos: ok ($STEPS steps x $G groups in ${dt}s; ${#killed[@]} kills: ${killed[*]}; $summary)"
