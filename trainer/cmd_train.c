@@ -1,16 +1,24 @@
 /* cpt train CONFIG [section.key=value ...]   (also the program cpt-train) */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/config.h"
 #include "scheduler/commands.h"
+#include "trainer/dpo.h"
+#include "trainer/online.h"
 #include "trainer/sft.h"
+
+/* SIGTERM / SIGUSR1 (Slurm's warning, the launcher's stop): the dpo and online loops finish the step, checkpoint
+ * and return; the sft loop installs its own handler. */
+static volatile sig_atomic_t stop_requested;
+static void on_stop(int sig) { stop_requested = sig; }
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: cpt train CONFIG [section.key=value ...]\n"
-            "  Runs the training job of CONFIG (TOML); overrides apply in order. algo.type = \"sft\" trains here;\n"
-            "  online methods run through `cpt run`. Resumes from RUN_DIR/checkpoints/latest when present.\n"
+            "  Runs the training job of CONFIG (TOML); overrides apply in order. algo.type sft and dpo train\n"
+            "  here; grpo, ppo and opd expect rollout and reward workers (start them with `cpt run`). Resumes from RUN_DIR/checkpoints/latest when present.\n"
             "  Exit status: 0 done, 1 error, 2 usage, %d stopped by SIGUSR1/SIGTERM after a checkpoint.\n",
             CPT_TRAIN_EXIT_INTERRUPTED);
 }
@@ -37,8 +45,21 @@ int cmd_train(int argc, char **argv) {
             rc = CPT_TRAIN_EXIT_INTERRUPTED;
         }
     } else {
-        fprintf(stderr, "cpt train: algo.type \"%s\" is not trained by this command in this build (sft is)\n", algo);
-        rc = 1;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGUSR1, &sa, NULL);
+        if (!strcmp(algo, "dpo")) {
+            int r = cpt_dpo_train(cfg, &stop_requested, &err);
+            rc = r < 0 ? 1 : r == 1 ? CPT_TRAIN_EXIT_INTERRUPTED : 0;
+        } else if (cpt_online_is_online(algo)) {
+            rc = cpt_online_train(cfg, argv[1], &stop_requested, &err);
+        } else {
+            cpt_errf(&err, "algo.type \"%s\" has no training loop", algo);
+            rc = 1;
+        }
+        if (rc == 1) fprintf(stderr, "cpt train: %s\n", err.msg);
     }
     cpt_config_free(cfg);
     return rc;
