@@ -3,7 +3,7 @@
 # SFT on the synthetic arithmetic task ("What is 47 + 38?" -> "85") on 2 CPU threads must, within MAX_SECONDS,
 # bring the held-out loss per answer token from ln(709) = 6.56 (untrained) to at most MAX_EVAL_LOSS, and reach a
 # greedy exact match of at least MIN_EM on 200 questions never seen in training (an untrained model gets 0).
-# Measured (800 steps): eval loss 1.07-1.32, exact match 0.04-0.135 depending on the thread count's rounding.
+# Measured (800 steps, 2 threads, deterministic): eval loss 1.1035, exact match 0.040; ~70 s of CPU time.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
