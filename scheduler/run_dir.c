@@ -43,6 +43,14 @@ int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, c
 }
 
 int cpt_find_bin_dir(char *out, size_t cap, cpt_err *err) {
+    const char *env = getenv("CPT_BIN");
+    if (env && *env) {
+        char real[PATH_MAX];
+        if (!realpath(env, real)) return cpt_errno(err, "CPT_BIN=%s", env);
+        if (strlen(real) >= cap) return cpt_errf(err, "CPT_BIN=%s: path too long", env);
+        snprintf(out, cap, "%s", real);
+        return 0;
+    }
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return cpt_errno(err, "cannot find this program's folder (/proc/self/exe)");

@@ -9,7 +9,8 @@
 /* run_dir NULL: $CPT_RUN. Loads RUN_DIR/config.toml and connects to the run's Redis. */
 int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, cpt_err *err);
 
-/* The folder holding this program (and the other cpt programs built with it). */
+/* The folder of the cpt programs the launcher starts: $CPT_BIN when set (the sbatch scripts set it too), else the
+ * folder holding this program. */
 int cpt_find_bin_dir(char *out, size_t cap, cpt_err *err);
 
 #endif

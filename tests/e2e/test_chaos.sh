@@ -14,7 +14,8 @@ fail() { echo "FAIL: $*" >&2; tail -40 "$T/run.log" >&2 || true; exit 1; }
 source tests/e2e/grpo_small.sh
 export OMP_NUM_THREADS=1
 if ! grpo_supported "$T"; then echo "SKIP: this build's cpt-train does not train grpo yet"; exit 0; fi
-STEPS=24 G=4
+make_tiny_model "$T" || fail "tiny model"
+STEPS=400 G=4
 R="$T/run"
 
 step_of() { grep -o '"step":[0-9]*' "$R/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2 || true; }
@@ -22,8 +23,8 @@ t0=$SECONDS
 "$CPT" run "${GRPO_ARGS[@]}" run.dir="$R" train.steps=$STEPS train.groups_per_step=$G roles.rollout=2 roles.reward=2 \
   queue.claim_idle_ms=2000 2> "$T/run.log" &
 pid=$!
-for _ in $(seq 1 600); do s=$(step_of); [ -n "$s" ] && [ "$s" -ge 2 ] && break; sleep 0.2; done
-[ -n "$(step_of)" ] || fail "the run never reached step 2"
+for _ in $(seq 1 600); do s=$(step_of); [ -n "$s" ] && [ "$s" -ge 10 ] && break; sleep 0.2; done
+[ -n "$(step_of)" ] || fail "the run never reached step 10"
 
 # each kind at least once, in a random order, a few seconds apart
 victims=(trainer rollout reward redis rollout reward trainer redis)

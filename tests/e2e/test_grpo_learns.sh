@@ -6,8 +6,8 @@
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
-N=${N:-10}
-MIN_GAIN=${MIN_GAIN:-0.10}
+N=${N:-30}
+MIN_GAIN=${MIN_GAIN:-0.02}
 MAX_SECONDS=${MAX_SECONDS:-900}
 T=$(mktemp -d /tmp/cpt-grpo-XXXXXX)
 trap 'rm -rf "$T"' EXIT

@@ -9,7 +9,8 @@ BUILD=${CPT_BUILD:-$SRC/build}
 source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 if ! grpo_supported "$T"; then echo "SKIP: this build's cpt-train does not train grpo yet"; exit 0; fi
-STEPS=16 G=4
+make_tiny_model "$T" || fail "tiny model"
+STEPS=200 G=4
 roles=(roles.rollout=1 roles.reward=1 slurm.trainer_gpus=0 slurm.rollout_gpus=0 slurm.trainer_cpus=1
        slurm.rollout_cpus=1 slurm.reward_cpus=1 train.steps=$STEPS train.groups_per_step=$G)
 
@@ -20,7 +21,7 @@ t_ref=$((SECONDS - t0))
 t0=$SECONDS
 job=$(sbatch --parsable --gres=none --ntasks=3 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \
       "${GRPO_ARGS[@]}" "${roles[@]}" run.dir="$T/job")
-wait_run_step "$T/job" 5 300
+wait_run_step "$T/job" 40 300
 scontrol requeue "$job"
 echo "requeued job $job at step $(run_step "$T/job")"
 wait_job_done "$job" 500

@@ -8,14 +8,15 @@ BUILD=${CPT_BUILD:-$SRC/build}
 source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 if ! grpo_supported "$T"; then echo "SKIP: this build's cpt-train does not train grpo yet"; exit 0; fi
-STEPS=30 G=4
+make_tiny_model "$T" || fail "tiny model"
+STEPS=400 G=4
 R="$T/job"
 t0=$SECONDS
 job=$(sbatch --parsable --gres=none --ntasks=4 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \
       "${GRPO_ARGS[@]}" roles.rollout=1 roles.reward=1 slurm.trainer_gpus=0 slurm.rollout_gpus=0 \
       slurm.trainer_cpus=1 slurm.rollout_cpus=1 slurm.reward_cpus=1 train.steps=$STEPS train.groups_per_step=$G \
       run.dir="$R")
-wait_run_step "$R" 3 300
+wait_run_step "$R" 10 300
 control() { redis-cli -s "$R/redis.sock" HGET "cpt:grpo-arithmetic:control" "$1"; }
 "$BUILD/cpt-scale" --run "$R" rollout=2 | grep -q "desired: rollout=2" || fail "cpt-scale rollout=2"
 [ "$(control rollout)" = 2 ] || fail "control hash: rollout is $(control rollout)"
