@@ -180,8 +180,10 @@ static void poll_weights(worker *w) {
         return;
     }
     if (rc == 0) return;
-    int newer = !w->m || wm.version > w->version;
-    if (newer && wm.version != w->bad_version && (!w->has_want || wm.version > w->want.version)) {
+    /* Any version other than the one held is the trainer's current one: after a trainer resume from a checkpoint
+     * the announced version can go down, and the weights of the lost steps must not be kept. */
+    int other = !w->m || wm.version != w->version;
+    if (other && wm.version != w->bad_version && (!w->has_want || wm.version != w->want.version)) {
         w->want = wm;
         w->has_want = 1;
     }
@@ -325,6 +327,7 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     cpt_rollout_worker_stats local;
     worker W, *w = &W;
     memset(w, 0, sizeof *w);
+    w->bad_version = UINT64_MAX; /* no version has failed yet (version 0 is a real one) */
     w->cfg = cfg, w->me = worker_id, w->stop = stop, w->st = stats ? stats : &local;
     memset(w->st, 0, sizeof *w->st);
     const char *rd = getenv("CPT_RUN");
