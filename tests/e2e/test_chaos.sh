@@ -40,6 +40,20 @@ for v in $(printf '%s\n' "${victims[@]}" | shuf); do
   sleep $((2 + RANDOM % 3))
 done
 echo "killed: ${killed[*]}"
+# a run that stops making progress is a failure, not a hang until the ctest timeout
+last=$(step_of); still=0
+while kill -0 "$pid" 2>/dev/null; do
+  sleep 1
+  now=$(step_of)
+  if [ "$now" = "$last" ]; then still=$((still + 1)); else still=0; last=$now; fi
+  if [ "$still" -ge 120 ]; then
+    for k in prompts rollouts scored; do
+      echo "$k: $(redis-cli -s "$R/redis.sock" XLEN "cpt:grpo-arithmetic:$k" 2>/dev/null) messages" >&2
+    done
+    kill -INT "$pid"; wait "$pid" || true; pid=
+    fail "no progress for 120 s at step $now after chaos (${killed[*]})"
+  fi
+done
 rc=0; wait "$pid" || rc=$?; pid=
 dt=$((SECONDS - t0))
 [ "$rc" -eq 0 ] || fail "the run ended with status $rc after chaos"
