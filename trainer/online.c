@@ -221,6 +221,18 @@ static int resume(online_ctx *c, cpt_err *err) {
     cpt_data_cursor cur = {(uint64_t)c->st.data_epoch, (uint64_t)c->st.data_index};
     if (cpt_data_order_seek(&c->order, cur, err)) return cpt_err_prefix(err, "resume: data cursor");
     cpt_book_init(&c->book, cur.epoch, cur.index);
+    return 0;
+}
+
+/* Counts trainer starts in the queue (durable in its AOF) and gives this start its own attempt range, then puts
+ * back the checkpoint's outstanding ids. */
+static int restore_outstanding(online_ctx *c, cpt_err *err) {
+    char key[CPT_RUN_ID_MAX + 32];
+    snprintf(key, sizeof key, "cpt:%s:trainer_starts", c->q->run);
+    const char *argv[] = {"INCR", key};
+    long long starts = 0;
+    if (cpt_redis_integer(c->q->redis, 2, argv, key, &starts, err)) return cpt_err_prefix(err, "counting trainer starts");
+    c->book.attempt_base = (uint32_t)(((uint64_t)(starts > 0 ? starts - 1 : 0) * CPT_ONLINE_ATTEMPTS_PER_START) & 0xffff);
     return cpt_book_restore(&c->book, c->st.outstanding, c->st.n_outstanding, err);
 }
 
@@ -554,6 +566,7 @@ static int run(online_ctx *c, cpt_err *err) {
     c->metrics = cpt_metrics_open(mpath, err);
     if (!c->metrics) return -1;
     if (open_queue(c, err)) return -1;
+    if (restore_outstanding(c, err)) return -1;
     /* The current version (0 fresh, the checkpoint's after a resume) is announced before any prompt, so workers
      * that answer min_version can load it. */
     if (publish(c, NULL, err)) return -1;

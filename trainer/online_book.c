@@ -66,7 +66,7 @@ int cpt_book_add_new(cpt_online_book *b, cpt_group_id base, cpt_err *err) {
     if (!e) return -1;
     e->id = base;
     e->state = CPT_BOOK_TO_ISSUE;
-    e->attempt = 0;
+    e->attempt = b->attempt_base;
     e->issued_version = -1;
     b->next_epoch = base.epoch;
     b->next_index = base.index + 1;
@@ -85,6 +85,7 @@ int cpt_book_restore(cpt_online_book *b, const cpt_group_id *wire, size_t n, cpt
         if (!e) return -1;
         e->id = base;
         e->attempt = cpt_online_attempt(wire[i]);
+        if (b->attempt_base > e->attempt) e->attempt = b->attempt_base; /* the next issue is base + 1 */
         e->state = CPT_BOOK_TO_ISSUE;
         e->issued_version = 0; /* issued before: the next issue is a new attempt */
     }

@@ -43,7 +43,14 @@ typedef struct cpt_online_book {
     cpt_book_entry *e;
     size_t n, cap;
     long trained, duplicates, stale, unknown, reissued;
+    /* The first attempt number of this trainer start. A trainer that restarts from an older checkpoint (a kill -9
+     * between checkpoints) issues again ids the workers have already seen; a fresh attempt range per start keeps
+     * their duplicate filter from dropping the new issue. */
+    uint32_t attempt_base;
 } cpt_online_book;
+
+/* Attempts per trainer start before the ranges of two starts overlap. */
+#define CPT_ONLINE_ATTEMPTS_PER_START 64u
 
 void cpt_book_init(cpt_online_book *b, uint64_t cursor_epoch, uint64_t cursor_index);
 void cpt_book_free(cpt_online_book *b);

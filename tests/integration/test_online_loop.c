@@ -5,7 +5,7 @@
  *   1. sync run, 6 steps: every prompt asks for the current version; a duplicated scored group is trained once;
  *      versions 1..6 are published, older files pruned; the good completion's logprob rises, the bad one's falls.
  *   2. the same run resumed to 10 steps and stopped with SIGTERM while a step's prompts are unanswered: exit 3 with
- *      a checkpoint; restarted, it issues exactly those ids again (attempt 1) and finishes.
+ *      a checkpoint; restarted, it issues exactly those ids again (a new attempt) and finishes.
  *   3. an async run (max_staleness 1) where one answer claims an old version: dropped as stale, issued again. */
 #include <math.h>
 #include <signal.h>
@@ -321,11 +321,13 @@ static void test_sync_and_resume(test_redis *R) {
     CHECK_EQ_INT(rc, 3);
     CHECK(p.n_prompts >= 3); /* the 4th may or may not be read before the trainer exits */
     /* step 8's ids: consecutive positions of the data order */
-    cpt_group_id pending[2] = {p.seen[2], {p.seen[2].epoch, p.seen[2].index + 1}};
+    cpt_group_id s2 = cpt_online_base_id(p.seen[2]);
+    cpt_group_id pending[2] = {s2, {s2.epoch, s2.index + 1}};
     snprintf(path, sizeof path, "%s/checkpoints/step-7/trainer_state.json", run_dir);
     CHECK(cpt_path_exists(path));
-    /* the unanswered attempt-0 prompts stay pending for the player (as for a dead worker); the restarted trainer
-     * issues attempt 1 of both */
+    /* the unanswered prompts stay pending for the player (as for a dead worker); this is the third trainer start
+     * on this queue, so its attempts start at 2 * CPT_ONLINE_ATTEMPTS_PER_START: the 4 new ids carry that attempt
+     * and the 2 restored ones the next */
     p.n_seen = 0;
     p.n_prompts = 0;
     p.attempts_gt0 = 0;
@@ -333,9 +335,9 @@ static void test_sync_and_resume(test_redis *R) {
     rc = play(&p, pid, 1, 0, 0, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(p.n_prompts, 6);       /* 2 issued again + 4 new */
-    CHECK_EQ_INT(p.attempts_gt0, 2);
+    CHECK_EQ_INT(p.attempts_gt0, 6);
     for (int k = 0; k < 2; k++) {
-        CHECK_EQ_INT(cpt_online_attempt(p.seen[k]), 1);
+        CHECK_EQ_INT(cpt_online_attempt(p.seen[k]), 2 * CPT_ONLINE_ATTEMPTS_PER_START + 1);
         CHECK_EQ_INT(cpt_online_base_id(p.seen[k]).index, pending[k].index);
         CHECK_EQ_INT(cpt_online_base_id(p.seen[k]).epoch, pending[k].epoch);
     }
