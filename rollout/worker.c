@@ -190,8 +190,11 @@ static void poll_weights(worker *w) {
 }
 
 static uint64_t mix_seed(uint64_t seed, cpt_group_id id) {
-    /* The group id joins the seed so groups that share a sampling seed still sample independently. */
-    uint64_t z = seed ^ (id.epoch * 0x9E3779B97F4A7C15ull) ^ (id.index * 0xBF58476D1CE4E5B9ull);
+    /* The group id joins the seed so groups that share a sampling seed still sample independently. The epoch's
+     * top 16 bits are the trainer's attempt number (docs/architecture.md), not part of the group's identity: an
+     * attempt issued again samples the same tokens, so a requeued sync run repeats an uninterrupted one. */
+    uint64_t epoch = id.epoch & ((1ull << 48) - 1);
+    uint64_t z = seed ^ (epoch * 0x9E3779B97F4A7C15ull) ^ (id.index * 0xBF58476D1CE4E5B9ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);

@@ -88,7 +88,9 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
         argv[n++] = ntasks;
         argv[n++] = ncpus;
         if (gpus > 0) argv[n++] = ngpus;
-        argv[n++] = pmix ? "--mpi=pmix" : "--mpi=none";
+        /* PMIx only where ranks must meet: a one-rank trainer needs no bootstrap, and skipping the PMIx server
+         * removes a launch path that was seen failing under load ("task 0 launch failed"). */
+        argv[n++] = pmix && tasks > 1 ? "--mpi=pmix" : "--mpi=none";
         argv[n++] = "--kill-on-bad-exit=1";
         argv[n++] = jobname;
     }
