@@ -330,7 +330,8 @@ static void name_cmd(const cpt_redis_cmd *c, char *out, size_t cap) {
              c->key ? " " : "", c->key ? c->key : "");
 }
 
-/* Sends the batch once. Returns 0, -1 on an error reply or protocol error (no retry), -2 on a connection failure. */
+/* Sends the batch once. Returns 0, -1 on an error reply or protocol error (no retry), -2 on a connection failure,
+   -3 when every reply is LOADING (nothing ran). */
 static int send_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
                       cpt_err *err) {
     char what[300];
@@ -358,6 +359,17 @@ static int send_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply
         replies[i] = rep;
     }
     if (block_ms > 0 && r->ctx) redisSetTimeout(r->ctx, ms_tv(r->command_timeout_ms));
+    /* A restarted server answers LOADING to every command until its AOF is read back; none of them ran, so the
+       whole batch is safe to send again. */
+    int loading = 0;
+    for (int i = 0; i < n; i++)
+        if (replies[i]->type == REDIS_REPLY_ERROR && !strncmp(replies[i]->str, "LOADING", 7)) loading++;
+    if (loading == n) {
+        for (int i = 0; i < n; i++) { freeReplyObject(replies[i]); replies[i] = NULL; }
+        name_cmd(&cmds[0], what, sizeof what);
+        cpt_errf(err, "%s on %s: server is loading its dataset", what, r->redacted);
+        return -3;
+    }
     for (int i = 0; i < n && rc == 0; i++) {
         if (replies[i]->type == REDIS_REPLY_ERROR) {
             name_cmd(&cmds[i], what, sizeof what);
@@ -370,10 +382,27 @@ static int send_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply
     return rc;
 }
 
+/* Sends the batch again while the server answers LOADING, within the reconnect budget. Returns send_batch's code. */
+static int resend_while_loading(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
+                                cpt_err *err) {
+    double start = cpt_now();
+    int delay = 50, rc = -3;
+    while (rc == -3) {
+        if (r->reconnect_ms < 0 || (cpt_now() - start) * 1000.0 + delay > r->reconnect_ms)
+            return cpt_err_prefix(err, "still loading after %.1f s", cpt_now() - start);
+        sleep_ms(delay);
+        delay = delay * 2 > 1000 ? 1000 : delay * 2;
+        r->loading_waits++;
+        rc = send_batch(r, n, cmds, replies, block_ms, err);
+    }
+    return rc;
+}
+
 static int run_batch_unguarded(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply **replies, int block_ms,
                                cpt_err *err) {
     r->server_error[0] = '\0';
     int rc = send_batch(r, n, cmds, replies, block_ms, err);
+    if (rc == -3) rc = resend_while_loading(r, n, cmds, replies, block_ms, err);
     if (rc != -2) return rc;
     if (r->reconnect_ms < 0) return -1;
     char first[CPT_ERR_MAX];
@@ -384,6 +413,7 @@ static int run_batch_unguarded(cpt_redis *r, int n, const cpt_redis_cmd *cmds, r
         if (connect_retry(r, &cerr)) return cpt_errf(err, "%s; reconnect failed: %s", first, cerr.msg);
         r->reconnects++;
         rc = send_batch(r, n, cmds, replies, block_ms, err);
+        if (rc == -3) rc = resend_while_loading(r, n, cmds, replies, block_ms, err);
         if (rc != -2) return rc;
     }
 }

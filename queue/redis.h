@@ -6,7 +6,8 @@
  * (cpt_redis_url_redacted gives a printable form).
  *
  * A command that fails on the connection (EOF, reset, timeout) reconnects with exponential backoff and is sent
- * again, up to reconnect_ms in all. A retried XADD may therefore be applied twice: consumers drop duplicates by
+ * again, up to reconnect_ms in all; a command answered LOADING (a restarted server reading its AOF back; nothing
+ * ran) is sent again within the same budget. A retried XADD may therefore be applied twice: consumers drop duplicates by
  * group id (queue/seen.h). Every error names the command and the key. */
 #ifndef CPT_QUEUE_REDIS_H
 #define CPT_QUEUE_REDIS_H
@@ -43,6 +44,7 @@ typedef struct cpt_redis {
     char redacted[CPT_REDIS_URL_MAX];
     int connect_timeout_ms, command_timeout_ms, reconnect_ms;
     long reconnects;             /* successful reconnects since open (for tests and stats) */
+    long loading_waits;          /* commands sent again because a restarted server was still loading its AOF */
     char server_error[256];      /* the last error reply ("BUSYGROUP ..."), empty if the last failure was not one */
 } cpt_redis;
 

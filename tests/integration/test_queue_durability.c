@@ -3,6 +3,7 @@
  * producer saw acknowledged is delivered, and the consumer drops the duplicates a retry can make, by group id.
  * Run once with appendfsync always and once with everysec (a process crash loses nothing with either: Redis
  * writes the AOF before it replies). */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,7 +89,51 @@ static void run(const char *policy) {
     test_redis_stop(&t);
 }
 
+/* A restarted server answers LOADING while it reads its AOF back. A client whose command lands in that window waits
+ * and sends it again (nothing ran) instead of failing. Half a million keys make the window wide enough to hit; the
+ * command is sent from a second thread while the main thread restarts the server (the server must stay the main
+ * thread's child: it dies with the thread that started it). */
+typedef struct incr_job {
+    cpt_redis *r;
+    long long v;
+    int rc;
+    cpt_err err;
+} incr_job;
+
+static void *incr_during_restart(void *arg) {
+    incr_job *j = arg;
+    const char *incr[] = {"INCR", "k500000"};
+    j->rc = cpt_redis_integer(j->r, 2, incr, "k500000", &j->v, &j->err);
+    return NULL;
+}
+
+static void loading_window(void) {
+    test_redis t;
+    test_redis_start(&t, "everysec");
+    incr_job j = {0};
+    cpt_redis_opts o = {.url = t.srv.url};
+    j.r = cpt_redis_open(&o, &j.err);
+    CHECK_MSG(j.r != NULL, "%s", j.err.msg);
+    const char *fill[] = {"EVAL", "for i = 1, 500000 do redis.call('SET', 'k' .. i, i) end return 1", "0"};
+    long long one = 0;
+    CHECK_EQ_INT(cpt_redis_integer(j.r, 3, fill, "k*", &one, &j.err), 0);
+    cpt_redis_server_kill(&t.srv);
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, incr_during_restart, &j), 0);
+    usleep(100 * 1000); /* the client is in its reconnect backoff when the new server appears */
+    test_redis_restart(&t, "everysec");
+    pthread_join(th, NULL);
+    CHECK_MSG(j.rc == 0, "%s", j.err.msg);
+    CHECK_EQ_INT(j.v, 500001); /* ran once, on the fully loaded dataset */
+    CHECK_MSG(j.r->loading_waits > 0, "the command never met a loading server: the window was not exercised");
+    printf("loading window: command sent again %ld times while the server loaded, reconnects %ld\n",
+           j.r->loading_waits, j.r->reconnects);
+    cpt_redis_close(j.r);
+    test_redis_stop(&t);
+}
+
 int main(void) {
+    loading_window();
     run("always");
     run("everysec");
     return check_summary("test_queue_durability");
