@@ -101,6 +101,23 @@ typedef struct cpt_cuda_adamw_args {
 void cpt_cuda_adamw(cpt_cuda_ctx *ctx, cpt_tensor param, cpt_tensor param_bf16, cpt_tensor grad, cpt_tensor m,
                     cpt_tensor v, const cpt_cuda_adamw_args *a);
 
+/* ---- attention (kernels/cuda/attention.cu) ---------------------------------------------------------------- */
+
+/* Causal self-attention with grouped-query heads over packed variable-length sequences, flash-style: the T x T
+ * scores never exist in memory. Same layout and meaning as cpt_k_attention_fwd in kernels/kernels.h:
+ * qkv [N, (H + 2KV) * D] bf16 (per row H query heads, then KV key heads, then KV value heads, after rope);
+ * cu_seqlens [S + 1] i32 on the device; max_seqlen = the longest sequence (host value, sizes the grid).
+ * out [N, H * D] bf16; lse [N, H] f32 (logsumexp of the scaled scores, kept for backward). Scale 1/sqrt(D).
+ * head_dim: any of 8, 16, 32, 64, 128 (64 and 128 are the fast paths). */
+void cpt_cuda_attention_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor lse, cpt_tensor qkv, cpt_tensor cu_seqlens,
+                            int n_seqs, int max_seqlen, cpt_attn_shape s);
+/* dqkv [N, (H + 2KV) * D] bf16 is OVERWRITTEN (every element set; the one exception to the += convention, because
+ * the qkv gradient has no other contributor), from dout [N, H * D] bf16 and the forward's out, lse and qkv.
+ * Deterministic: no float atomics (dk/dv per kv block summed over the group's query heads in a fixed order, dq in
+ * its own pass). */
+void cpt_cuda_attention_bwd(cpt_cuda_ctx *ctx, cpt_tensor dqkv, cpt_tensor dout, cpt_tensor out, cpt_tensor lse,
+                            cpt_tensor qkv, cpt_tensor cu_seqlens, int n_seqs, int max_seqlen, cpt_attn_shape s);
+
 #ifdef __cplusplus
 }
 #endif
