@@ -1,37 +1,56 @@
 #!/bin/bash
-# The CUDA op checks on a machine other than the one that built them (the lent GPU machine has no -dev packages).
+# GPU programs on a machine other than the one that built them (the lent GPU machine has no -dev packages).
 #
-#   tests/gpu/run_on_device.sh build [BUILD] [DIR]  here: link tests/gpu/test_cuda_ops.c against BUILD's libcpt_lib.a
-#                                                 and libcpt_cuda.a (default build-cuda) into DIR (default
-#                                                 .helpers-cuda-carry) and copy the shared libraries it needs to DIR/lib
-#   tests/gpu/run_on_device.sh run [DIR]          on the GPU machine: the op table, op timings, the PyTorch timings
+#   tests/gpu/run_on_device.sh build BUILD DIR SRC.c...   here: link each SRC.c (a test or bench main) against BUILD's
+#                                                        libcpt_lib.a and libcpt_cuda.a into DIR/<name>, and copy
+#                                                        the shared libraries they need to DIR/lib
+#   tests/gpu/run_on_device.sh env                       on the GPU machine: prints the exports that find cuBLASLt
+#                                                        and NCCL there (eval it)
+#   tests/gpu/run_on_device.sh run [DIR]                 on the GPU machine: the op checks and timings (test_cuda_ops)
+#
+# Defaults: BUILD=build-cuda, DIR=.carry-gpu, SRC=tests/gpu/test_cuda_ops.c. DIR should be git-ignored (.carry-*)
+# so the device tool can carry it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 build() {
     local bdir=$1 dir=$2
+    shift 2
+    [ $# -gt 0 ] || set -- tests/gpu/test_cuda_ops.c
     mkdir -p "$dir/lib"
-    # shellcheck disable=SC2046
-    gcc -std=c11 -O2 -g -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. \
-        -o "$dir/test_cuda_ops" tests/gpu/test_cuda_ops.c "$bdir/libcpt_lib.a" "$bdir/libcpt_cuda.a" \
-        $(pkg-config --libs hiredis msgpack jansson libpcre2-8 libutf8proc pmix) \
-        -L/usr/local/cuda/lib64 -lcudart_static -lstdc++ -lpthread -ldl -lrt -lm
-    # everything but the C library and the loader (the GPU machine has its own, newer ones)
-    for lib in $(ldd "$dir/test_cuda_ops" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt)\.so|ld-linux'); do
-        cp -L "$lib" "$dir/lib/"
+    for src in "$@"; do
+        local name
+        name=$(basename "$src" .c)
+        # shellcheck disable=SC2046
+        gcc -std=c11 -O2 -g -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE -DCPT_HAVE_CUDA=1 -fopenmp -I. \
+            -o "$dir/$name" "$src" "$bdir/libcpt_lib.a" "$bdir/libcpt_cuda.a" \
+            $(pkg-config --libs hiredis msgpack jansson libpcre2-8 libutf8proc pmix) \
+            -L/usr/local/cuda/lib64 -lcudart_static -lstdc++ -lpthread -ldl -lrt -lm
+        # everything but the C library and the loader (the GPU machine has its own, newer ones)
+        for lib in $(ldd "$dir/$name" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt)\.so|ld-linux'); do
+            cp -L "$lib" "$dir/lib/"
+        done
+        echo "built $dir/$name"
     done
-    echo "built $dir/test_cuda_ops; libs: $(ls "$dir/lib" | tr '\n' ' ')"
+    echo "libs: $(ls "$dir/lib" | tr '\n' ' ')"
+}
+
+# cuBLASLt and NCCL are dlopen'ed; on the device image they live in CUDA's or python's folders.
+device_env() {
+    if [ -z "${CPT_CUBLASLT_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 '; then
+        echo "export CPT_CUBLASLT_LIB=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)"
+    fi
+    if [ -z "${CPT_NCCL_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+        echo "export CPT_NCCL_LIB=$(find /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)"
+    fi
+    echo "export NCCL_NVLS_ENABLE=0"
 }
 
 run() {
     local dir=$1
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-    if [ -z "${CPT_CUBLASLT_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 '; then
-        CPT_CUBLASLT_LIB=$(find /usr/local /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
-        export CPT_CUBLASLT_LIB
-        echo "cuBLASLt: ${CPT_CUBLASLT_LIB:-not found}"
-    fi
+    eval "$(device_env)"
     local rc=0
     CPT_CUDA_BENCH=1 LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}" "$dir/test_cuda_ops" || rc=$?
     python3 bench/cuda_ops_torch.py || true
@@ -39,7 +58,8 @@ run() {
 }
 
 case "${1:-}" in
-build) build "${2:-build-cuda}" "${3:-.helpers-cuda-carry}" ;;
-run) run "${2:-.helpers-cuda-carry}" ;;
-*) echo "usage: $0 build [BUILD] [DIR] | run [DIR]" >&2; exit 2 ;;
+build) shift; b=${1:-build-cuda}; d=${2:-.carry-gpu}; shift $(( $# < 2 ? $# : 2 )); build "$b" "$d" "$@" ;;
+env) device_env ;;
+run) run "${2:-.carry-gpu}" ;;
+*) echo "usage: $0 build [BUILD] [DIR] [SRC.c...] | env | run [DIR]" >&2; exit 2 ;;
 esac
