@@ -1,0 +1,319 @@
+/* Data-parallel gradient averaging: bucket planning, the rank bootstrap of the NCCL unique id, and the per-step
+ * bookkeeping that launches each bucket's all-reduce as soon as the backward has finished it (see dp.h). */
+#include "trainer/dp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fs.h"
+#include "queue/redis.h"
+#include "scheduler/bootstrap.h"
+#ifdef CPT_HAVE_CUDA
+#include "kernels/cuda/nccl_dp.h"
+#endif
+
+#define UID_BYTES 128
+
+/* ---- planning ---- */
+
+int cpt_dp_plan_buckets(const size_t *numel, const size_t *offsets, size_t n_params, size_t bucket_bytes,
+                        cpt_dp_plan *plan, cpt_err *err) {
+    memset(plan, 0, sizeof *plan);
+    if (n_params == 0) return cpt_errf(err, "dp: no parameters to plan buckets for");
+    if (bucket_bytes < sizeof(float)) bucket_bytes = sizeof(float);
+    size_t *off = malloc(n_params * sizeof *off);
+    plan->bucket_of_param = malloc(n_params * sizeof *plan->bucket_of_param);
+    plan->buckets = malloc(n_params * sizeof *plan->buckets); /* at most one bucket per param */
+    if (!off || !plan->bucket_of_param || !plan->buckets) {
+        free(off);
+        cpt_dp_plan_free(plan);
+        return cpt_errf(err, "dp: out of memory planning %zu params", n_params);
+    }
+    size_t acc = 0;
+    for (size_t i = 0; i < n_params; i++) {
+        if (numel[i] == 0) {
+            free(off);
+            cpt_dp_plan_free(plan);
+            return cpt_errf(err, "dp: param %zu is empty", i);
+        }
+        off[i] = offsets ? offsets[i] : acc;
+        if (i > 0 && off[i] < off[i - 1] + numel[i - 1]) {
+            free(off);
+            cpt_dp_plan_free(plan);
+            return cpt_errf(err, "dp: param %zu at offset %zu overlaps or precedes param %zu (offset %zu, %zu "
+                                 "floats)", i, off[i], i - 1, off[i - 1], numel[i - 1]);
+        }
+        acc = off[i] + numel[i];
+    }
+    plan->n_params = n_params;
+    size_t target = bucket_bytes / sizeof(float);
+    size_t i = n_params;
+    while (i > 0) {
+        /* A bucket grows downward from param `last` until it holds target floats. */
+        size_t last = i - 1, first = last, count = numel[last];
+        while (first > 0 && count < target) {
+            if (numel[first - 1] >= target) break; /* a big param gets a bucket of its own */
+            first--;
+            count = off[last] + numel[last] - off[first];
+        }
+        cpt_dp_bucket *b = &plan->buckets[plan->n_buckets];
+        b->first_param = first;
+        b->last_param = last;
+        b->offset = off[first];
+        b->count = off[last] + numel[last] - off[first];
+        for (size_t p = first; p <= last; p++) plan->bucket_of_param[p] = plan->n_buckets;
+        plan->n_buckets++;
+        i = first;
+    }
+    free(off);
+    return 0;
+}
+
+void cpt_dp_plan_free(cpt_dp_plan *plan) {
+    free(plan->buckets);
+    free(plan->bucket_of_param);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* ---- the group ---- */
+
+struct cpt_dp {
+    cpt_dp_opts opts;
+    char boot_name[16];
+    cpt_bootstrap boot;
+    int boot_open;
+    int rank, size, use_nccl;
+    unsigned char uid[UID_BYTES];
+    cpt_dp_plan plan;
+    int attached;
+    float *grads;
+    void *nccl; /* cpt_nccl * */
+    /* per step */
+    int sync;
+    unsigned char *ready;   /* [n_params] */
+    size_t *ready_count;    /* [n_buckets] params of each bucket ready */
+    size_t next_bucket;     /* buckets [0, next_bucket) are launched */
+    size_t overlapped, last_overlapped;
+    cpt_err sticky;         /* a failure inside grads_ready, reported again by finish */
+    int failed;
+};
+
+static int env_int(const char *name, int fallback) {
+    const char *s = getenv(name);
+    if (!s || !*s) return fallback;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end ? fallback : (int)v;
+}
+
+/* Rank 0 publishes the id with SET ... PX (a stale key of an earlier launch expires; a fresh key per launch is
+ * still the caller's part), the others poll GET until it appears. */
+static int share_uid_redis(cpt_dp *dp, cpt_err *err) {
+    const char *key = dp->opts.redis_key;
+    if (!dp->opts.redis || !key || !*key) return cpt_errf(err, "dp: bootstrap redis needs a connection and a key");
+    if (dp->rank == 0) {
+        char px[32];
+        snprintf(px, sizeof px, "%lld", (long long)(dp->opts.timeout_s * 1000 * 4));
+        const char *argv[] = {"SET", key, (const char *)dp->uid, "PX", px};
+        size_t lens[] = {3, strlen(key), UID_BYTES, 2, strlen(px)};
+        redisReply *r = cpt_redis_command(dp->opts.redis, 5, argv, lens, key, 0, err);
+        if (!r) return cpt_err_prefix(err, "dp rank 0: publishing the NCCL unique id: ");
+        freeReplyObject(r);
+        return 0;
+    }
+    double deadline = cpt_now() + dp->opts.timeout_s;
+    for (;;) {
+        const char *argv[] = {"GET", key};
+        redisReply *r = cpt_redis_command(dp->opts.redis, 2, argv, NULL, key, 0, err);
+        if (!r) return cpt_err_prefix(err, "dp rank %d: reading the NCCL unique id: ", dp->rank);
+        int got = r->type == REDIS_REPLY_STRING;
+        size_t len = got ? r->len : 0;
+        if (got && len == UID_BYTES) memcpy(dp->uid, r->str, UID_BYTES);
+        freeReplyObject(r);
+        if (got && len != UID_BYTES)
+            return cpt_errf(err, "dp rank %d: redis key %s holds %zu bytes, not a %d-byte NCCL unique id", dp->rank,
+                            key, len, UID_BYTES);
+        if (got) return 0;
+        if (cpt_now() > deadline)
+            return cpt_errf(err, "dp rank %d: waited %.0f s for rank 0 to publish the NCCL unique id at redis key %s",
+                            dp->rank, dp->opts.timeout_s, key);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err) {
+    cpt_dp *dp = calloc(1, sizeof *dp);
+    if (!dp) {
+        cpt_errf(err, "dp: out of memory");
+        return NULL;
+    }
+    if (opts) dp->opts = *opts;
+    if (dp->opts.timeout_s <= 0) dp->opts.timeout_s = 300;
+    if (!dp->opts.bucket_bytes) dp->opts.bucket_bytes = CPT_DP_BUCKET_BYTES_DEFAULT;
+    const char *kind = dp->opts.bootstrap && *dp->opts.bootstrap ? dp->opts.bootstrap : "auto";
+    dp->sync = 1;
+    int is_redis = !strcmp(kind, "redis");
+    if (is_redis) {
+        /* Ranks from the variables the file transport reads; the id travels through Redis, not a folder. */
+        dp->boot.kind = CPT_BOOT_FILE;
+        dp->boot.rank = env_int("CPT_RANK", 0);
+        dp->boot.size = env_int("CPT_WORLD_SIZE", 1);
+        if (dp->boot.rank < 0 || dp->boot.size < 1 || dp->boot.rank >= dp->boot.size) {
+            cpt_errf(err, "dp: bootstrap redis: CPT_RANK=%d is outside CPT_WORLD_SIZE=%d", dp->boot.rank,
+                     dp->boot.size);
+            free(dp);
+            return NULL;
+        }
+    } else {
+        if (cpt_boot_init(&dp->boot, kind, dp->opts.boot_dir, err) != 0) {
+            cpt_err_prefix(err, "dp: bootstrap %s: ", kind);
+            free(dp);
+            return NULL;
+        }
+        dp->boot_open = 1;
+    }
+    dp->boot.timeout_s = dp->opts.timeout_s;
+    snprintf(dp->boot_name, sizeof dp->boot_name, "%s",
+             is_redis ? "redis" : dp->boot.kind == CPT_BOOT_PMIX ? "pmix" : "file");
+    dp->rank = dp->boot.rank;
+    dp->size = dp->boot.size;
+    dp->use_nccl = dp->size > 1 || dp->opts.force_nccl;
+    if (!dp->use_nccl) return dp;
+#ifdef CPT_HAVE_CUDA
+    if (dp->rank == 0 && cpt_nccl_unique_id(dp->uid, err) != 0) {
+        cpt_err_prefix(err, "dp rank 0/%d (bootstrap %s): ", dp->size, dp->boot_name);
+        cpt_dp_free(dp);
+        return NULL;
+    }
+    int rc = is_redis ? share_uid_redis(dp, err) : cpt_boot_share(&dp->boot, "cpt-dp-uid", dp->uid, UID_BYTES, err);
+    if (rc != 0) {
+        cpt_err_prefix(err, "dp rank %d/%d (bootstrap %s): sharing the NCCL unique id: ", dp->rank, dp->size,
+                       dp->boot_name);
+        cpt_dp_free(dp);
+        return NULL;
+    }
+    return dp;
+#else
+    cpt_errf(err, "dp: %d ranks need NCCL, but cpt was built without CUDA", dp->size);
+    cpt_dp_free(dp);
+    return NULL;
+#endif
+}
+
+void cpt_dp_free(cpt_dp *dp) {
+    if (!dp) return;
+#ifdef CPT_HAVE_CUDA
+    cpt_nccl_free(dp->nccl);
+#endif
+    if (dp->boot_open) cpt_boot_finalize(&dp->boot);
+    cpt_dp_plan_free(&dp->plan);
+    free(dp->ready);
+    free(dp->ready_count);
+    free(dp);
+}
+
+int cpt_dp_rank(const cpt_dp *dp) { return dp->rank; }
+int cpt_dp_size(const cpt_dp *dp) { return dp->size; }
+const char *cpt_dp_bootstrap_name(const cpt_dp *dp) { return dp->boot_name; }
+int cpt_dp_uses_nccl(const cpt_dp *dp) { return dp->use_nccl; }
+const unsigned char *cpt_dp_unique_id(const cpt_dp *dp) { return dp->uid; }
+const cpt_dp_plan *cpt_dp_get_plan(const cpt_dp *dp) { return &dp->plan; }
+size_t cpt_dp_buckets_overlapped(const cpt_dp *dp) { return dp->last_overlapped; }
+void *cpt_dp_nccl(cpt_dp *dp) { return dp->nccl; }
+void cpt_dp_set_sync(cpt_dp *dp, int sync) { dp->sync = sync; }
+
+int cpt_dp_device(const cpt_dp *dp, int device_count) {
+    if (device_count <= 0) return 0;
+    /* Slurm gives each task its local index; with per-task GPU binding the task sees one device and uses 0. */
+    int local = env_int("CPT_LOCAL_RANK", env_int("SLURM_LOCALID", env_int("PMIX_LOCAL_RANK", dp->rank)));
+    return local % device_count;
+}
+
+static void reset_step(cpt_dp *dp) {
+    memset(dp->ready, 0, dp->plan.n_params);
+    memset(dp->ready_count, 0, dp->plan.n_buckets * sizeof *dp->ready_count);
+    dp->next_bucket = 0;
+    dp->overlapped = 0;
+}
+
+int cpt_dp_attach(cpt_dp *dp, void *cuda_ctx, float *dev_grads, const size_t *numel, const size_t *offsets,
+                  size_t n_params, cpt_err *err) {
+    if (dp->attached) return cpt_errf(err, "dp: already attached to a model");
+    if (cpt_dp_plan_buckets(numel, offsets, n_params, dp->opts.bucket_bytes, &dp->plan, err) != 0) return -1;
+    dp->ready = calloc(n_params, 1);
+    dp->ready_count = calloc(dp->plan.n_buckets, sizeof *dp->ready_count);
+    if (!dp->ready || !dp->ready_count) return cpt_errf(err, "dp: out of memory");
+    dp->grads = dev_grads;
+    if (dp->use_nccl) {
+#ifdef CPT_HAVE_CUDA
+        if (!cuda_ctx || !dev_grads) return cpt_errf(err, "dp: attach needs the model's CUDA context and gradients");
+        char where[128];
+        snprintf(where, sizeof where, "dp rank %d/%d (bootstrap %s)", dp->rank, dp->size, dp->boot_name);
+        dp->nccl = cpt_nccl_new(cuda_ctx, dp->uid, dp->rank, dp->size, dp->opts.timeout_s, where, err);
+        if (!dp->nccl) return -1;
+#else
+        (void)cuda_ctx;
+        return cpt_errf(err, "dp: built without CUDA");
+#endif
+    }
+    dp->attached = 1;
+    reset_step(dp);
+    return 0;
+}
+
+static int launch_ready_buckets(cpt_dp *dp, int all, cpt_err *err) {
+    while (dp->next_bucket < dp->plan.n_buckets) {
+        const cpt_dp_bucket *b = &dp->plan.buckets[dp->next_bucket];
+        if (!all && dp->ready_count[dp->next_bucket] < b->last_param - b->first_param + 1) break;
+#ifdef CPT_HAVE_CUDA
+        if (dp->nccl && cpt_nccl_allreduce_avg(dp->nccl, dp->grads + b->offset, b->count, err) != 0) return -1;
+#endif
+        dp->next_bucket++;
+    }
+    return 0;
+}
+
+int cpt_dp_grads_ready(cpt_dp *dp, size_t first_param, size_t last_param, cpt_err *err) {
+    if (!dp->sync || !dp->attached) return 0;
+    if (dp->failed) {
+        *err = dp->sticky;
+        return -1;
+    }
+    if (first_param > last_param || last_param >= dp->plan.n_params)
+        return cpt_errf(err, "dp: grads_ready(%zu, %zu) is outside the %zu params", first_param, last_param,
+                        dp->plan.n_params);
+    for (size_t p = first_param; p <= last_param; p++) {
+        if (dp->ready[p]) return cpt_errf(err, "dp: param %zu reported ready twice in one step", p);
+        size_t bk = dp->plan.bucket_of_param[p];
+        if (bk < dp->next_bucket)
+            return cpt_errf(err, "dp: param %zu reported ready after its bucket %zu was all-reduced", p, bk);
+        dp->ready[p] = 1;
+        dp->ready_count[bk]++;
+    }
+    size_t before = dp->next_bucket;
+    if (launch_ready_buckets(dp, 0, err) != 0) {
+        dp->sticky = *err;
+        dp->failed = 1;
+        return -1;
+    }
+    dp->overlapped += dp->next_bucket - before;
+    return 0;
+}
+
+int cpt_dp_finish(cpt_dp *dp, cpt_err *err) {
+    if (!dp->sync || !dp->attached) return 0;
+    if (dp->failed) {
+        *err = dp->sticky;
+        return -1;
+    }
+    if (launch_ready_buckets(dp, 1, err) != 0) return -1;
+#ifdef CPT_HAVE_CUDA
+    if (dp->nccl && cpt_nccl_join(dp->nccl, err) != 0) return -1;
+#endif
+    dp->last_overlapped = dp->overlapped;
+    reset_step(dp);
+    return 0;
+}
