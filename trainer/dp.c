@@ -265,6 +265,7 @@ int cpt_dp_attach(cpt_dp *dp, void *cuda_ctx, float *dev_grads, const size_t *nu
 }
 
 static int launch_ready_buckets(cpt_dp *dp, int all, cpt_err *err) {
+    (void)err; /* used with CUDA only */
     while (dp->next_bucket < dp->plan.n_buckets) {
         const cpt_dp_bucket *b = &dp->plan.buckets[dp->next_bucket];
         if (!all && dp->ready_count[dp->next_bucket] < b->last_param - b->first_param + 1) break;
