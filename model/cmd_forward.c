@@ -1,9 +1,10 @@
-/* cpt forward --model HF_DIR --input INPUT.safetensors --out OUT.safetensors [--grads]
+/* cpt forward --model HF_DIR --input INPUT.safetensors --out OUT.safetensors [--grads] [--device cpu|cuda[:N]]
  *
  * INPUT holds input_ids (int32 or int64, B x T) and optionally attention_mask (B x T, 1 = real token; left or
  * right padding). OUT gets logits [B, T, V], logprobs [B, T-1] (of the next token), entropy [B, T], loss (scalar:
  * mean next-token cross entropy over real targets), values [B, T] when the model has a value head, and with
- * --grads grad.<HF name> of the loss for every parameter. Padding positions hold zeros. */
+ * --grads grad.<HF name> of the loss for every parameter. Padding positions hold zeros. --device cuda runs the model
+ * on GPU N (default 0) in bf16: the same outputs within bf16 tolerance. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,8 @@
 #include "model/model.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: cpt forward --model HF_DIR --input INPUT.safetensors --out OUT.safetensors [--grads]\n");
+    fprintf(stderr, "usage: cpt forward --model HF_DIR --input INPUT.safetensors --out OUT.safetensors [--grads] "
+                    "[--device cpu|cuda[:N]]\n");
     return 2;
 }
 
@@ -61,6 +63,7 @@ static int32_t *read_ids(const cpt_st_file *f, const char *path, const char *nam
 typedef struct fwd_job {
     const char *model_dir, *input, *out;
     int grads;
+    int cuda_device; /* -1: cpu */
 } fwd_job;
 
 static int run(const fwd_job *job, cpt_err *err) {
@@ -97,6 +100,7 @@ static int run(const fwd_job *job, cpt_err *err) {
     }
     m = cpt_model_load(job->model_dir, err);
     if (!m) goto done;
+    if (job->cuda_device >= 0 && cpt_model_use_cuda(m, job->cuda_device, err)) goto done;
     int V = cpt_model_cfg(m)->vocab_size, N = pk.batch.n_tokens;
     logits = malloc(sizeof(float) * (size_t)N * V);
     lp = malloc(sizeof(float) * N);
@@ -123,6 +127,7 @@ static int run(const fwd_job *job, cpt_err *err) {
         for (int i = 0; i < N; i++) dlp[i] = pk.batch.targets[i] >= 0 && count ? -1.0f / count : 0.0f;
         cpt_model_zero_grad(m);
         if (cpt_model_backward(m, &pk.batch, dlp, NULL, NULL, err)) goto done;
+        if (cpt_model_sync_to_host(m, err)) goto done; /* the gradients, from a GPU */
     }
     /* back to B x T; logprobs keep columns 0 .. T-2 of each row */
     cpt_packed_to_padded(&pk, lp, pad_lp, 0.0f);
@@ -163,7 +168,7 @@ done:
 }
 
 int cmd_forward(int argc, char **argv) {
-    fwd_job job = {NULL, NULL, NULL, 0};
+    fwd_job job = {NULL, NULL, NULL, 0, -1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--grads")) {
             job.grads = 1;
@@ -173,6 +178,18 @@ int cmd_forward(int argc, char **argv) {
             job.input = argv[++i];
         } else if (i + 1 < argc && !strcmp(argv[i], "--out")) {
             job.out = argv[++i];
+        } else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
+            const char *d = argv[++i];
+            if (!strcmp(d, "cpu")) {
+                job.cuda_device = -1;
+            } else if (!strcmp(d, "cuda")) {
+                job.cuda_device = 0;
+            } else if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9' && strspn(d + 5, "0123456789") == strlen(d + 5)) {
+                job.cuda_device = atoi(d + 5);
+            } else {
+                fprintf(stderr, "cpt forward: --device must be cpu, cuda or cuda:N (got '%s')\n", d);
+                return usage();
+            }
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;

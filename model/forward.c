@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/cuda_model.h"
 #include "model/model_internal.h"
 
 #define LOGITS_CHUNK_FLOATS (4 << 20) /* 16 MB of logits per chunk */
@@ -221,6 +222,7 @@ int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, in
     cpt_forward_out none = {0};
     if (!out) out = &none;
     if (out->values && m->off_score < 0) return cpt_errf(err, "forward: values asked for, but the model has no value head");
+    if (m->cuda) return cpt_cuda_model_forward(m, b, out, keep_activations, err);
     const cpt_model_config *c = &m->cfg;
     int N = b->n_tokens, S = b->n_seqs;
     int64_t C = c->hidden_size, V = c->vocab_size;
@@ -273,6 +275,9 @@ int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, in
 int cpt_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
                        const float *d_values, cpt_err *err) {
     if (check_batch(m, b, err)) return -1;
+    if (d_values && m->off_score < 0) return cpt_errf(err, "backward: d_values given, but the model has no value head");
+    if (d_logprobs && !b->targets) return cpt_errf(err, "backward: d_logprobs given, but the batch has no targets");
+    if (m->cuda) return cpt_cuda_model_backward(m, b, d_logprobs, d_entropy, d_values, err);
     if (m->kept_tokens != b->n_tokens || m->kept_seqs != b->n_seqs ||
         memcmp(m->acts.cu, b->seq_start, sizeof(int32_t) * (size_t)(b->n_seqs + 1)) != 0)
         return cpt_errf(err, "backward: needs a forward with keep_activations on this same batch first");

@@ -45,6 +45,7 @@ typedef struct cpt_param {
     int ndim;
     int64_t shape[2];
     int no_decay;     /* norms and biases: no weight decay */
+    struct cpt_model *model; /* the model it belongs to (NULL for a free-standing param) */
 } cpt_param;
 
 typedef struct cpt_model cpt_model;
@@ -98,6 +99,18 @@ int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, in
 int cpt_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
                        const float *d_values, cpt_err *err);
 void cpt_model_zero_grad(cpt_model *m);
+
+/* ---- the model on a GPU (model/cuda_model.c) ----
+ * cpt_model_use_cuda places the model on CUDA device `device`: fp32 master weights, fp32 gradients and a bf16 copy
+ * of the weights on the device (one allocation), bf16 activations. From then on cpt_model_forward, _backward and
+ * _zero_grad run there (same contract: logprobs, entropy and values come back to the host, d_logprobs go up), and
+ * trainer/optim.c's AdamW, norm and clipping run on the device copies. param->data / ->grad on the host are a mirror
+ * refreshed by cpt_model_sync_to_host (cpt_model_save_hf calls it itself); after changing host weights call
+ * cpt_model_sync_to_device (cpt_model_load_weights does). A build without CUDA fails with a message saying so. */
+int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
+int cpt_model_on_cuda(const cpt_model *m);
+int cpt_model_sync_to_host(cpt_model *m, cpt_err *err);   /* weights and gradients, device -> host; 0 on the CPU */
+int cpt_model_sync_to_device(cpt_model *m, cpt_err *err); /* weights, host -> device; 0 on the CPU */
 
 /* Padded batches: B rows of T tokens with an attention mask (1 = real token, 0 = padding; each row's real tokens
  * must be one contiguous run, so left and right padding both work; an all-padding row is allowed and yields no

@@ -71,6 +71,7 @@ struct cpt_model {
     model_grad_scratch gs;
     int kept_tokens; /* tokens of the last keep_activations forward; -1 when none */
     int kept_seqs;
+    struct cpt_cuda_model *cuda; /* the device side after cpt_model_use_cuda (model/cuda_model.c), else NULL */
 };
 
 /* model/config.c */

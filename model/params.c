@@ -8,6 +8,7 @@
 #include "core/fs.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "model/cuda_model.h"
 #include "model/model_internal.h"
 
 typedef struct table {
@@ -40,6 +41,7 @@ static int64_t add(table *t, const char *name, int ndim, int64_t d0, int64_t d1,
     p->shape[1] = ndim == 2 ? d1 : 0;
     p->numel = (size_t)(d0 * (ndim == 2 ? d1 : 1));
     p->no_decay = no_decay;
+    p->model = m;
     m->offsets[i] = t->off;
     int64_t off = t->off;
     t->off += (int64_t)p->numel;
@@ -232,10 +234,13 @@ int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *
     if (rc) memcpy(m->data, keep, m->numel * sizeof(float));
     free(keep);
     cpt_st_close(f);
+    if (!rc && m->cuda) rc = cpt_model_sync_to_device(m, err); /* the device copy is the one that trains */
     return rc;
 }
 
 int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err *err) {
+    /* on a GPU the host copy is a mirror: refresh it (logically const: the weights do not change) */
+    if (m->cuda && cpt_model_sync_to_host((cpt_model *)m, err)) return -1;
     if (cpt_mkdir_p(out_dir, 0755, err)) return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", out_dir);
@@ -266,6 +271,7 @@ int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err
 
 int cpt_model_add_value_head(cpt_model *m, uint64_t seed, cpt_err *err) {
     if (m->off_score >= 0) return cpt_errf(err, "the model already has a value head (score.weight)");
+    if (m->cuda) return cpt_errf(err, "add the value head before cpt_model_use_cuda (the model is on the GPU)");
     /* rebuild the table with the head, then move the weights over (the head comes last, offsets are unchanged) */
     float *old = m->data;
     size_t old_n = m->numel;
@@ -292,6 +298,7 @@ int cpt_model_has_value_head(const cpt_model *m) { return m->off_score >= 0; }
 
 void cpt_model_free(cpt_model *m) {
     if (!m) return;
+    cpt_cuda_model_free(m->cuda);
     for (size_t i = 0; i < m->n_params; i++) free(m->names[i]);
     free(m->params);
     free(m->offsets);
@@ -317,4 +324,7 @@ cpt_param *cpt_model_find_param(cpt_model *m, const char *name) {
     return NULL;
 }
 
-void cpt_model_zero_grad(cpt_model *m) { memset(m->grad, 0, m->numel * sizeof(float)); }
+void cpt_model_zero_grad(cpt_model *m) {
+    if (m->cuda) cpt_cuda_model_zero_grad(m);
+    else memset(m->grad, 0, m->numel * sizeof(float));
+}

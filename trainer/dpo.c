@@ -96,6 +96,10 @@ static cpt_model *initial_model(dpo_ctx *c, cpt_err *err) {
         cpt_model_free(m);
         return NULL;
     }
+    if (m && cpt_trainer_place_model(c->cfg, m, "dpo model", err)) {
+        cpt_model_free(m);
+        return NULL;
+    }
     return m;
 }
 

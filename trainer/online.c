@@ -118,6 +118,11 @@ static int setup_models(online_ctx *c, cpt_err *err) {
             cpt_model_add_value_head(c->critic, (uint64_t)cpt_cfg_int(cfg, "run.seed") + 17, err))
             return -1;
     }
+    /* on a GPU every objective runs there: they all meet the model at logprobs (and values) */
+    if (cpt_trainer_place_model(cfg, c->policy, "policy", err) ||
+        (c->ref && cpt_trainer_place_model(cfg, c->ref, "reference model", err)) ||
+        (c->critic && cpt_trainer_place_model(cfg, c->critic, "critic", err)))
+        return -1;
     return cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err);
 }
 

@@ -6,7 +6,85 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/safetensors.h"
+#include "model/cuda_model.h"
+
+#ifdef CPT_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+/* ---- the device side: a model placed with cpt_model_use_cuda keeps grads, weights and moments on the GPU ---- */
+
+/* The GPU model the params belong to, or NULL when they live on the host. Mixing is a programming error. */
+static cpt_model *device_model(cpt_param *const *params, size_t n) {
+    if (n == 0 || !params[0]->model || !cpt_model_on_cuda(params[0]->model)) return NULL;
+    for (size_t i = 1; i < n; i++)
+        if (params[i]->model != params[0]->model) {
+            fprintf(stderr, "cpt optim: param '%s' belongs to another model than '%s' (one GPU model per list)\n",
+                    params[i]->name, params[0]->name);
+            abort();
+        }
+    return params[0]->model;
+}
+
+static cpt_cuda_param_view view_of(cpt_model *m, const cpt_param *p) {
+    cpt_cuda_param_view v;
+    if (cpt_model_cuda_param(m, p, &v)) {
+        fprintf(stderr, "cpt optim: param '%s' is not a parameter of the GPU model\n", p->name);
+        abort();
+    }
+    return v;
+}
+
+#ifdef CPT_HAVE_CUDA
+static cpt_tensor dev_f32(float *p, size_t n) { return cpt_cuda_tensor(p, CPT_DT_F32, 1, (int64_t)n, 0); }
+
+static void fail_cuda(const char *what, const cpt_err *e) {
+    fprintf(stderr, "cpt optim: %s: %s\n", what, e->msg);
+    abort();
+}
+
+static double device_norm(cpt_model *m, cpt_param *const *params, size_t n) {
+    double *slots = cpt_model_cuda_norm_slots(m);
+    if (n > cpt_model_num_params(m)) {
+        fprintf(stderr, "cpt optim: %zu params listed, the model has %zu\n", n, cpt_model_num_params(m));
+        abort();
+    }
+    cpt_cuda_ctx *ctx = NULL;
+    for (size_t i = 0; i < n; i++) {
+        cpt_cuda_param_view v = view_of(m, params[i]);
+        ctx = v.ctx;
+        cpt_cuda_sumsq(ctx, slots + i, dev_f32(v.grad, params[i]->numel));
+    }
+    double *h = malloc(sizeof(double) * (n ? n : 1)), total = 0;
+    cpt_err e;
+    if (!h) {
+        fprintf(stderr, "cpt optim: out of memory\n");
+        abort();
+    }
+    if (n && cpt_cuda_memcpy_d2h(ctx, h, slots, sizeof(double) * n, &e)) fail_cuda("gradient norm", &e);
+    for (size_t i = 0; i < n; i++) total += h[i];
+    free(h);
+    return sqrt(total);
+}
+
+static void device_scale(cpt_model *m, cpt_param *const *params, size_t n, float c) {
+    for (size_t i = 0; i < n; i++) {
+        cpt_cuda_param_view v = view_of(m, params[i]);
+        cpt_cuda_scale(v.ctx, dev_f32(v.grad, params[i]->numel), c);
+    }
+}
+#else
+static double device_norm(cpt_model *m, cpt_param *const *params, size_t n) {
+    (void)m, (void)params, (void)n;
+    abort(); /* unreachable: no model is on a GPU in a build without CUDA */
+}
+static void device_scale(cpt_model *m, cpt_param *const *params, size_t n, float c) {
+    (void)m, (void)params, (void)n, (void)c;
+    abort();
+}
+#endif
 
 int cpt_lr_kind_parse(const char *name, cpt_lr_kind *kind, cpt_err *err) {
     if (!strcmp(name, "constant")) *kind = CPT_LR_CONSTANT;
@@ -33,6 +111,8 @@ double cpt_lr_at(const cpt_lr_schedule *s, int64_t step) {
 }
 
 double cpt_grad_global_norm(cpt_param *const *params, size_t n) {
+    cpt_model *dm = device_model(params, n);
+    if (dm) return device_norm(dm, params, n);
     double total = 0;
     for (size_t i = 0; i < n; i++) {
         const float *g = params[i]->grad;
@@ -49,6 +129,11 @@ double cpt_clip_grad_norm(cpt_param *const *params, size_t n, double max_norm) {
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1) {
         float c = (float)coef;
+        cpt_model *dm = device_model(params, n);
+        if (dm) {
+            device_scale(dm, params, n, c);
+            return norm;
+        }
         for (size_t i = 0; i < n; i++) {
             float *g = params[i]->grad;
             for (size_t j = 0; j < params[i]->numel; j++) g[j] *= c;
@@ -59,6 +144,11 @@ double cpt_clip_grad_norm(cpt_param *const *params, size_t n, double max_norm) {
 
 void cpt_adamw_free(cpt_adamw *o) {
     if (!o) return;
+#ifdef CPT_HAVE_CUDA
+    cpt_cuda_free(o->dev_m);
+    cpt_cuda_free(o->dev_v);
+#endif
+    free(o->dev_off);
     for (size_t i = 0; i < o->n; i++) {
         if (o->m) free(o->m[i]);
         if (o->v) free(o->v[i]);
@@ -67,6 +157,66 @@ void cpt_adamw_free(cpt_adamw *o) {
     free(o->v);
     free(o->params);
     free(o);
+}
+
+/* Host moment arrays (zeroed); on a GPU only made when saving or loading. */
+static int ensure_host(cpt_adamw *o) {
+    for (size_t i = 0; i < o->n; i++) {
+        size_t k = o->params[i]->numel ? o->params[i]->numel : 1;
+        if (!o->m[i]) o->m[i] = calloc(k, sizeof(float));
+        if (!o->v[i]) o->v[i] = calloc(k, sizeof(float));
+        if (!o->m[i] || !o->v[i]) return -1;
+    }
+    return 0;
+}
+
+/* Moments on the device when the params' model is there: allocated on first need and filled from the host
+ * arrays when they exist (an optimizer made, or loaded, before the model moved), else zero. */
+static int ensure_device(cpt_adamw *o, cpt_err *err) {
+    cpt_model *dm = device_model(o->params, o->n);
+    if (!dm || o->dev_model == dm) return 0;
+#ifdef CPT_HAVE_CUDA
+    if (o->dev_model) return cpt_errf(err, "adamw: the params moved to another GPU model");
+    size_t total = 0;
+    if (!(o->dev_off = malloc(sizeof(size_t) * (o->n ? o->n : 1)))) return cpt_errf(err, "adamw: out of memory");
+    for (size_t i = 0; i < o->n; i++) o->dev_off[i] = total, total += o->params[i]->numel;
+    if (!(o->dev_m = cpt_cuda_malloc(total * sizeof(float), "AdamW first moments", err)) ||
+        !(o->dev_v = cpt_cuda_malloc(total * sizeof(float), "AdamW second moments", err)))
+        return -1;
+    cpt_cuda_param_view v = view_of(dm, o->params[0]);
+    cpt_cuda_ctx *ctx = v.ctx;
+    if (cpt_cuda_memset(ctx, o->dev_m, 0, total * sizeof(float), err) ||
+        cpt_cuda_memset(ctx, o->dev_v, 0, total * sizeof(float), err))
+        return -1;
+    for (size_t i = 0; i < o->n; i++) {
+        size_t b = o->params[i]->numel * sizeof(float);
+        if ((o->m[i] && cpt_cuda_memcpy_h2d(ctx, o->dev_m + o->dev_off[i], o->m[i], b, err)) ||
+            (o->v[i] && cpt_cuda_memcpy_h2d(ctx, o->dev_v + o->dev_off[i], o->v[i], b, err)))
+            return cpt_err_prefix(err, "adamw: uploading the moments: ");
+    }
+    o->dev_model = dm;
+    return 0;
+#else
+    return cpt_errf(err, "adamw: built without CUDA");
+#endif
+}
+
+/* Device moments -> host arrays (before a save). */
+static int pull_moments(const cpt_adamw *o, cpt_err *err) {
+#ifdef CPT_HAVE_CUDA
+    if (!o->dev_model) return 0;
+    if (ensure_host((cpt_adamw *)o)) return cpt_errf(err, "adamw: out of memory for the host copy of the moments");
+    cpt_cuda_param_view v = view_of(o->dev_model, o->params[0]);
+    for (size_t i = 0; i < o->n; i++) {
+        size_t b = o->params[i]->numel * sizeof(float);
+        if (cpt_cuda_memcpy_d2h(v.ctx, o->m[i], o->dev_m + o->dev_off[i], b, err) ||
+            cpt_cuda_memcpy_d2h(v.ctx, o->v[i], o->dev_v + o->dev_off[i], b, err))
+            return cpt_err_prefix(err, "adamw: copying the moments to the host: ");
+    }
+#else
+    (void)o, (void)err;
+#endif
+    return 0;
 }
 
 cpt_adamw *cpt_adamw_new(cpt_param *const *params, size_t n, const cpt_adamw_hparams *hp, cpt_err *err) {
@@ -84,12 +234,15 @@ cpt_adamw *cpt_adamw_new(cpt_param *const *params, size_t n, const cpt_adamw_hpa
     o->m = calloc(n ? n : 1, sizeof *o->m);
     o->v = calloc(n ? n : 1, sizeof *o->v);
     if (!o->params || !o->m || !o->v) goto oom;
-    for (size_t i = 0; i < n; i++) {
-        o->params[i] = params[i];
-        o->m[i] = calloc(params[i]->numel ? params[i]->numel : 1, sizeof(float));
-        o->v[i] = calloc(params[i]->numel ? params[i]->numel : 1, sizeof(float));
-        if (!o->m[i] || !o->v[i]) goto oom;
+    for (size_t i = 0; i < n; i++) o->params[i] = params[i];
+    if (device_model(params, n)) {
+        if (ensure_device(o, err)) {
+            cpt_adamw_free(o);
+            return NULL;
+        }
+        return o;
     }
+    if (ensure_host(o)) goto oom;
     return o;
 oom:
     cpt_adamw_free(o);
@@ -97,8 +250,30 @@ oom:
     return NULL;
 }
 
+#ifdef CPT_HAVE_CUDA
+static void device_step(cpt_adamw *o, double lr) {
+    cpt_err e;
+    if (ensure_device(o, &e)) fail_cuda("adamw", &e);
+    cpt_cuda_adamw_args a = {lr, o->hp.beta1, o->hp.beta2, o->hp.eps, o->hp.weight_decay, o->step, 0};
+    for (size_t i = 0; i < o->n; i++) {
+        cpt_param *p = o->params[i];
+        cpt_cuda_param_view v = view_of(o->dev_model, p);
+        a.no_decay = p->no_decay;
+        cpt_cuda_adamw(v.ctx, dev_f32(v.data, p->numel), cpt_cuda_tensor(v.data_bf16, CPT_DT_BF16, 1, (int64_t)p->numel, 0),
+                       dev_f32(v.grad, p->numel), dev_f32(o->dev_m + o->dev_off[i], p->numel),
+                       dev_f32(o->dev_v + o->dev_off[i], p->numel), &a);
+    }
+}
+#endif
+
 void cpt_adamw_step(cpt_adamw *o, double lr) {
     o->step++;
+#ifdef CPT_HAVE_CUDA
+    if (device_model(o->params, o->n)) {
+        device_step(o, lr);
+        return;
+    }
+#endif
     const double b1 = o->hp.beta1, b2 = o->hp.beta2;
     const double bc1 = 1 - pow(b1, (double)o->step), bc2 = 1 - pow(b2, (double)o->step);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2), eps = (float)o->hp.eps;
@@ -122,6 +297,7 @@ void cpt_adamw_step(cpt_adamw *o, double lr) {
 }
 
 int cpt_adamw_save(const cpt_adamw *o, const char *path, cpt_err *err) {
+    if (pull_moments(o, err)) return -1;
     cpt_st_writer *w = cpt_st_writer_new();
     if (!w) return cpt_errf(err, "%s: out of memory", path);
     char name[512], step[32];
@@ -171,6 +347,10 @@ int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err) {
         cpt_errf(err, "%s: %zu tensors, expected %zu for this model", path, cpt_st_count(f), 2 * o->n);
         goto out;
     }
+    if (o->dev_model && ensure_host(o)) {
+        cpt_errf(err, "adamw: out of memory for the host copy of the moments");
+        goto out;
+    }
     /* Validate every tensor before copying any, so a bad file leaves the optimizer untouched. */
     for (size_t i = 0; i < o->n; i++) {
         if (load_moment(f, path, "exp_avg", o->params[i], NULL, err)) goto out;
@@ -182,6 +362,17 @@ int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err) {
     }
     o->step = s;
     rc = 0;
+#ifdef CPT_HAVE_CUDA
+    if (o->dev_model) {
+        cpt_cuda_param_view v = view_of(o->dev_model, o->params[0]);
+        for (size_t i = 0; i < o->n && !rc; i++) {
+            size_t b = o->params[i]->numel * sizeof(float);
+            if (cpt_cuda_memcpy_h2d(v.ctx, o->dev_m + o->dev_off[i], o->m[i], b, err) ||
+                cpt_cuda_memcpy_h2d(v.ctx, o->dev_v + o->dev_off[i], o->v[i], b, err))
+                rc = cpt_err_prefix(err, "%s: uploading the moments: ", path);
+        }
+    }
+#endif
 out:
     cpt_st_close(f);
     return rc;
@@ -193,4 +384,14 @@ cpt_param **cpt_model_param_list(cpt_model *m, size_t *n, cpt_err *err) {
     if (!ps) { cpt_errf(err, "out of memory"); return NULL; }
     for (size_t i = 0; i < *n; i++) ps[i] = cpt_model_param(m, i);
     return ps;
+}
+
+int cpt_trainer_place_model(const cpt_config *cfg, cpt_model *m, const char *what, cpt_err *err) {
+    const char *dev = cpt_cfg_str(cfg, "train.device");
+    if (!strcmp(dev, "cpu")) return 0;
+    if (strcmp(dev, "cuda")) return cpt_errf(err, "train.device is \"%s\" (expected cpu or cuda)", dev);
+    int d = (int)cpt_cfg_int(cfg, "train.cuda_device");
+    if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s: train.device = \"cuda\": ", what);
+    cpt_info("%s: on CUDA device %d", what, d);
+    return 0;
 }

@@ -37,7 +37,8 @@ double cpt_lr_at(const cpt_lr_schedule *s, int64_t step);
 
 /* ---- clipping ---- */
 
-/* sqrt of the sum of squares of every grad, accumulated in double in a fixed order (deterministic). */
+/* sqrt of the sum of squares of every grad, accumulated in double in a fixed order (deterministic). On a GPU model
+ * the per-tensor sums are made on the device (fp64, fixed order) and added on the host in param order. */
 double cpt_grad_global_norm(cpt_param *const *params, size_t n);
 /* Scales every grad by max_norm / (norm + 1e-6) when that is below 1 (as torch.nn.utils.clip_grad_norm_);
  * max_norm <= 0 disables clipping. Returns the norm before clipping. */
@@ -53,8 +54,13 @@ typedef struct cpt_adamw {
     cpt_adamw_hparams hp;
     size_t n;
     cpt_param **params; /* not owned */
-    float **m, **v;     /* first and second moments, one array per param */
+    float **m, **v;     /* first and second moments, one array per param (on a GPU: a host copy made for save/load) */
     int64_t step;       /* updates taken so far */
+    /* When the params' model is on a GPU (cpt_model_use_cuda) the moments live there, flat in param order, and
+     * step / norm / clip run on the device; save and load go through the host arrays, so the file is the same. */
+    struct cpt_model *dev_model;
+    float *dev_m, *dev_v;
+    size_t *dev_off; /* [n] element offset of each param's moments */
 } cpt_adamw;
 
 /* params must stay valid for the optimizer's life. */
@@ -70,5 +76,10 @@ int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err);
 
 /* The param list of a model in its order (malloc'd array; the pointers belong to the model). */
 cpt_param **cpt_model_param_list(cpt_model *m, size_t *n, cpt_err *err);
+
+/* Places a trainer's model as configured: train.device = "cuda" puts it on GPU train.cuda_device
+ * (cpt_model_use_cuda); "cpu" leaves it. Call it after loading (and after adding a value head). */
+struct cpt_config;
+int cpt_trainer_place_model(const struct cpt_config *cfg, cpt_model *m, const char *what, cpt_err *err);
 
 #endif

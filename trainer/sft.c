@@ -247,6 +247,7 @@ static char *trimmed_decode(const cpt_tokenizer *tok, const int32_t *ids, int n,
 static int eval_exact_match(sft_ctx *c, int n, double *out, cpt_err *err) {
     if ((size_t)n > c->eval.n) n = (int)c->eval.n;
     int max_new = (int)cpt_cfg_int(c->cfg, "train.eval_max_new_tokens"), hits = 0;
+    if (cpt_model_sync_to_host(c->model, err)) return -1; /* greedy decoding runs on the host weights */
     int32_t *gen = malloc((size_t)max_new * sizeof *gen);
     if (!gen) return cpt_errf(err, "out of memory");
     int rc = 0;
@@ -339,6 +340,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     if (cpt_model_cfg(c->model)->vocab_size < cpt_tokenizer_vocab_size(c->tok))
         return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
                         cpt_model_cfg(c->model)->vocab_size, cpt_tokenizer_vocab_size(c->tok));
+    if (cpt_trainer_place_model(cfg, c->model, "sft model", err)) return -1;
     if (setup_optimizer(c, err)) return -1;
     c->mbs = calloc((size_t)c->accum, sizeof *c->mbs);
     c->logprobs = malloc((size_t)c->budget * sizeof *c->logprobs);

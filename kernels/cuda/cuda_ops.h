@@ -118,6 +118,37 @@ void cpt_cuda_attention_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor lse, c
 void cpt_cuda_attention_bwd(cpt_cuda_ctx *ctx, cpt_tensor dqkv, cpt_tensor dout, cpt_tensor out, cpt_tensor lse,
                             cpt_tensor qkv, cpt_tensor cu_seqlens, int n_seqs, int max_seqlen, cpt_attn_shape s);
 
+/* ---- model glue (kernels/cuda/embedding.cu, kernels/cuda/reduce.cu) -------------------------------------- */
+
+/* out [N, C] bf16 = rows tokens [N] (i32, device, each in [0, V)) of wte [V, C] bf16. */
+void cpt_cuda_embedding_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor tokens, cpt_tensor wte);
+/* Host side of the deterministic embedding backward: groups the n positions by token id. ids [U] (ascending)
+ * get the distinct ids, starts [U + 1] where each id's positions begin in order [n] (positions ascending within an
+ * id). ids and starts need room for n (+1) entries. Returns U, or -1 when out of memory. */
+int cpt_cuda_embedding_plan(const int32_t *tokens, int n, int32_t *ids, int32_t *starts, int32_t *order);
+/* dwte [V, C] f32 row ids[u] += sum over j in starts[u] .. starts[u+1] of dout [N, C] bf16 row order[j], in that
+ * order (one block per id: no atomics, the CPU's summation order). ids, starts, order: i32 on the device. */
+void cpt_cuda_embedding_bwd(cpt_cuda_ctx *ctx, cpt_tensor dwte, cpt_tensor dout, cpt_tensor ids, cpt_tensor starts,
+                            cpt_tensor order);
+/* bf16 dst [N, *] columns dst_col .. dst_col + width = src [N, *] columns src_col .. (as cpt_k_copy_cols). */
+void cpt_cuda_copy_cols(cpt_cuda_ctx *ctx, cpt_tensor dst, int64_t dst_col, cpt_tensor src, int64_t src_col,
+                        int64_t width);
+/* Elementwise casts over equal element counts: f32 -> bf16 (round to nearest even) and bf16 -> f32. */
+void cpt_cuda_cast_bf16(cpt_cuda_ctx *ctx, cpt_tensor dst, cpt_tensor src);
+void cpt_cuda_cast_f32(cpt_cuda_ctx *ctx, cpt_tensor dst, cpt_tensor src);
+/* dbias [OC] f32 += column sums of dout [N, OC] bf16 (fixed 128-row chunks, then chunks in order). */
+void cpt_cuda_bias_grad(cpt_cuda_ctx *ctx, cpt_tensor dbias, cpt_tensor dout);
+/* A scalar head: out [N] f32 = x [N, C] bf16 . w [C] bf16 (fp32 sums). Backward: dx [N, C] bf16 += dout[n] * w,
+ * dw [C] f32 += sum_n dout[n] * x[n] (deterministic chunks); dx or dw may be absent. */
+void cpt_cuda_rowdot_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor x, cpt_tensor w);
+void cpt_cuda_rowdot_bwd(cpt_cuda_ctx *ctx, cpt_tensor dx, cpt_tensor dw, cpt_tensor dout, cpt_tensor x,
+                         cpt_tensor w);
+/* *out (one fp64 on the device) = sum of x^2 over the f32 tensor x: fp64 partials over a grid fixed by the size,
+ * then a fixed tree, so the value is bitwise reproducible. */
+void cpt_cuda_sumsq(cpt_cuda_ctx *ctx, double *out, cpt_tensor x);
+/* x *= c in place (f32): gradient clipping. */
+void cpt_cuda_scale(cpt_cuda_ctx *ctx, cpt_tensor x, float c);
+
 #ifdef __cplusplus
 }
 #endif

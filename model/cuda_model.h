@@ -1,0 +1,30 @@
+/* The device side of a model placed on a GPU with cpt_model_use_cuda (model/cuda_model.c). Internal: the model's
+ * own files dispatch to it (forward.c, params.c) and trainer/optim.c reaches the device copies of parameters
+ * through it. Every function here exists in a build without CUDA too, failing with a "built without CUDA" error. */
+#ifndef CPT_MODEL_CUDA_MODEL_H
+#define CPT_MODEL_CUDA_MODEL_H
+
+#include "model/model.h"
+
+typedef struct cpt_cuda_model cpt_cuda_model;
+
+int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep_activations,
+                           cpt_err *err);
+int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
+                            const float *d_values, cpt_err *err);
+void cpt_cuda_model_zero_grad(cpt_model *m);
+void cpt_cuda_model_free(cpt_cuda_model *cm);
+
+/* Where one parameter lives on the device: fp32 master weights, fp32 gradient, the bf16 copy the matmuls read,
+ * and the context (a cpt_cuda_ctx *) whose stream every op on them uses. */
+typedef struct cpt_cuda_param_view {
+    void *ctx;
+    float *data, *grad;
+    void *data_bf16;
+} cpt_cuda_param_view;
+/* 0 and the view when p belongs to m and m is on the GPU, else -1. */
+int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *v);
+/* A device array of one fp64 per parameter tensor (per-tensor sums of squares for the global norm). */
+double *cpt_model_cuda_norm_slots(cpt_model *m);
+
+#endif
