@@ -96,6 +96,7 @@ struct cpt_nccl {
     cudaEvent_t compute_done; /* recorded on the compute stream before each all-reduce */
     cudaEvent_t comm_done;    /* recorded on the comm stream by join */
     int rank, size;
+    int ready; /* the init completed: finalize is allowed (else only abort) */
     char where[128];
     /* timing */
     cudaEvent_t *stamps;
@@ -180,6 +181,7 @@ cpt_nccl *cpt_nccl_new(cpt_cuda_ctx *ctx, const unsigned char id[CPT_NCCL_ID_BYT
         goto fail;
     }
     if (settle(c, "ncclCommInitRankConfig", r, timeout_s, err)) goto fail;
+    c->ready = 1;
     return c;
 fail:
     cpt_nccl_free(c);
@@ -189,8 +191,9 @@ fail:
 void cpt_nccl_free(cpt_nccl *c) {
     if (!c) return;
     if (c->comm) {
-        /* Finalize flushes outstanding work; on any failure abort, which never blocks on peers. */
-        ncclResult_t r = c->api.finalize(c->comm);
+        /* Finalize flushes outstanding work; a communicator whose init never completed, or any failure, is
+         * aborted instead, which never blocks on peers. */
+        ncclResult_t r = c->ready ? c->api.finalize(c->comm) : ncclInternalError;
         cpt_err ignored;
         if ((r == ncclSuccess || r == ncclInProgress) && settle(c, "ncclCommFinalize", r, 30.0, &ignored) == 0)
             c->api.destroy(c->comm);
