@@ -5,7 +5,8 @@
  * Simple backward: delta = rowsum(dO * O); dK/dV with one warp per (key row, kv head) walking the group's query
  * heads, then the query rows after the key, in a fixed order; dQ with one warp per (query row, head). Every output
  * element is written by one thread from a fixed summation order, so results are bitwise reproducible.
- * head_dim 64 and 128 go to the tensor-core kernels of attention_mma.cu. */
+ * head_dim 64 and 128 go to the tensor-core kernels of attention_fwd.cu and attention_bwd.cu (CPT_ATTN_SIMPLE=1 in the
+ * environment sends them here too: the test compares both paths). */
 #include <math.h>
 
 #include "kernels/cuda/attention_internal.h"
@@ -247,9 +248,7 @@ static void check_common(const char *op, cpt_tensor qkv, cpt_tensor cu, int n_se
     default: { constexpr int HD_ = 128; __VA_ARGS__; } break;                                                  \
     }
 
-#define ATTN_MMA_READY 0 /* TEMP: the tensor-core kernels land next */
 static int use_mma(int D) {
-    if (!ATTN_MMA_READY) return 0;
     const char *e = getenv("CPT_ATTN_SIMPLE"); /* forces the simple path (tests compare the two) */
     return (D == 64 || D == 128) && !(e && *e == '1');
 }
@@ -267,9 +266,7 @@ void cpt_cuda_attention_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor lse, c
             (long long)out.shape[1], (long long)lse.shape[0], (long long)lse.shape[1], (long long)N, H, D);
     if (N == 0) return;
     if (use_mma(D)) {
-#if ATTN_MMA_READY
         cpt_attn_fwd_mma(ctx, BF(out), FP(lse), BF(qkv), IP(cu_seqlens), n_seqs, max_seqlen, N, H, KV, D);
-#endif
         return;
     }
     unsigned grid = cdiv(N * H, WARPS);
@@ -298,10 +295,8 @@ void cpt_cuda_attention_bwd(cpt_cuda_ctx *ctx, cpt_tensor dqkv, cpt_tensor dout,
     attn_delta_kernel<<<cdiv(N * H, 8), 256, 0, ctx->stream>>>(delta, BF(dout), BF(out), N, H, D);
     LAUNCH_OK("attn_delta_kernel");
     if (use_mma(D)) {
-#if ATTN_MMA_READY
         cpt_attn_bwd_mma(ctx, BF(dqkv), BF(dout), FP(lse), delta, BF(qkv), IP(cu_seqlens), n_seqs, max_seqlen, N, H,
                          KV, D);
-#endif
         return;
     }
     DISPATCH_D(D, attn_dkv_simple_kernel<HD_><<<cdiv(N * KV, WARPS), WARPS * 32, 0, ctx->stream>>>(

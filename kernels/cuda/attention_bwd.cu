@@ -1,0 +1,285 @@
+/* Tensor-core backward for head_dim 64 and 128, FlashAttention-2 structure without atomics: two kernels that each
+ * recompute P = exp(S - lse) from the forward's logsumexp.
+ *
+ * dK/dV: a block owns 64 keys (16 per warp) of one kv head of one sequence, keeps K and V in shared memory and
+ * dK, dV in registers, and walks the group's query heads in order, and for each the query tiles from the diagonal
+ * to the sequence's end (Q, dO, lse, delta double-buffered by cp.async): S^T = K Q^T, P^T, dV += P^T dO,
+ * dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. One block owns each dK/dV element: no cross-block sum.
+ * dQ: a block owns 64 query rows of one head, walks the key tiles up to its last row: S = Q K^T, P, dP = dO V^T,
+ * dS = P (dP - delta), dQ += dS K. Both orders are fixed, so dqkv is bitwise reproducible. */
+#include <math.h>
+
+#include "kernels/cuda/attention_internal.h"
+
+#define BWD_NW 4          /* warps per block */
+#define BWD_BK (16 * BWD_NW) /* keys per dK/dV block, query rows per dQ block */
+#define DQ_BN 64          /* keys per tile of the dQ kernel */
+
+/* query rows per tile of the dK/dV kernel: registers hold 16 x D of dK and of dV, and 16 x BQ of P and of dP */
+template <int D> struct dkv_bq {
+    static constexpr int BQ = D == 128 ? 32 : 64;
+};
+
+template <int D>
+__global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                                                                   const float *lse, const float *delta,
+                                                                   const __nv_bfloat16 *qkv, const int32_t *cu, int H,
+                                                                   int KV, float scale_log2, float scale) {
+    constexpr int BK = BWD_BK, BQ = dkv_bq<D>::BQ, SD = attn_pad<D>::SD, NT = BWD_NW * 32;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int sq = blockIdx.y, kh = blockIdx.z, group = H / KV;
+    const int j0 = cu[sq], len = cu[sq + 1] - j0;
+    const int k0 = blockIdx.x * BK; /* the first tiles have the most queries: they start first */
+    if (k0 >= len) return;
+    const int64_t row = (int64_t)(H + 2 * KV) * D, HD = (int64_t)H * D;
+
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)attn_smem, *sV = sK + BK * SD, *sQ = sV + BK * SD, *sO = sQ + 2 * BQ * SD;
+    float *sL = (float *)(sO + 2 * BQ * SD), *sDl = sL + 2 * BQ;
+
+    load_tile_async<BK, D, NT>(sK, qkv + (int64_t)(j0 + k0) * row + (int64_t)(H + kh) * D, row, len - k0, tid);
+    load_tile_async<BK, D, NT>(sV, qkv + (int64_t)(j0 + k0) * row + (int64_t)(H + KV + kh) * D, row, len - k0, tid);
+
+    const int qfirst = k0 / BQ, nq = (len + BQ - 1) / BQ - qfirst, niter = nq * group;
+    /* iteration it: head kh * group + it / nq, query tile qfirst + it % nq */
+    auto issue = [&](int it) {
+        int h = kh * group + it / nq, qs = (qfirst + it % nq) * BQ, b = it & 1;
+        load_tile_async<BQ, D, NT>(sQ + b * BQ * SD, qkv + (int64_t)(j0 + qs) * row + (int64_t)h * D, row, len - qs,
+                                   tid);
+        load_tile_async<BQ, D, NT>(sO + b * BQ * SD, dout + (int64_t)(j0 + qs) * HD + (int64_t)h * D, HD, len - qs,
+                                   tid);
+        if (tid < BQ) { /* rows past the end: lse +inf makes P 0 */
+            bool v = qs + tid < len;
+            sL[b * BQ + tid] = v ? lse[(int64_t)(j0 + qs + tid) * H + h] * ATTN_LOG2E : INFINITY;
+            sDl[b * BQ + tid] = v ? delta[(int64_t)(j0 + qs + tid) * H + h] : 0.0f;
+        }
+    };
+    issue(0);
+    cp_async_commit();
+
+    const int kw = warp * 16, wk0 = k0 + kw; /* this warp's keys: wk0 .. wk0 + 15 */
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
+
+    for (int it = 0; it < niter; it++) {
+        cp_async_wait_all();
+        __syncthreads();
+        if (it + 1 < niter) {
+            issue(it + 1);
+            cp_async_commit();
+        }
+        const int qs = (qfirst + it % nq) * BQ, b = it & 1;
+        if (qs + BQ - 1 < wk0) continue; /* every query of this tile is before every key of this warp */
+        const __nv_bfloat16 *cQ = sQ + b * BQ * SD, *cO = sO + b * BQ * SD;
+        const float *cL = sL + b * BQ, *cD = sDl + b * BQ;
+
+        /* S^T = K Q^T (16 keys x BQ queries) and dP^T = V dO^T */
+        float p[BQ / 8][4], dp[BQ / 8][4];
+#pragma unroll
+        for (int i = 0; i < BQ / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t ak[4], av[4];
+            lds_a<D>(ak, sK, kw, kk * 16, lane);
+            lds_a<D>(av, sV, kw, kk * 16, lane);
+#pragma unroll
+            for (int np = 0; np < BQ / 16; np++) {
+                uint32_t bq[4], bo[4];
+                lds_bt<D>(bq, cQ, np * 16, kk * 16, lane);
+                lds_bt<D>(bo, cO, np * 16, kk * 16, lane);
+                mma16816(p[2 * np], ak, bq[0], bq[1]);
+                mma16816(p[2 * np + 1], ak, bq[2], bq[3]);
+                mma16816(dp[2 * np], av, bo[0], bo[1]);
+                mma16816(dp[2 * np + 1], av, bo[2], bo[3]);
+            }
+        }
+        /* P^T and dS^T; element e: key wk0 + g + (e >> 1) * 8, query qs + nt * 8 + 2 tq + (e & 1) */
+        const bool diag = qs < wk0 + 15;
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * tq + (e & 1);
+                float pe = exp2f(p[nt][e] * scale_log2 - cL[qc]);
+                if (diag && wk0 + g + (e >> 1) * 8 > qs + qc) pe = 0.0f;
+                p[nt][e] = pe;
+                dp[nt][e] = pe * (dp[nt][e] - cD[qc]);
+            }
+        /* dV += P^T dO, dK += dS^T Q (k index = queries) */
+#pragma unroll
+        for (int kc = 0; kc < BQ / 16; kc++) {
+            uint32_t ap[4] = {pack_bf16(p[2 * kc][0], p[2 * kc][1]), pack_bf16(p[2 * kc][2], p[2 * kc][3]),
+                              pack_bf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                              pack_bf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+            uint32_t as[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]), pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
+                              pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                              pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+            for (int dd = 0; dd < D / 16; dd++) {
+                uint32_t bo[4], bq[4];
+                lds_b<D>(bo, cO, kc * 16, dd * 16, lane);
+                lds_b<D>(bq, cQ, kc * 16, dd * 16, lane);
+                mma16816(dv[2 * dd], ap, bo[0], bo[1]);
+                mma16816(dv[2 * dd + 1], ap, bo[2], bo[3]);
+                mma16816(dk[2 * dd], as, bq[0], bq[1]);
+                mma16816(dk[2 * dd + 1], as, bq[2], bq[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = wk0 + g + i * 8;
+        if (r >= len) continue;
+        __nv_bfloat16 *dkr = dqkv + (int64_t)(j0 + r) * row + (int64_t)(H + kh) * D;
+        __nv_bfloat16 *dvr = dqkv + (int64_t)(j0 + r) * row + (int64_t)(H + KV + kh) * D;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            *(__nv_bfloat162 *)(dkr + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dk[dt][2 * i] * scale, dk[dt][2 * i + 1] * scale);
+            *(__nv_bfloat162 *)(dvr + dt * 8 + 2 * tq) = __floats2bfloat162_rn(dv[dt][2 * i], dv[dt][2 * i + 1]);
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(BWD_NW * 32) attn_dq_mma_kernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                                                                  const float *lse, const float *delta,
+                                                                  const __nv_bfloat16 *qkv, const int32_t *cu, int H,
+                                                                  int KV, float scale_log2, float scale) {
+    constexpr int BM = BWD_BK, BN = DQ_BN, SD = attn_pad<D>::SD, NT = BWD_NW * 32;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int sq = blockIdx.y, h = blockIdx.z, kh = h / (H / KV);
+    const int j0 = cu[sq], len = cu[sq + 1] - j0;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest tiles first */
+    if (q0 >= len) return;
+    const int64_t row = (int64_t)(H + 2 * KV) * D, HD = (int64_t)H * D;
+    const __nv_bfloat16 *Kg = qkv + (int64_t)j0 * row + (int64_t)(H + kh) * D;
+    const __nv_bfloat16 *Vg = qkv + (int64_t)j0 * row + (int64_t)(H + KV + kh) * D;
+
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)attn_smem, *sO = sQ + BM * SD, *sK = sO + BM * SD, *sV = sK + 2 * BN * SD;
+
+    const int kend = min(q0 + BM, len), ntiles = (kend + BN - 1) / BN;
+    load_tile_async<BM, D, NT>(sQ, qkv + (int64_t)(j0 + q0) * row + (int64_t)h * D, row, len - q0, tid);
+    load_tile_async<BM, D, NT>(sO, dout + (int64_t)(j0 + q0) * HD + (int64_t)h * D, HD, len - q0, tid);
+    load_tile_async<BN, D, NT>(sK, Kg, row, len, tid);
+    load_tile_async<BN, D, NT>(sV, Vg, row, len, tid);
+    cp_async_commit();
+
+    const int wr0 = q0 + warp * 16;
+    float L2[2], Dl[2]; /* rows g and g + 8 */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = wr0 + g + i * 8;
+        L2[i] = r < len ? lse[(int64_t)(j0 + r) * H + h] * ATTN_LOG2E : INFINITY;
+        Dl[i] = r < len ? delta[(int64_t)(j0 + r) * H + h] : 0.0f;
+    }
+    float dq[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+
+    for (int t = 0; t < ntiles; t++) {
+        cp_async_wait_all();
+        __syncthreads();
+        if (t + 1 < ntiles) {
+            int nb = (t + 1) & 1, k1 = (t + 1) * BN;
+            load_tile_async<BN, D, NT>(sK + nb * BN * SD, Kg + (int64_t)k1 * row, row, len - k1, tid);
+            load_tile_async<BN, D, NT>(sV + nb * BN * SD, Vg + (int64_t)k1 * row, row, len - k1, tid);
+            cp_async_commit();
+        }
+        const int kt0 = t * BN;
+        if (kt0 > wr0 + 15) continue;
+        const __nv_bfloat16 *cK = sK + (t & 1) * BN * SD, *cV = sV + (t & 1) * BN * SD;
+        float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t aq[4], ao[4];
+            lds_a<D>(aq, sQ, warp * 16, kk * 16, lane);
+            lds_a<D>(ao, sO, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t bk[4], bv[4];
+                lds_bt<D>(bk, cK, np * 16, kk * 16, lane);
+                lds_bt<D>(bv, cV, np * 16, kk * 16, lane);
+                mma16816(s[2 * np], aq, bk[0], bk[1]);
+                mma16816(s[2 * np + 1], aq, bk[2], bk[3]);
+                mma16816(dp[2 * np], ao, bv[0], bv[1]);
+                mma16816(dp[2 * np + 1], ao, bv[2], bv[3]);
+            }
+        }
+        const bool diag = kt0 + BN - 1 > wr0;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = e >> 1;
+                float pe = exp2f(s[nt][e] * scale_log2 - L2[i]);
+                if (diag && kt0 + nt * 8 + 2 * tq + (e & 1) > wr0 + g + i * 8) pe = 0.0f;
+                s[nt][e] = pe * (dp[nt][e] - Dl[i]); /* dS */
+            }
+        /* dQ += dS K (k index = keys) */
+#pragma unroll
+        for (int kc = 0; kc < BN / 16; kc++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                             pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                             pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+            for (int dd = 0; dd < D / 16; dd++) {
+                uint32_t bk[4];
+                lds_b<D>(bk, cK, kc * 16, dd * 16, lane);
+                mma16816(dq[2 * dd], a, bk[0], bk[1]);
+                mma16816(dq[2 * dd + 1], a, bk[2], bk[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = wr0 + g + i * 8;
+        if (r >= len) continue;
+        __nv_bfloat16 *dqr = dqkv + (int64_t)(j0 + r) * row + (int64_t)h * D;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            *(__nv_bfloat162 *)(dqr + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dq[dt][2 * i] * scale, dq[dt][2 * i + 1] * scale);
+    }
+}
+
+template <int D>
+static void launch_bwd(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const float *lse,
+                       const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs, int max_seqlen,
+                       int H, int KV) {
+    constexpr int BQ = dkv_bq<D>::BQ, SD = attn_pad<D>::SD;
+    const float scale = 1.0f / sqrtf((float)D), scale_log2 = ATTN_LOG2E * scale;
+    size_t smem_kv = (size_t)(2 * BWD_BK + 4 * BQ) * SD * sizeof(__nv_bfloat16) + 4 * BQ * sizeof(float);
+    CUDA_OK(cudaFuncSetAttribute(attn_dkv_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    dim3 gkv(cdiv(max_seqlen, BWD_BK), (unsigned)n_seqs, (unsigned)KV);
+    attn_dkv_mma_kernel<D><<<gkv, BWD_NW * 32, smem_kv, ctx->stream>>>(dqkv, dout, lse, delta, qkv, cu, H, KV,
+                                                                       scale_log2, scale);
+    LAUNCH_OK("attn_dkv_mma_kernel");
+    size_t smem_q = (size_t)(2 * BWD_BK + 4 * DQ_BN) * SD * sizeof(__nv_bfloat16);
+    CUDA_OK(cudaFuncSetAttribute(attn_dq_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    dim3 gq(cdiv(max_seqlen, BWD_BK), (unsigned)n_seqs, (unsigned)H);
+    attn_dq_mma_kernel<D><<<gq, BWD_NW * 32, smem_q, ctx->stream>>>(dqkv, dout, lse, delta, qkv, cu, H, KV, scale_log2,
+                                                                    scale);
+    LAUNCH_OK("attn_dq_mma_kernel");
+}
+
+void cpt_attn_bwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const float *lse,
+                      const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs, int max_seqlen,
+                      int64_t N, int H, int KV, int D) {
+    (void)N;
+    CKCHECK(n_seqs <= 65535 && H <= 65535, "attention_bwd", "%d sequences or %d heads is more than the grid takes",
+            n_seqs, H);
+    if (max_seqlen == 0) return;
+    if (D == 64) launch_bwd<64>(ctx, dqkv, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, H, KV);
+    else launch_bwd<128>(ctx, dqkv, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, H, KV);
+}
