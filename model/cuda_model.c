@@ -43,6 +43,10 @@ int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
     (void)m, (void)err;
     return 0;
 }
+int cpt_model_wait(cpt_model *m, cpt_err *err) {
+    (void)m, (void)err;
+    return 0;
+}
 int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep, cpt_err *err) {
     (void)m, (void)b, (void)out, (void)keep;
     return no_cuda(err);
@@ -160,6 +164,8 @@ int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
     cpt_cuda_cast_bf16(cm->ctx, TB1(cm->wb, (int64_t)n), TF1(cm->w, (int64_t)n));
     return cpt_cuda_sync(cm->ctx, err);
 }
+
+int cpt_model_wait(cpt_model *m, cpt_err *err) { return m->cuda ? cpt_cuda_sync(m->cuda->ctx, err) : 0; }
 
 int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;

@@ -111,6 +111,8 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
 int cpt_model_sync_to_host(cpt_model *m, cpt_err *err);   /* weights and gradients, device -> host; 0 on the CPU */
 int cpt_model_sync_to_device(cpt_model *m, cpt_err *err); /* weights, host -> device; 0 on the CPU */
+/* Waits for the device work queued so far (the optimizer step is asynchronous): for timing; 0 on the CPU. */
+int cpt_model_wait(cpt_model *m, cpt_err *err);
 
 /* Padded batches: B rows of T tokens with an attention mask (1 = real token, 0 = padding; each row's real tokens
  * must be one contiguous run, so left and right padding both work; an all-padding row is allowed and yields no

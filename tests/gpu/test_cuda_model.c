@@ -10,14 +10,20 @@
  * 4. Determinism: two GPU runs of the same steps give bitwise-identical weights; and exact resume: a checkpoint
  *    (weights + AdamW state) written from the GPU, loaded into a fresh GPU model, continues bitwise like the
  *    uninterrupted run; the same optimizer file loads into a CPU optimizer with the GPU's moments.
- * Host outputs are poisoned with NaN before every GPU call that writes them. */
+ * 5. The model's own ops (embedding fwd/bwd with repeated ids, bias grad, value-head dot, sum of squares, scale,
+ *    casts, copy_cols) against the CPU ops or host sums, device outputs poisoned (0xFF: NaN) first.
+ * Host outputs are poisoned with NaN before every GPU call that writes them. With CPT_CUDA_MODEL_BENCH=1 it also
+ * times train steps (forward + backward + clip + AdamW) at the Qwen2.5-0.5B shape, =2 also at 1.5B. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/rng.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/kernels.h"
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "tests/check.h"
@@ -418,6 +424,265 @@ static void check_training(void) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", ck);
 }
 
+/* ---- the model's own ops ---- */
+
+static void *dmem(size_t bytes, const char *what) {
+    void *p = cpt_cuda_malloc(bytes, what, &err);
+    OK(!p);
+    return p;
+}
+
+static void round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(x[i]));
+}
+
+static float *rand_host(cpt_rng *rng, size_t n, float std) {
+    float *p = hbuf(n);
+    cpt_rng_fill_normal(rng, p, n, 0.0f, std);
+    round_bf16(p, n);
+    return p;
+}
+
+static void *up_bf16(cpt_cuda_ctx *ctx, const float *x, size_t n) {
+    void *d = dmem(n * 2, "bf16 input");
+    OK(cpt_cuda_upload_bf16(ctx, d, x, n, &err));
+    return d;
+}
+
+static void *up_raw(cpt_cuda_ctx *ctx, const void *x, size_t bytes) {
+    void *d = dmem(bytes, "input");
+    OK(cpt_cuda_memcpy_h2d(ctx, d, x, bytes, &err));
+    return d;
+}
+
+static void *poison_dev(cpt_cuda_ctx *ctx, size_t bytes) {
+    void *d = dmem(bytes, "output");
+    OK(cpt_cuda_memset(ctx, d, 0xFF, bytes, &err));
+    return d;
+}
+
+static float *down_f32(cpt_cuda_ctx *ctx, const void *d, size_t n) {
+    float *h = hbuf(n);
+    OK(cpt_cuda_sync(ctx, &err));
+    OK(cpt_cuda_memcpy_d2h(ctx, h, d, n * 4, &err));
+    return h;
+}
+
+static float *down_bf16(cpt_cuda_ctx *ctx, const void *d, size_t n) {
+    float *h = hbuf(n);
+    OK(cpt_cuda_sync(ctx, &err));
+    OK(cpt_cuda_download_bf16(ctx, h, d, n, &err));
+    return h;
+}
+
+static cpt_tensor DB(void *p, int64_t a, int64_t b) { return cpt_cuda_tensor(p, CPT_DT_BF16, b ? 2 : 1, a, b); }
+static cpt_tensor DF(void *p, int64_t a, int64_t b) { return cpt_cuda_tensor(p, CPT_DT_F32, b ? 2 : 1, a, b); }
+static cpt_tensor DI(void *p, int64_t a) { return cpt_cuda_tensor(p, CPT_DT_I32, 1, a, 0); }
+
+static void check_ops(void) {
+    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
+    OK(!ctx);
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 11, 1);
+    const int V = 300, C = 200, N = 1000;
+    /* embedding: ids drawn from a small range, so most repeat many times */
+    int32_t *tok = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(i % 7 == 0 ? cpt_rng_below(&rng, V) : cpt_rng_below(&rng, 12));
+    float *wte = rand_host(&rng, (size_t)V * C, 1.0f), *dout = rand_host(&rng, (size_t)N * C, 1.0f);
+    float *dw0 = rand_host(&rng, (size_t)V * C, 1.0f);
+    void *d_wte = up_bf16(ctx, wte, (size_t)V * C), *d_tok = up_raw(ctx, tok, sizeof(int32_t) * N);
+    void *d_out = poison_dev(ctx, (size_t)N * C * 2);
+    cpt_cuda_embedding_fwd(ctx, DB(d_out, N, C), DI(d_tok, N), DB(d_wte, V, C));
+    float *got = down_bf16(ctx, d_out, (size_t)N * C), *ref = hbuf((size_t)N * C);
+    cpt_k_embedding_fwd(cpt_tensor_f32_2d(ref, N, C), cpt_tensor_i32_1d(tok, N), cpt_tensor_f32_2d(wte, V, C));
+    row("ops", "embedding_fwd", (size_t)N * C, -1, rel_l2(got, ref, (size_t)N * C), 0);
+    free(got), free(ref);
+    int32_t *ids = malloc(sizeof(int32_t) * (N + 1)), *starts = malloc(sizeof(int32_t) * (N + 1)),
+            *order = malloc(sizeof(int32_t) * N);
+    int U = cpt_cuda_embedding_plan(tok, N, ids, starts, order);
+    CHECK(U > 0 && U <= 12 + N / 7 + 1);
+    void *d_ids = up_raw(ctx, ids, sizeof(int32_t) * U), *d_st = up_raw(ctx, starts, sizeof(int32_t) * (U + 1));
+    void *d_ord = up_raw(ctx, order, sizeof(int32_t) * N), *d_dout = up_bf16(ctx, dout, (size_t)N * C);
+    float *dws[2];
+    for (int rep = 0; rep < 2; rep++) {
+        void *d_dw = up_raw(ctx, dw0, sizeof(float) * V * C);
+        cpt_cuda_embedding_bwd(ctx, DF(d_dw, V, C), DB(d_dout, N, C), DI(d_ids, U), DI(d_st, U + 1), DI(d_ord, N));
+        dws[rep] = down_f32(ctx, d_dw, (size_t)V * C);
+        cpt_cuda_free(d_dw);
+    }
+    ref = hbuf((size_t)V * C);
+    memcpy(ref, dw0, sizeof(float) * V * C);
+    cpt_k_embedding_bwd(cpt_tensor_f32_2d(ref, V, C), cpt_tensor_f32_2d(dout, N, C), cpt_tensor_i32_1d(tok, N));
+    row("ops", "embedding_bwd (f32, += , repeated ids)", (size_t)V * C, -1, rel_l2(dws[0], ref, (size_t)V * C), 1e-6);
+    CHECK_MSG(!memcmp(dws[0], dws[1], sizeof(float) * V * C), "embedding_bwd is not bitwise reproducible");
+    free(dws[0]), free(dws[1]), free(ref);
+    /* bias grad and value head over the same dout [N, C] */
+    float *db0 = rand_host(&rng, C, 1.0f);
+    void *d_db = up_raw(ctx, db0, sizeof(float) * C);
+    cpt_cuda_bias_grad(ctx, DF(d_db, C, 0), DB(d_dout, N, C));
+    got = down_f32(ctx, d_db, C);
+    ref = hbuf(C);
+    for (int c = 0; c < C; c++) {
+        double acc = db0[c];
+        for (int n = 0; n < N; n++) acc += dout[(size_t)n * C + c];
+        ref[c] = (float)acc;
+    }
+    row("ops", "bias_grad (f32, +=)", C, -1, rel_l2(got, ref, C), 1e-5);
+    free(got), free(ref);
+    float *w = rand_host(&rng, C, 1.0f), *dv = rand_host(&rng, N, 1.0f);
+    void *d_w = up_bf16(ctx, w, C), *d_v = poison_dev(ctx, sizeof(float) * N);
+    cpt_cuda_rowdot_fwd(ctx, DF(d_v, N, 0), DB(d_dout, N, C), DB(d_w, C, 0));
+    got = down_f32(ctx, d_v, N);
+    ref = hbuf(N);
+    for (int n = 0; n < N; n++) {
+        double acc = 0;
+        for (int c = 0; c < C; c++) acc += (double)dout[(size_t)n * C + c] * w[c];
+        ref[n] = (float)acc;
+    }
+    row("ops", "rowdot_fwd (value head)", N, -1, rel_l2(got, ref, N), 1e-5);
+    free(got), free(ref);
+    void *d_dv = up_raw(ctx, dv, sizeof(float) * N);
+    float *x0 = rand_host(&rng, (size_t)N * C, 1.0f);
+    void *d_dx = up_bf16(ctx, x0, (size_t)N * C);
+    void *d_dwv = up_raw(ctx, db0, sizeof(float) * C);
+    cpt_cuda_rowdot_bwd(ctx, DB(d_dx, N, C), DF(d_dwv, C, 0), DF(d_dv, N, 0), DB(d_dout, N, C), DB(d_w, C, 0));
+    got = down_bf16(ctx, d_dx, (size_t)N * C);
+    ref = hbuf((size_t)N * C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) ref[(size_t)n * C + c] = x0[(size_t)n * C + c] + dv[n] * w[c];
+    row("ops", "rowdot_bwd dx (bf16, +=)", (size_t)N * C, -1, rel_l2(got, ref, (size_t)N * C), 1e-2);
+    free(got), free(ref);
+    got = down_f32(ctx, d_dwv, C);
+    ref = hbuf(C);
+    for (int c = 0; c < C; c++) {
+        double acc = db0[c];
+        for (int n = 0; n < N; n++) acc += (double)dv[n] * dout[(size_t)n * C + c];
+        ref[c] = (float)acc;
+    }
+    row("ops", "rowdot_bwd dw (f32, +=)", C, -1, rel_l2(got, ref, C), 1e-5);
+    free(got), free(ref);
+    /* sum of squares (fp64) and scale, on an odd size */
+    size_t n = 1234567;
+    float *g = hbuf(n);
+    cpt_rng_fill_normal(&rng, g, n, 0.0f, 1.0f);
+    void *d_g = up_raw(ctx, g, sizeof(float) * n), *d_s = poison_dev(ctx, sizeof(double) * 2);
+    cpt_cuda_sumsq(ctx, (double *)d_s, DF(d_g, (int64_t)n, 0));
+    cpt_cuda_sumsq(ctx, (double *)d_s + 1, DF(d_g, (int64_t)n, 0));
+    double s2[2], want = 0;
+    OK(cpt_cuda_sync(ctx, &err));
+    OK(cpt_cuda_memcpy_d2h(ctx, s2, d_s, sizeof s2, &err));
+    for (size_t i = 0; i < n; i++) want += (double)g[i] * g[i];
+    row("ops", "sumsq (fp64)", n, -1, fabs(s2[0] - want) / want, 1e-9);
+    CHECK_MSG(s2[0] == s2[1], "sumsq is not bitwise reproducible");
+    cpt_cuda_scale(ctx, DF(d_g, (int64_t)n, 0), 0.37f);
+    got = down_f32(ctx, d_g, n);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) off += got[i] != g[i] * 0.37f;
+    CHECK_MSG(off == 0, "scale: %zu elements differ from x * c", off);
+    row("ops", "scale (exact)", n, -1, off ? 1.0 : 0.0, 0);
+    free(got);
+    /* casts and copy_cols */
+    void *d_b = poison_dev(ctx, n * 2), *d_f = poison_dev(ctx, n * 4);
+    cpt_cuda_cast_bf16(ctx, DB(d_b, (int64_t)n, 0), DF(d_g, (int64_t)n, 0));
+    cpt_cuda_cast_f32(ctx, DF(d_f, (int64_t)n, 0), DB(d_b, (int64_t)n, 0));
+    got = down_f32(ctx, d_f, n);
+    float *sc = down_f32(ctx, d_g, n);
+    round_bf16(sc, n);
+    CHECK_MSG(!memcmp(got, sc, n * 4), "cast_bf16 / cast_f32 differ from round-to-nearest-even");
+    row("ops", "cast_bf16 + cast_f32 (exact rne)", n, -1, memcmp(got, sc, n * 4) ? 1.0 : 0.0, 0);
+    free(got), free(sc);
+    void *d_c = poison_dev(ctx, (size_t)N * 64 * 2);
+    cpt_cuda_copy_cols(ctx, DB(d_c, N, 64), 0, DB(d_dout, N, C), 100, 64);
+    got = down_bf16(ctx, d_c, (size_t)N * 64);
+    ref = hbuf((size_t)N * 64);
+    cpt_k_copy_cols(cpt_tensor_f32_2d(ref, N, 64), 0, cpt_tensor_f32_2d(dout, N, C), 100, 64);
+    row("ops", "copy_cols", (size_t)N * 64, -1, rel_l2(got, ref, (size_t)N * 64), 0);
+    free(got), free(ref);
+    void *frees[] = {d_wte, d_tok, d_out, d_ids, d_st, d_ord, d_dout, d_db, d_w, d_v, d_dv, d_dx, d_dwv, d_g, d_s, d_b, d_f, d_c};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) cpt_cuda_free(frees[i]);
+    cpt_cuda_ctx_free(ctx);
+    free(tok), free(wte), free(dout), free(dw0), free(ids), free(starts), free(order), free(db0), free(w), free(dv);
+    free(x0), free(g);
+}
+
+/* ---- timing at real shapes (CPT_CUDA_MODEL_BENCH=1) ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_shape(const char *name, int C, int I, int L, int H, int KV, int D, int seqs, int T) {
+    cpt_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = CPT_ARCH_QWEN2;
+    c.vocab_size = 151936;
+    c.hidden_size = C;
+    c.intermediate_size = I;
+    c.num_layers = L;
+    c.num_heads = H;
+    c.num_kv_heads = KV;
+    c.head_dim = D;
+    c.rms_norm_eps = 1e-6f;
+    c.rope_theta = 1e6f;
+    c.tie_word_embeddings = 1;
+    c.qkv_bias = 1;
+    c.max_position_embeddings = 32768;
+    c.bos_token_id = c.eos_token_id = -1;
+    double t0 = now_s();
+    cpt_model *m = cpt_model_new_random(&c, 1, &err);
+    OK(!m);
+    OK(cpt_model_use_cuda(m, 0, &err));
+    cpt_param **ps;
+    size_t np;
+    OK(!(ps = cpt_model_param_list(m, &np, &err)));
+    cpt_adamw_hparams hp = {0.9, 0.95, 1e-8, 0.1};
+    cpt_adamw *opt = cpt_adamw_new(ps, np, &hp, &err);
+    OK(!opt);
+    int *lens = malloc(sizeof(int) * seqs);
+    for (int s = 0; s < seqs; s++) lens[s] = T;
+    big_batch bb;
+    make_batch(&bb, lens, seqs, c.vocab_size, 9);
+    int N = bb.b.n_tokens;
+    float *lp = hbuf(N), *dlp = hbuf(N);
+    for (int i = 0; i < N; i++) dlp[i] = bb.tg[i] >= 0 ? -1.0f / N : 0.0f;
+    double setup = now_s() - t0, t_step = 0, t_fwd = 0, t_bwd = 0;
+    const int warm = 1, steps = 3;
+    for (int s = 0; s < warm + steps; s++) {
+        OK(cpt_model_wait(m, &err));
+        double a = now_s();
+        cpt_model_zero_grad(m);
+        cpt_forward_out out = {lp, NULL, NULL, NULL};
+        OK(cpt_model_forward(m, &bb.b, &out, 1, &err));
+        double b = now_s();
+        OK(cpt_model_backward(m, &bb.b, dlp, NULL, NULL, &err));
+        OK(cpt_model_wait(m, &err));
+        double cc = now_s();
+        cpt_clip_grad_norm(ps, np, 1.0);
+        cpt_adamw_step(opt, 1e-5);
+        OK(cpt_model_wait(m, &err));
+        double d = now_s();
+        if (s >= warm) t_step += d - a, t_fwd += b - a, t_bwd += cc - b;
+    }
+    t_step /= steps, t_fwd /= steps, t_bwd /= steps;
+    /* model FLOPs: 6 per parameter of every matmul (the LM head included, the embedding gather not) per token, plus
+     * causal attention 6 * L * H * D * T per token (half of the full 12 L H D T) */
+    double P = 0;
+    for (size_t i = 0; i < np; i++)
+        if (ps[i]->ndim == 2) P += (double)ps[i]->numel;
+    double flops = (6.0 * P + 6.0 * L * H * D * (double)T) * N;
+    printf("  bench %-12s %d x %d tokens: step %.1f ms (fwd %.1f, bwd %.1f, clip+adamw %.1f), %.0f tokens/s, "
+           "%.1f%% MFU of 989 TFLOPS (setup %.0f s)\n",
+           name, seqs, T, t_step * 1e3, t_fwd * 1e3, t_bwd * 1e3, (t_step - t_fwd - t_bwd) * 1e3, N / t_step,
+           100.0 * flops / t_step / 989e12, setup);
+    free(lp), free(dlp), free(lens);
+    big_batch_free(&bb);
+    cpt_adamw_free(opt);
+    free(ps);
+    cpt_model_free(m);
+}
+
 int main(void) {
     const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     printf("  %-13s %-52s %9s  %-10s %-10s %s\n", "model", "tensor", "elements", "vs torch", "vs cpu", "tol");
@@ -425,5 +690,9 @@ int main(void) {
     check_big();
     printf("  worst: outputs %.3e, gradients %.3e\n", worst_out, worst_grad);
     check_training();
+    check_ops();
+    const char *bench = getenv("CPT_CUDA_MODEL_BENCH");
+    if (bench && (*bench == '1' || *bench == '2')) bench_shape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 8, 2048);
+    if (bench && *bench == '2') bench_shape("qwen2.5-1.5b", 1536, 8960, 28, 12, 2, 128, 8, 2048);
     return check_summary("test_cuda_model");
 }
