@@ -88,7 +88,22 @@ static int write_conf(const cpt_redis_server_opts *o, const cpt_redis_server *sr
     fprintf(f, "# written by cpt for this run; edits are overwritten at the next start\n");
     fprintf(f, "daemonize no\nprotected-mode yes\n");
     if (o->tcp_port) {
-        fprintf(f, "bind 127.0.0.1\nport %d\nrequirepass ", o->tcp_port);
+        fprintf(f, "bind");
+        /* Each address its own argument: redis takes a list. */
+        const char *b = o->bind && o->bind[0] ? o->bind : "127.0.0.1";
+        while (*b) {
+            size_t n = strcspn(b, " ");
+            if (n) {
+                char addr[64];
+                if (n >= sizeof addr) bad = 1;
+                snprintf(addr, sizeof addr, "%.*s", (int)n, b);
+                fputc(' ', f);
+                bad |= conf_quote(f, addr);
+            }
+            b += n;
+            while (*b == ' ') b++;
+        }
+        fprintf(f, "\nport %d\nrequirepass ", o->tcp_port);
         bad |= conf_quote(f, pass);
         fputc('\n', f);
     } else {

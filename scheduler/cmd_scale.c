@@ -1,5 +1,7 @@
 /* cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]: sets the desired worker counts of a live run; the launcher
- * (cpt run or cpt-sched) applies them within seconds. With no counts it prints current and desired counts. */
+ * (cpt run or cpt-sched) applies them within seconds. With no counts it prints, per role, the running count
+ * (steps inside the allocation plus satellite jobs Slurm runs), the desired one, how many are inside and how many
+ * are satellites, and the satellites' job ids with their states (launcher.c, write_counts). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,14 +67,24 @@ int cmd_scale(int argc, char **argv) {
             fprintf(stderr, "cpt-scale: %s\n", err.msg);
             status = 1;
         } else {
-            const char *dr = field(rep, "rollout"), *dw = field(rep, "reward");
-            const char *cr = field(rep, "running_rollout"), *cw = field(rep, "running_reward");
-            char cfg_r[32], cfg_w[32];
-            snprintf(cfg_r, sizeof cfg_r, "%lld", (long long)cpt_cfg_int(cfg, "roles.rollout"));
-            snprintf(cfg_w, sizeof cfg_w, "%lld", (long long)cpt_cfg_int(cfg, "roles.reward"));
-            printf("role      running  desired\n");
-            printf("rollout   %7s  %7s\n", cr ? cr : "?", dr ? dr : cfg_r);
-            printf("reward    %7s  %7s\n", cw ? cw : "?", dw ? dw : cfg_w);
+            static const char *roles[2] = {"rollout", "reward"};
+            printf("role      running  desired  inside  satellite  satellite jobs\n");
+            for (int role = 0; role < 2; role++) {
+                char f[64], cfg_want[32];
+                snprintf(cfg_want, sizeof cfg_want, "%lld",
+                         (long long)cpt_cfg_int(cfg, role == 0 ? "roles.rollout" : "roles.reward"));
+                const char *want = field(rep, roles[role]);
+                snprintf(f, sizeof f, "running_%s", roles[role]);
+                const char *running = field(rep, f);
+                snprintf(f, sizeof f, "inside_%s", roles[role]);
+                const char *inside = field(rep, f);
+                snprintf(f, sizeof f, "satellite_%s", roles[role]);
+                const char *sat = field(rep, f);
+                snprintf(f, sizeof f, "satellite_jobs_%s", roles[role]);
+                const char *jobs = field(rep, f);
+                printf("%-8s %8s %8s %7s %10s  %s\n", roles[role], running ? running : "?", want ? want : cfg_want,
+                       inside ? inside : "?", sat ? sat : "?", jobs ? jobs : "-");
+            }
             freeReplyObject(rep);
         }
     }

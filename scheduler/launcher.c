@@ -1,5 +1,6 @@
 #include "scheduler/launcher.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "queue/conn.h"
 #include "queue/redis.h"
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
@@ -17,6 +19,71 @@ static const char *role_names[2] = {"rollout", "reward"};
 
 static int is_online(const char *algo) {
     return !strcmp(algo, "grpo") || !strcmp(algo, "ppo") || !strcmp(algo, "opd");
+}
+
+/* A fresh random password in path (mode 0600 from the start), unless the file already exists (a requeued job
+ * keeps its password, so workers that reconnect keep working). */
+static int ensure_password_file(const char *path, cpt_err *err) {
+    if (cpt_path_exists(path)) return 0;
+    unsigned char raw[24];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cpt_errno(err, "/dev/urandom");
+    ssize_t got = read(fd, raw, sizeof raw);
+    close(fd);
+    if (got != (ssize_t)sizeof raw) return cpt_errf(err, "/dev/urandom: short read");
+    char hex[2 * sizeof raw + 2];
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    hex[2 * sizeof raw] = '\n';
+    hex[2 * sizeof raw + 1] = '\0';
+    explicit_bzero(raw, sizeof raw);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return cpt_errno(err, "%s", path);
+    int ok = write(fd, hex, strlen(hex)) == (ssize_t)strlen(hex);
+    explicit_bzero(hex, sizeof hex);
+    if (close(fd) != 0 || !ok) return cpt_errno(err, "%s", path);
+    return 0;
+}
+
+/* Under Slurm: the allocation's room, and whether satellites are possible. They are when slurm.max_satellites > 0,
+ * the allocation is known, and the queue can be reached from another node: a private redis-server then also
+ * listens on TCP with a password (queue.password_file, else RUN_DIR/redis.pass, generated and added to the
+ * resolved config so every role authenticates); a queue.url on a unix socket rules them out. */
+static int setup_satellites(cpt_launcher *L, const char *config_path, int n_overrides, char *const *overrides,
+                            const char *resume_dir, cpt_err *err) {
+    cpt_err e;
+    cpt_err_clear(&e);
+    if (cpt_alloc_from_env(&L->alloc, &e) == 0) {
+        L->limited = 1;
+    } else {
+        fprintf(stderr, "cpt: %s; worker steps are not counted against it and no satellite is submitted\n", e.msg);
+        return 0;
+    }
+    if (!is_online(cpt_cfg_str(L->cfg, "algo.type")) || cpt_cfg_int(L->cfg, "slurm.max_satellites") == 0 ||
+        !getenv("SLURM_JOB_ID"))
+        return 0;
+    const char *url = cpt_cfg_str(L->cfg, "queue.url");
+    if (!strncmp(url, "unix:", 5)) {
+        fprintf(stderr, "cpt: queue.url %s is a unix socket: no satellite jobs (other nodes cannot reach it)\n", url);
+        return 0;
+    }
+    L->satellites_on = 1;
+    if (url[0] || cpt_cfg_str(L->cfg, "queue.password_file")[0]) return 0;
+    char pw[2200], arg[2300];
+    snprintf(pw, sizeof pw, "%s/redis.pass", L->run_dir);
+    if (ensure_password_file(pw, err)) return cpt_err_prefix(err, "the queue's password for satellites");
+    snprintf(arg, sizeof arg, "queue.password_file=%s", pw);
+    char **ov = calloc((size_t)n_overrides + 2, sizeof *ov);
+    if (!ov) return cpt_errf(err, "out of memory");
+    for (int i = 0; i < n_overrides; i++) ov[i] = overrides[i];
+    ov[n_overrides] = arg;
+    char path[2100];
+    if (resume_dir) snprintf(path, sizeof path, "%s/config.toml", resume_dir);
+    cpt_config *cfg = cpt_config_load(resume_dir ? path : config_path, n_overrides + 1, ov, err);
+    free(ov);
+    if (!cfg) return -1;
+    cpt_config_free(L->cfg);
+    L->cfg = cfg;
+    return 0;
 }
 
 int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
@@ -48,6 +115,9 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     if (cpt_mkdir_p(dir, 0755, err) != 0) return -1;
     if (!realpath(dir, L->run_dir)) return cpt_errno(err, "%s", dir);
     snprintf(L->config_path, sizeof L->config_path, "%s/config.toml", L->run_dir);
+    if (exec == CPT_EXEC_SLURM &&
+        setup_satellites(L, config_path, n_overrides, overrides, resume_dir, err) != 0)
+        return -1;
     /* The resolved config is what every role reads, so a restart or a requeue sees the same run. */
     char *text = cpt_config_dump(L->cfg);
     if (!text) return cpt_errf(err, "out of memory");
@@ -114,7 +184,7 @@ static int count_role(const cpt_launcher *L, int role, int *highest) {
         const cpt_proc *p = &L->sup.procs[i];
         size_t len = strlen(role_names[role]);
         if (strncmp(p->name, role_names[role], len) || p->name[len] != '-') continue;
-        if (p->state == CPT_PROC_RUNNING || p->state == CPT_PROC_BACKOFF) {
+        if ((p->state == CPT_PROC_RUNNING && !p->stop_requested) || p->state == CPT_PROC_BACKOFF) {
             n++;
             *highest = i;
         }
@@ -122,29 +192,99 @@ static int count_role(const cpt_launcher *L, int role, int *highest) {
     return n;
 }
 
-/* Starts or drains workers until each role has its desired count. Worker names are never reused within a run,
- * so a drained worker's pending messages are claimed by the others, not by a namesake. */
+static int role_cpus(const cpt_launcher *L, int role) {
+    return (int)cpt_cfg_int(L->cfg, role == CPT_ROLE_ROLLOUT ? "slurm.rollout_cpus" : "slurm.reward_cpus");
+}
+static int role_gpus(const cpt_launcher *L, int role) {
+    return role == CPT_ROLE_ROLLOUT ? (int)cpt_cfg_int(L->cfg, "slurm.rollout_gpus") : 0;
+}
+
+/* What the allocation has left after the steps this launcher holds: the trainer, the workers, the workers in
+ * backoff (they come back) and the ones still draining (they hold their CPUs until they exit). */
+static void free_room(const cpt_launcher *L, cpt_alloc *room) {
+    *room = L->alloc;
+    for (int i = 0; i < L->sup.n; i++) {
+        const cpt_proc *p = &L->sup.procs[i];
+        if (p->state != CPT_PROC_RUNNING && p->state != CPT_PROC_BACKOFF) continue;
+        if (!strcmp(p->name, "trainer")) {
+            cpt_alloc_take(room, (int)cpt_cfg_int(L->cfg, "slurm.trainer_tasks"),
+                           (int)cpt_cfg_int(L->cfg, "slurm.trainer_cpus"), (int)cpt_cfg_int(L->cfg, "slurm.trainer_gpus"));
+            continue;
+        }
+        int role = !strncmp(p->name, "reward-", 7) ? CPT_ROLE_REWARD : CPT_ROLE_ROLLOUT;
+        cpt_alloc_take(room, 1, role_cpus(L, role), role_gpus(L, role));
+    }
+}
+
+/* Moves each role toward its desired count (placement.h): new workers inside while the allocation has room, then
+ * satellites; scale-down drains satellites first, then the highest-numbered steps. Nothing here waits for a
+ * worker to exit. Worker names are never reused within a run, so a drained worker's pending messages are claimed
+ * by the others, not by a namesake. */
 static int apply_scale(cpt_launcher *L, cpt_err *err) {
+    cpt_alloc room;
+    if (L->limited) {
+        free_room(L, &room);
+    } else { /* local processes, or an allocation of unknown size: no limit (the old srun behaviour) */
+        memset(&room, 0, sizeof room);
+        room.n_nodes = 1;
+        room.cpus[0] = room.gpus[0] = 1 << 20;
+    }
+    double grace = cpt_cfg_float(L->cfg, "roles.drain_grace_s");
+    int inside[2], sats[2], cpus[2], gpus[2], highest[2];
+    int base[2] = {(int)cpt_cfg_int(L->cfg, "roles.rollout"), (int)cpt_cfg_int(L->cfg, "roles.reward")};
     for (int role = 0; role < 2; role++) {
-        int highest;
-        int have = count_role(L, role, &highest);
-        while (have < L->want[role]) {
+        inside[role] = count_role(L, role, &highest[role]);
+        sats[role] = L->satellites_on ? cpt_sat_live(&L->sats, role) : 0;
+        cpus[role] = role_cpus(L, role);
+        gpus[role] = role_gpus(L, role);
+    }
+    int left = L->satellites_on ? L->sats.max - L->sats.n : 0;
+    cpt_scale_move moves[2];
+    cpt_plan_scale(&room, L->want, base, inside, sats, cpus, gpus, left < 0 ? 0 : left, moves);
+    for (int role = 0; role < 2; role++) {
+        cpt_scale_move m = moves[role];
+        if (m.submit && !cpt_sat_may_submit(&L->sats, role)) { /* backing off after a satellite failed */
+            m.unplaced += m.submit;
+            m.submit = 0;
+        }
+        for (int k = 0; k < m.start_inside; k++) {
             char name[64];
-            int k = 0;
-            do snprintf(name, sizeof name, "%s-%d", role_names[role], k++);
+            int idx = 0;
+            do snprintf(name, sizeof name, "%s-%d", role_names[role], idx++);
             while (cpt_sup_find(&L->sup, name) >= 0);
             const char *prog = role == CPT_ROLE_ROLLOUT ? "cpt-rollout" : "cpt-reward";
-            int cpus = (int)cpt_cfg_int(L->cfg, role == CPT_ROLE_ROLLOUT ? "slurm.rollout_cpus" : "slurm.reward_cpus");
-            int gpus = role == CPT_ROLE_ROLLOUT ? (int)cpt_cfg_int(L->cfg, "slurm.rollout_gpus") : 0;
-            if (add_role(L, name, prog, name, 1, cpus, gpus, 0, CPT_RESTART_ON_FAILURE, err) < 0) return -1;
+            if (add_role(L, name, prog, name, 1, role_cpus(L, role), role_gpus(L, role), 0, CPT_RESTART_ON_FAILURE,
+                         err) < 0)
+                return -1;
             fprintf(stderr, "cpt: started %s\n", name);
-            have++;
         }
-        while (have > L->want[role] && highest >= 0) {
-            fprintf(stderr, "cpt: draining %s\n", L->sup.procs[highest].name);
-            cpt_sup_stop(&L->sup, highest, cpt_cfg_float(L->cfg, "roles.drain_grace_s"));
-            have = count_role(L, role, &highest);
+        for (int k = 0; k < m.submit; k++) {
+            cpt_err e;
+            cpt_err_clear(&e);
+            if (cpt_sat_submit(&L->sats, role, &e) != 0) {
+                fprintf(stderr, "cpt: %s\n", e.msg);
+                m.unplaced += m.submit - k;
+                break;
+            }
         }
+        for (int k = 0; k < m.stop_satellite; k++) cpt_sat_drain_one(&L->sats, role, grace);
+        int hi = highest[role];
+        for (int k = 0; k < m.stop_inside && hi >= 0; k++) {
+            fprintf(stderr, "cpt: draining %s\n", L->sup.procs[hi].name);
+            cpt_sup_request_stop(&L->sup, hi, grace);
+            count_role(L, role, &hi);
+        }
+        if (m.unplaced != L->unplaced[role] && (m.unplaced > 0 || L->unplaced[role] > 0)) {
+            if (m.unplaced > 0)
+                fprintf(stderr, "cpt: %d %s worker%s wanted but not placed: the allocation has no room%s; they start "
+                                "when room frees\n", m.unplaced, role_names[role], m.unplaced == 1 ? "" : "s",
+                        L->satellites_on ? " and no satellite may be submitted now (slurm.max_satellites, or a "
+                                           "backoff after a satellite failed)"
+                                         : " and satellites are off (slurm.max_satellites = 0, or no TCP queue)");
+            else
+                fprintf(stderr, "cpt: every %s worker placed\n", role_names[role]);
+        }
+        L->unplaced[role] = m.unplaced;
     }
     return 0;
 }
@@ -172,17 +312,36 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
     }
 }
 
-/* Publishes the current and desired counts into control, for `cpt-scale` with no arguments. */
+/* Publishes the current counts into control, for `cpt-scale` with no arguments: running (inside steps plus
+ * satellites Slurm runs), inside, satellite (submitted, not draining) and the satellites' job ids with states. */
 static void write_counts(cpt_launcher *L, cpt_redis *r) {
-    char key[512], cur[2][32];
+    char key[512], val[4][2][32], jobs[2][2048];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
+    const char *argv[2 + 2 * 8];
+    int n = 0;
+    argv[n++] = "HSET";
+    argv[n++] = key;
+    static const char *fields[2][4] = {{"running_rollout", "inside_rollout", "satellite_rollout", "satellite_jobs_rollout"},
+                                       {"running_reward", "inside_reward", "satellite_reward", "satellite_jobs_reward"}};
     for (int role = 0; role < 2; role++) {
         int hi;
-        snprintf(cur[role], sizeof cur[role], "%d", count_role(L, role, &hi));
+        int inside = count_role(L, role, &hi);
+        int sat = L->satellites_on ? cpt_sat_live(&L->sats, role) : 0;
+        int sat_run = L->satellites_on ? cpt_sat_running(&L->sats, role) : 0;
+        snprintf(val[0][role], sizeof val[0][role], "%d", inside + sat_run);
+        snprintf(val[1][role], sizeof val[1][role], "%d", inside);
+        snprintf(val[2][role], sizeof val[2][role], "%d", sat);
+        if (L->satellites_on) cpt_sat_describe(&L->sats, role, jobs[role], sizeof jobs[role]);
+        else jobs[role][0] = '\0';
+        for (int f = 0; f < 3; f++) {
+            argv[n++] = fields[role][f];
+            argv[n++] = val[f][role];
+        }
+        argv[n++] = fields[role][3];
+        argv[n++] = jobs[role][0] ? jobs[role] : "-";
     }
-    const char *argv[] = {"HSET", key, "running_rollout", cur[0], "running_reward", cur[1]};
     cpt_err err;
-    redisReply *rep = cpt_redis_command(r, 6, argv, NULL, key, 0, &err);
+    redisReply *rep = cpt_redis_command(r, n, argv, NULL, key, 0, &err);
     if (rep) freeReplyObject(rep);
 }
 
@@ -214,6 +373,8 @@ static void print_progress(cpt_launcher *L, double started) {
     if (L->online) {
         int hi;
         fprintf(stderr, "  rollout %d reward %d", count_role(L, 0, &hi), count_role(L, 1, &hi));
+        if (L->satellites_on && L->sats.n)
+            fprintf(stderr, " (satellites: rollout %d reward %d)", cpt_sat_live(&L->sats, 0), cpt_sat_live(&L->sats, 1));
     }
     fprintf(stderr, "\n");
 }
@@ -222,6 +383,12 @@ static void redis_opts(cpt_launcher *L, cpt_redis_server_opts *o) {
     memset(o, 0, sizeof *o);
     o->dir = L->run_dir;
     o->appendfsync = cpt_cfg_str(L->cfg, "queue.appendfsync");
+    if (L->tcp_port) {
+        /* Satellites on other nodes connect here: every address, a password required. */
+        o->tcp_port = L->tcp_port;
+        o->password_file = cpt_cfg_str(L->cfg, "queue.password_file");
+        o->bind = "0.0.0.0";
+    }
 }
 
 /* The private redis-server is supervised like a role: if it dies it restarts on the same folder, so it reloads
@@ -251,25 +418,48 @@ static void supervise_redis(cpt_launcher *L) {
     L->redis_restarts++;
 }
 
+/* The URL satellites use: redis://HOST:PORT, HOST from slurm.satellite_host or this node's name. */
+static int satellite_url(cpt_launcher *L, char *out, size_t cap, cpt_err *err) {
+    char host[256];
+    snprintf(host, sizeof host, "%s", cpt_cfg_str(L->cfg, "slurm.satellite_host"));
+    if (!host[0] && gethostname(host, sizeof host - 1) != 0) return cpt_errno(err, "gethostname");
+    host[sizeof host - 1] = '\0';
+    snprintf(out, cap, "redis://%s:%d", host, L->tcp_port);
+    return 0;
+}
+
 static int start_queue(cpt_launcher *L, cpt_redis **control, cpt_err *err) {
     const char *url = cpt_cfg_str(L->cfg, "queue.url");
-    char queue_json[2200];
-    snprintf(queue_json, sizeof queue_json, "%s/queue.json", L->run_dir);
-    char urlbuf[700];
+    char urlbuf[700], sat_url[700] = "";
     if (!url[0]) {
+        if (L->satellites_on) {
+            L->tcp_port = (int)cpt_cfg_int(L->cfg, "slurm.satellite_port");
+            if (!L->tcp_port && (L->tcp_port = cpt_free_tcp_port(err)) < 0) return -1;
+            if (satellite_url(L, sat_url, sizeof sat_url, err)) return -1;
+        }
         cpt_redis_server_opts o;
         redis_opts(L, &o);
         if (cpt_redis_server_start(&o, &L->redis, err) != 0) return -1;
         L->redis_owned = 1;
         snprintf(urlbuf, sizeof urlbuf, "%s", L->redis.url);
         url = urlbuf;
-        /* Roles find the queue through the run directory. */
-        json_t *j = json_pack("{s:s}", "url", url);
-        char *text = json_dumps(j, JSON_INDENT(2));
-        json_decref(j);
-        int rc = text ? cpt_write_file_atomic(queue_json, text, strlen(text), err) : cpt_errf(err, "out of memory");
-        free(text);
-        if (rc != 0) return -1;
+        /* Roles on this node find the queue through the run directory (the unix socket); satellites get the TCP
+         * URL on their command line. */
+        cpt_queue_conn c;
+        memset(&c, 0, sizeof c);
+        snprintf(c.url, sizeof c.url, "%s", url);
+        snprintf(c.password_file, sizeof c.password_file, "%s", cpt_cfg_str(L->cfg, "queue.password_file"));
+        snprintf(c.run, sizeof c.run, "%s", cpt_cfg_str(L->cfg, "run.name"));
+        if (cpt_queue_conn_write(L->run_dir, &c, err) != 0) return -1;
+        if (L->satellites_on)
+            fprintf(stderr, "cpt: queue on %s and %s (password in %s) for satellite jobs\n", url, sat_url,
+                    c.password_file);
+    }
+    if (L->satellites_on) {
+        if (cpt_sat_init(&L->sats, L->cfg, L->run_dir, L->bin_dir, L->config_path, sat_url,
+                         sat_url[0] ? cpt_cfg_str(L->cfg, "queue.password_file") : NULL, err) != 0)
+            return -1;
+        cpt_sat_cancel_stale(&L->sats);
     }
     cpt_redis_opts ro = {.url = url, .password_file = cpt_cfg_str(L->cfg, "queue.password_file"),
                          .reconnect_ms = 2000};
@@ -287,6 +477,8 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
                            (int)cpt_cfg_int(L->cfg, "slurm.trainer_cpus"), (int)cpt_cfg_int(L->cfg, "slurm.trainer_gpus"),
                            1, CPT_RESTART_ON_FAILURE, err);
     if (trainer < 0) goto done;
+    /* A requeued job continues with the counts cpt-scale asked for (the control hash lives in the AOF). */
+    if (control) read_control(L, control);
     if (apply_scale(L, err) != 0) goto done;
     fprintf(stderr, "cpt: run %s in %s (logs in %s/logs)\n", cpt_cfg_str(L->cfg, "run.name"), L->run_dir, L->run_dir);
     double progress_every = cpt_cfg_float(L->cfg, "run.progress_every_s");
@@ -297,7 +489,6 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
         if (L->stop_flag && *L->stop_flag) {
             fprintf(stderr, "cpt: stopping: the trainer checkpoints, then the workers drain\n");
             cpt_sup_stop(&L->sup, trainer, grace);
-            cpt_sup_stop_all(&L->sup, grace);
             status = CPT_EXIT_STOPPED;
             break;
         }
@@ -314,6 +505,7 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
         if (control && now - L->last_control >= 2.0) {
             L->last_control = now;
             read_control(L, control);
+            if (L->satellites_on) cpt_sat_refresh(&L->sats);
             if (apply_scale(L, err) != 0) cpt_errf(err, "scaling: %s", err->msg);
             write_counts(L, control);
         }
@@ -323,7 +515,12 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
         }
     }
     print_progress(L, started);
+    /* Satellites get their drain signal first so they drain while the steps do. */
+    if (L->satellites_on)
+        for (int role = 0; role < 2; role++)
+            while (cpt_sat_drain_one(&L->sats, role, grace) == 0) {}
     cpt_sup_stop_all(&L->sup, grace);
+    if (L->satellites_on) cpt_sat_stop_all(&L->sats, grace);
 done:
     if (status == 1 && !err->msg[0]) cpt_errf(err, "the run failed");
     if (control) cpt_redis_close(control);
@@ -337,6 +534,7 @@ done:
 
 void cpt_launcher_free(cpt_launcher *L) {
     cpt_sup_free(&L->sup);
+    cpt_sat_free(&L->sats);
     if (L->cfg) cpt_config_free(L->cfg);
     L->cfg = NULL;
 }

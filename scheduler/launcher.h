@@ -8,7 +8,11 @@
  *
  * Role processes: `cpt-train RUN_DIR/config.toml`, `cpt-rollout RUN_DIR/config.toml --worker-id rollout-K`,
  * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
- * RUN_DIR/logs/<name>.log. */
+ * RUN_DIR/logs/<name>.log.
+ *
+ * Under Slurm, scale-out goes inside the allocation while it has room for one more step of the role (placement.h)
+ * and to satellite jobs beyond it (satellite.h); scale-down drains satellites first. A drain never blocks the loop:
+ * the stop signal is sent, the process is reaped when it exits, and it is killed past roles.drain_grace_s. */
 #ifndef CPT_SCHEDULER_LAUNCHER_H
 #define CPT_SCHEDULER_LAUNCHER_H
 
@@ -17,6 +21,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "queue/redis_server.h"
+#include "scheduler/placement.h"
+#include "scheduler/satellite.h"
 #include "scheduler/supervisor.h"
 
 typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
@@ -37,6 +43,12 @@ typedef struct cpt_launcher {
     double redis_next_start;  /* when a failed restart is tried again */
     cpt_supervisor sup;
     int want[2];            /* desired rollout, reward workers */
+    int limited;            /* Slurm with a known allocation: steps are counted against alloc */
+    cpt_alloc alloc;        /* what Slurm granted (placement.h) */
+    int satellites_on;      /* workers beyond the allocation go to satellite jobs; the queue listens on TCP */
+    cpt_satellites sats;
+    int tcp_port;           /* the private redis-server's TCP port when satellites are on */
+    int unplaced[2];        /* last reported count of workers with no place, said once per change */
     volatile sig_atomic_t *stop_flag; /* set by the caller's signal handler */
     double last_progress, last_control;
 } cpt_launcher;

@@ -141,6 +141,9 @@ static void on_exit_status(cpt_supervisor *s, cpt_proc *p, int status) {
     int failed = p->exit_status != 0;
     if (!failed || p->stop_requested || p->policy == CPT_RESTART_NEVER) {
         p->state = failed && !p->stop_requested ? CPT_PROC_FAILED : CPT_PROC_EXITED;
+        if (p->stop_requested)
+            fprintf(stderr, "cpt: %s stopped (status %d) %.1f s after the stop request\n", p->name, p->exit_status,
+                    cpt_now() - p->stop_at);
         return;
     }
     /* A process that exits with an error status right after starting (a bad config, a missing file) fails the
@@ -167,6 +170,24 @@ static void on_exit_status(cpt_supervisor *s, cpt_proc *p, int status) {
     p->backoff = p->backoff * 2 > s->backoff_max ? s->backoff_max : p->backoff * 2;
 }
 
+int cpt_sup_draining(const cpt_proc *p) { return p->state == CPT_PROC_RUNNING && p->stop_requested; }
+
+/* A stopping process past its deadline: SIGTERM first when the polite signal was another one (srun ends its step
+ * and the tasks with it), SIGKILL 5 s later. */
+static void escalate(cpt_supervisor *s, cpt_proc *p, double now) {
+    if (!cpt_sup_draining(p) || now < p->stop_deadline || p->stop_stage >= 2) return;
+    if (p->stop_stage == 0 && s->stop_signal != SIGTERM) {
+        fprintf(stderr, "cpt: %s did not stop within its grace; SIGTERM\n", p->name);
+        kill(p->pid, SIGTERM);
+        p->stop_stage = 1;
+    } else {
+        fprintf(stderr, "cpt: %s did not stop; SIGKILL\n", p->name);
+        kill(p->pid, SIGKILL);
+        p->stop_stage = 2;
+    }
+    p->stop_deadline = now + 5.0;
+}
+
 int cpt_sup_poll(cpt_supervisor *s, double timeout) {
     int changes = 0;
     double deadline = cpt_now() + timeout;
@@ -181,6 +202,7 @@ int cpt_sup_poll(cpt_supervisor *s, double timeout) {
             }
         }
         double now = cpt_now();
+        for (int i = 0; i < s->n; i++) escalate(s, &s->procs[i], now);
         for (int i = 0; i < s->n; i++) {
             cpt_proc *p = &s->procs[i];
             if (p->state == CPT_PROC_BACKOFF && now >= p->next_start_at) {
@@ -196,38 +218,38 @@ int cpt_sup_poll(cpt_supervisor *s, double timeout) {
     }
 }
 
-static void wait_gone(cpt_supervisor *s, cpt_proc *p, double grace) {
-    double deadline = cpt_now() + grace;
-    while (p->state == CPT_PROC_RUNNING && cpt_now() < deadline) cpt_sup_poll(s, 0.05);
+void cpt_sup_request_stop(cpt_supervisor *s, int i, double grace) {
+    cpt_proc *p = &s->procs[i];
+    if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
+    if (p->stop_requested && p->state == CPT_PROC_RUNNING) return; /* already draining: keep its deadline */
+    p->stop_requested = 1;
+    if (p->state != CPT_PROC_RUNNING) return;
+    p->stop_stage = 0;
+    p->stop_at = cpt_now();
+    p->stop_deadline = p->stop_at + grace;
+    kill(p->pid, s->stop_signal);
+}
+
+
+static double stop_wait_limit(const cpt_supervisor *s) {
+    /* Past the latest deadline, plus the escalation steps, plus a margin for the kernel to deliver. */
+    double last = cpt_now();
+    for (int i = 0; i < s->n; i++)
+        if (cpt_sup_draining(&s->procs[i]) && s->procs[i].stop_deadline > last) last = s->procs[i].stop_deadline;
+    return last + 12.0;
 }
 
 void cpt_sup_stop(cpt_supervisor *s, int i, double grace) {
-    cpt_proc *p = &s->procs[i];
-    p->stop_requested = 1;
-    if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
-    if (p->state != CPT_PROC_RUNNING) return;
-    kill(p->pid, s->stop_signal);
-    wait_gone(s, p, grace);
-    if (p->state == CPT_PROC_RUNNING) {
-        kill(p->pid, SIGKILL);
-        wait_gone(s, p, 5.0);
-    }
+    cpt_sup_request_stop(s, i, grace);
+    double limit = stop_wait_limit(s);
+    while (s->procs[i].state == CPT_PROC_RUNNING && cpt_now() < limit) cpt_sup_poll(s, 0.05);
 }
 
 void cpt_sup_stop_all(cpt_supervisor *s, double grace) {
-    /* TERM everyone first so they drain in parallel, then wait and KILL the stragglers. */
-    for (int i = 0; i < s->n; i++) {
-        cpt_proc *p = &s->procs[i];
-        p->stop_requested = 1;
-        if (p->state == CPT_PROC_BACKOFF) p->state = CPT_PROC_EXITED;
-        if (p->state == CPT_PROC_RUNNING) kill(p->pid, s->stop_signal);
-    }
-    double deadline = cpt_now() + grace;
-    while (cpt_sup_running(s) && cpt_now() < deadline) cpt_sup_poll(s, 0.05);
-    for (int i = 0; i < s->n; i++)
-        if (s->procs[i].state == CPT_PROC_RUNNING) kill(s->procs[i].pid, SIGKILL);
-    deadline = cpt_now() + 5.0;
-    while (cpt_sup_running(s) && cpt_now() < deadline) cpt_sup_poll(s, 0.05);
+    /* Signal everyone first so they drain in parallel; poll escalates the stragglers. */
+    for (int i = 0; i < s->n; i++) cpt_sup_request_stop(s, i, grace);
+    double limit = stop_wait_limit(s);
+    while (cpt_sup_running(s) && cpt_now() < limit) cpt_sup_poll(s, 0.05);
 }
 
 int cpt_sup_signal(cpt_supervisor *s, int i, int sig) {

@@ -30,6 +30,9 @@ typedef struct cpt_proc {
     int quick_fails;      /* consecutive exits with a status (not a signal) soon after starting */
     double started_at, next_start_at, backoff;
     int stop_requested;
+    double stop_at;       /* when the stop was asked */
+    double stop_deadline; /* a stopping process still running then is escalated (see cpt_sup_request_stop) */
+    int stop_stage;       /* 0 asked with stop_signal, 1 SIGTERM sent, 2 SIGKILL sent */
 } cpt_proc;
 
 typedef struct cpt_supervisor {
@@ -58,7 +61,13 @@ int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err);
  * Returns the number of state changes seen. */
 int cpt_sup_poll(cpt_supervisor *s, double timeout);
 
-/* stop_signal (SIGTERM), wait up to grace seconds, then SIGKILL; the process is not restarted. */
+/* Sends stop_signal and returns at once; the process is not restarted. cpt_sup_poll reaps it when it exits and,
+ * if it still runs grace seconds later, escalates: SIGTERM (when stop_signal is another signal: srun then ends its
+ * step), then SIGKILL 5 s later. Until it exits it is RUNNING and cpt_sup_draining says so. */
+void cpt_sup_request_stop(cpt_supervisor *s, int i, double grace);
+int cpt_sup_draining(const cpt_proc *p);
+
+/* cpt_sup_request_stop, then waits until the process is gone. */
 void cpt_sup_stop(cpt_supervisor *s, int i, double grace);
 void cpt_sup_stop_all(cpt_supervisor *s, double grace);
 

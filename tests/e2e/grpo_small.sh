@@ -43,7 +43,12 @@ if out: sys.exit(f"{len(out)} groups outstanding at the end: {out[:5]}")
 if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
 if dyn == 0 and consumed != steps * g:
     sys.exit(f"data cursor at {consumed}, expected {steps} steps x {g} groups = {steps * g}")
-print(f"groups: cursor {consumed} = {steps} x {g}, 0 outstanding, "
-      f"duplicates dropped {sum(r.get('groups/duplicates', 0) for r in rows.values())}")
+# groups/duplicates is a running count of one trainer process (a resumed trainer counts from 0 again): add its rises
+dups, prev = 0, 0
+for k in sorted(rows):
+    d = rows[k].get("groups/duplicates", 0)
+    dups += d - prev if d >= prev else d
+    prev = d
+print(f"groups: cursor {consumed} = {steps} x {g}, 0 outstanding, duplicates dropped {dups}")
 PY
 }

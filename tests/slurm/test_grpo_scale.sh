@@ -17,6 +17,8 @@ job=$(sbatch --parsable --gres=none --ntasks=4 --cpus-per-task=1 --output="$T/jo
       slurm.trainer_cpus=1 slurm.rollout_cpus=1 slurm.reward_cpus=1 train.steps=$STEPS train.groups_per_step=$G \
       run.dir="$R")
 wait_run_step "$R" 10 300
+# the queue asks for the password satellites would use (RUN_DIR/redis.pass) on its socket too
+[ -f "$R/redis.pass" ] && export REDISCLI_AUTH=$(cat "$R/redis.pass")
 control() { redis-cli -s "$R/redis.sock" HGET "cpt:grpo-arithmetic:control" "$1"; }
 "$BUILD/cpt-scale" --run "$R" rollout=2 | grep -q "desired: rollout=2" || fail "cpt-scale rollout=2"
 [ "$(control rollout)" = 2 ] || fail "control hash: rollout is $(control rollout)"
@@ -24,7 +26,7 @@ for _ in $(seq 1 60); do [ "$(control running_rollout)" = 2 ] && break; sleep 0.
 [ "$(control running_rollout)" = 2 ] || fail "running_rollout stayed $(control running_rollout)"
 up_step=$(run_step "$R")
 "$BUILD/cpt-scale" --run "$R" > "$T/table"
-grep -Eq '^rollout +2 +2$' "$T/table" || { cat "$T/table"; fail "cpt-scale table after scale-up"; }
+grep -Eq '^rollout +2 +2 +2 +0  -$' "$T/table" || { cat "$T/table"; fail "cpt-scale table after scale-up"; }
 wait_run_step "$R" $((up_step + 6)) 300
 "$BUILD/cpt-scale" --run "$R" rollout=1 > /dev/null || fail "cpt-scale rollout=1"
 for _ in $(seq 1 120); do [ "$(control running_rollout)" = 1 ] && break; sleep 0.5; done

@@ -76,6 +76,44 @@ int main(void) {
     CHECK(cpt_now() - t0 < 5.0);
     CHECK_EQ_INT(cpt_sup_running(&s), 0);
 
+    /* A non-blocking stop: the call returns at once, the process drains (here 0.8 s) while the supervisor keeps
+     * restarting others, and it is reaped as stopped, not restarted. */
+    char *drainer_argv[] = {"sh", "-c", "trap 'sleep 0.8; exit 0' TERM; sleep 30 & wait", NULL};
+    int dr = cpt_sup_add(&s, "drainer", drainer_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
+    char *crasher_argv[] = {"sh", "-c", "sleep 30", NULL};
+    int cr = cpt_sup_add(&s, "crasher", crasher_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
+    CHECK(cpt_sup_start(&s, dr, &err) == 0);
+    CHECK(cpt_sup_start(&s, cr, &err) == 0);
+    cpt_sup_poll(&s, 0.2); /* the shell sets its trap */
+    t0 = cpt_now();
+    cpt_sup_request_stop(&s, dr, 10.0);
+    CHECK(cpt_now() - t0 < 0.1);
+    CHECK(cpt_sup_draining(&s.procs[dr]));
+    pid_t crasher_first = s.procs[cr].pid;
+    CHECK(cpt_sup_signal(&s, cr, SIGKILL) == 0);
+    wait_until(&s, cr, CPT_PROC_BACKOFF, 5);
+    wait_until(&s, cr, CPT_PROC_RUNNING, 5);
+    CHECK(s.procs[cr].pid != crasher_first);
+    CHECK(cpt_sup_draining(&s.procs[dr])); /* the crasher came back while the drainer still drains */
+    wait_until(&s, dr, CPT_PROC_EXITED, 5);
+    CHECK_EQ_INT(s.procs[dr].state, CPT_PROC_EXITED);
+    CHECK_EQ_INT(s.procs[dr].exit_status, 0);
+    CHECK(cpt_now() - t0 >= 0.7);
+    cpt_sup_poll(&s, 0.3);
+    CHECK_EQ_INT(s.procs[dr].state, CPT_PROC_EXITED); /* not restarted */
+    /* Past its grace a process that ignores the stop signal is killed by poll. */
+    char *deaf_argv[] = {"sh", "-c", "trap '' TERM; sleep 30 & wait", NULL};
+    int deaf = cpt_sup_add(&s, "deaf", deaf_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
+    CHECK(cpt_sup_start(&s, deaf, &err) == 0);
+    cpt_sup_poll(&s, 0.2);
+    t0 = cpt_now();
+    cpt_sup_request_stop(&s, deaf, 0.3);
+    wait_until(&s, deaf, CPT_PROC_EXITED, 5);
+    CHECK_EQ_INT(s.procs[deaf].state, CPT_PROC_EXITED);
+    CHECK_EQ_INT(s.procs[deaf].exit_status, 128 + SIGKILL);
+    CHECK(cpt_now() - t0 < 2.0);
+    cpt_sup_stop(&s, cr, 1.0);
+
     /* A missing program is reported at start, not as a silent restart loop. */
     char *missing_argv[] = {"/nonexistent/cpt-nothing", NULL};
     int m = cpt_sup_add(&s, "missing", missing_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);

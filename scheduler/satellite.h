@@ -1,0 +1,85 @@
+/* Satellite jobs: workers of a cpt-sched run that live in their own Slurm jobs, for scale-out beyond the
+ * allocation. One job per worker (one task), so scale-down drains exactly the workers it removes.
+ *
+ * A satellite is `sbatch RUN_DIR/satellite.sh MAIN_JOB CHECK_S PROGRAM CONFIG --worker-id ID queue.url=...`:
+ *   - job name cpt-sat-<run>-<role>, comment cpt-main:<main job id>, output RUN_DIR/logs/<worker>.log;
+ *   - the script runs the worker in the job's batch step, forwards TERM/USR1/INT to it as TERM (the worker drains:
+ *     it finishes or returns what it holds, nothing is lost), and drains it by itself when the main job is no
+ *     longer RUNNING (finished, cancelled, requeued), checking every CHECK_S seconds;
+ *   - --no-requeue: a requeued main job resubmits what its desired counts need, a requeued satellite would not know.
+ * The worker reaches the queue over TCP (queue.url = redis://HOST:PORT, queue.password_file) because it may run on
+ * another node; the run directory must be on a filesystem both nodes see (checkpoints and weights are there too).
+ *
+ * cpt-sched drives it from its loop: submit, drain (scancel --batch --signal=TERM, then scancel past the grace),
+ * refresh (one squeue per tick), and cancel everything at its exit. Nothing here blocks for long. */
+#ifndef CPT_SCHEDULER_SATELLITE_H
+#define CPT_SCHEDULER_SATELLITE_H
+
+#include "core/config.h"
+#include "core/error.h"
+
+typedef struct cpt_satellite {
+    char job[32];        /* Slurm job id */
+    char worker[64];     /* worker id: rollout-sat0 (rollout-sat0-r2 after the main job's second requeue) */
+    int role;            /* 0 rollout, 1 reward */
+    char state[24];      /* squeue's %T; "" until the first refresh */
+    double submitted_at, started_at;
+    int draining;        /* the drain signal was sent (or the pending job cancelled) */
+    double drain_deadline;
+    int cancelled_hard;  /* plain scancel sent past the deadline */
+} cpt_satellite;
+
+typedef struct cpt_satellites {
+    cpt_satellite *v;
+    int n, cap;
+    int max;                     /* slurm.max_satellites */
+    char run_name[128], run_dir[2048], main_job[32];
+    char script[2100];           /* RUN_DIR/satellite.sh */
+    char program[2][2300];       /* cpt-rollout, cpt-reward */
+    char config_path[2100];
+    char queue_url[700];         /* empty: the config's queue.url is used as is */
+    char password_file[2100];
+    char partition[128], account[128], time_limit[64];
+    char extra[1024];            /* slurm.satellite_args */
+    int cpus[2], gpus[2];
+    double check_s;
+    int next_index[2];           /* worker names are never reused within a run: rollout-sat0, rollout-sat1, ... */
+    int restart;                 /* SLURM_RESTART_COUNT: a requeued job's satellites are rollout-sat0-r1, ... */
+    double next_submit_at[2], backoff[2]; /* after a satellite ended on its own */
+} cpt_satellites;
+
+/* Reads slurm.* from cfg, writes RUN_DIR/satellite.sh. queue_url: the TCP URL satellites use (NULL or "": the
+ * config's queue.url). Leaves nothing submitted. */
+int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, const char *bin_dir,
+                 const char *config_path, const char *queue_url, const char *password_file, cpt_err *err);
+void cpt_sat_free(cpt_satellites *S);
+
+/* Cancels satellites of this run left from an earlier attempt of the same main job (a requeue after cpt-sched was
+ * killed before it could cancel them). */
+void cpt_sat_cancel_stale(cpt_satellites *S);
+
+/* Submits one satellite worker of role. Returns 0, or -1 with err (the submit is retried later with backoff). */
+int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err);
+
+/* Whether a submission for role is allowed now (not backing off after a satellite failed). */
+int cpt_sat_may_submit(const cpt_satellites *S, int role);
+
+/* Drains the newest live satellite of role: a running one gets TERM in its batch step, a pending one is
+ * cancelled. Returns 0, or -1 when the role has none. */
+int cpt_sat_drain_one(cpt_satellites *S, int role, double grace);
+
+/* One squeue for all of them: updates states, forgets the ones that ended (saying so when one ended on its own),
+ * cancels draining ones past their deadline. */
+void cpt_sat_refresh(cpt_satellites *S);
+
+/* Live (submitted, not draining, not ended) satellites of role; running: of those, the ones Slurm runs. */
+int cpt_sat_live(const cpt_satellites *S, int role);
+int cpt_sat_running(const cpt_satellites *S, int role);
+
+/* "123:RUNNING,124:PENDING,125:DRAINING" for role ("" when none). */
+void cpt_sat_describe(const cpt_satellites *S, int role, char *out, size_t cap);
+
+/* Drains every satellite, waits up to grace seconds for them to end, then cancels the rest. */
+void cpt_sat_stop_all(cpt_satellites *S, double grace);
+
+#endif
