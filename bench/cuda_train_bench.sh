@@ -25,11 +25,12 @@ run() {
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader || true
     eval "$(tests/gpu/run_on_device.sh env)"
-    export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
+    # only for cpt: the carried libstdc++ may be older than the one python's torch needs
+    local ldp="$dir/lib:${LD_LIBRARY_PATH:-}"
     local shapes=(0.5b 1.5b) pids=()
     if [ -z "$torch_only" ]; then
         for s in "${shapes[@]}"; do
-            "$dir/cuda_train_bench" --shape "$s" --wait-file "$log/go-$s" >"$log/cpt-$s.txt" 2>&1 &
+            LD_LIBRARY_PATH="$ldp" "$dir/cuda_train_bench" --shape "$s" --wait-file "$log/go-$s" >"$log/cpt-$s.txt" 2>&1 &
             pids+=($!)
         done
     fi
@@ -60,6 +61,7 @@ run() {
                 printf "%-5s %-13s %9s %9s %6s %9s %8s\n", "'"$s"'", side, step, tok, mfu, peak, loss }'
         done
     done
+    if [ -n "${OUT:-}" ]; then cp "$log"/*.txt "$OUT"/ 2>/dev/null || true; fi
     rm -rf "$log"
 }
 
