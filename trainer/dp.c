@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "core/fs.h"
+#include "model/cuda_model.h"
+#include "model/model.h"
 #include "queue/redis.h"
 #include "scheduler/bootstrap.h"
 #ifdef CPT_HAVE_CUDA
@@ -262,6 +264,41 @@ int cpt_dp_attach(cpt_dp *dp, void *cuda_ctx, float *dev_grads, const size_t *nu
     dp->attached = 1;
     reset_step(dp);
     return 0;
+}
+
+int cpt_dp_attach_model(cpt_dp *dp, cpt_model *m, cpt_err *err) {
+    size_t n = cpt_model_num_params(m);
+    if (n == 0) return cpt_errf(err, "dp: the model has no parameters");
+    size_t *numel = malloc(n * sizeof *numel), *off = malloc(n * sizeof *off);
+    if (!numel || !off) {
+        free(numel), free(off);
+        return cpt_errf(err, "dp: out of memory");
+    }
+    /* Device offsets equal host offsets: one allocation in cpt_model_param order on both sides. */
+    float *host_base = cpt_model_grads(m);
+    for (size_t i = 0; i < n; i++) {
+        cpt_param *p = cpt_model_param(m, i);
+        numel[i] = p->numel;
+        off[i] = (size_t)(p->grad - host_base);
+    }
+    void *ctx = NULL;
+    float *dev_grads = NULL;
+    cpt_cuda_param_view v;
+    if (cpt_model_on_cuda(m) && cpt_model_cuda_param(m, cpt_model_param(m, 0), &v) == 0) {
+        ctx = v.ctx;
+        dev_grads = v.grad - off[0];
+    } else if (dp->use_nccl) {
+        free(numel), free(off);
+        return cpt_errf(err, "dp rank %d/%d: data parallel over NCCL needs the model on the GPU (train.device cuda)",
+                        dp->rank, dp->size);
+    }
+    int rc = cpt_dp_attach(dp, ctx, dev_grads, numel, off, n, err);
+    free(numel), free(off);
+    return rc;
+}
+
+int cpt_dp_grads_ready_cb(void *dp, size_t first_param, size_t last_param, cpt_err *err) {
+    return cpt_dp_grads_ready(dp, first_param, last_param, err);
 }
 
 static int launch_ready_buckets(cpt_dp *dp, int all, cpt_err *err) {

@@ -85,11 +85,17 @@ int cpt_dp_uses_nccl(const cpt_dp *dp);
 int cpt_dp_attach(cpt_dp *dp, void *cuda_ctx, float *dev_grads, const size_t *numel, const size_t *offsets,
                   size_t n_params, cpt_err *err);
 const cpt_dp_plan *cpt_dp_get_plan(const cpt_dp *dp);
+/* The same for a model: its CUDA context, device gradient buffer and parameter offsets (cpt_model_use_cuda first;
+ * a CPU model is accepted for one rank without NCCL only). */
+struct cpt_model;
+int cpt_dp_attach_model(cpt_dp *dp, struct cpt_model *m, cpt_err *err);
 
 /* sync = 0 for the micro-batches of gradient accumulation that do not end a step: grads_ready and finish do
  * nothing until sync is set again. */
 void cpt_dp_set_sync(cpt_dp *dp, int sync);
 int cpt_dp_grads_ready(cpt_dp *dp, size_t first_param, size_t last_param, cpt_err *err);
+/* cpt_dp_grads_ready with the group as a void *, the shape of a callback the model's backward can hold. */
+int cpt_dp_grads_ready_cb(void *dp, size_t first_param, size_t last_param, cpt_err *err);
 int cpt_dp_finish(cpt_dp *dp, cpt_err *err);
 /* Buckets launched by grads_ready (before finish) in the last finished step: how much overlap was possible. */
 size_t cpt_dp_buckets_overlapped(const cpt_dp *dp);
