@@ -149,6 +149,79 @@ void cpt_cuda_sumsq(cpt_cuda_ctx *ctx, double *out, cpt_tensor x);
 /* x *= c in place (f32): gradient clipping. */
 void cpt_cuda_scale(cpt_cuda_ctx *ctx, cpt_tensor x, float c);
 
+/* ---- GPU decode (kernels/cuda/paged_attention.cu, sampling.cu, decode_ops.cu; used by rollout/cuda_engine.c) -- */
+
+/* The paged bf16 KV cache: pool [layers][2 (K, V)][n_blocks][block_size][n_kv_heads][head_dim]. Position p of
+ * block table t lives in block block_tables[t * max_blocks + p / block_size] at row p % block_size. Passed by
+ * value to kernels, so a captured graph keeps the pointers (the tables' contents may change between replays). */
+typedef struct cpt_cuda_paged_kv {
+    void *pool;
+    int n_layers, n_blocks, block_size, n_kv_heads, head_dim;
+    int max_blocks;
+    const int32_t *block_tables; /* device [tables, max_blocks] */
+} cpt_cuda_paged_kv;
+
+/* Rows of a decode call: row i is the token at position pos[i] of table tab[i] (i32 device arrays). In place on
+ * qkv [n_rows, (H + 2KV) * D] bf16: the optional per-head RMSNorm of q and k (q_norm, k_norm [D] bf16, qwen3),
+ * RoPE at pos[i] (inv_freq [D / 2] f32 on the device) on q (left in qkv) and k; then K and V go to the pages. */
+void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int layer, void *qkv, const int32_t *pos,
+                        const int32_t *tab, int n_rows, const void *q_norm, const void *k_norm, float eps,
+                        const float *inv_freq, cpt_attn_shape s);
+/* out [n_rows, H * D] bf16 = attention of each row's queries (in qkv, after kv_append) over positions 0 .. pos[i]
+ * of its table, scale 1/sqrt(D), GQA. n_splits > 1 splits the positions into chunks of *split_len (a device i32,
+ * so a graph replays with new lengths) processed by separate blocks and merged in split order (deterministic);
+ * partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: a multiple of 8 up to 128. */
+size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits);
+void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                              const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
+                              int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
+/* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
+void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
+
+/* out [n_rows, C] = wte [V, C] rows tokens (bf16, C a multiple of 8). */
+void cpt_cuda_embed(cpt_cuda_ctx *ctx, void *out, const int32_t *tokens, const void *wte, int n_rows, int64_t C);
+/* out [n_out, C] = bf16(a[idx[s]] + b[idx[s]]) (b may be NULL). */
+void cpt_cuda_gather_add(cpt_cuda_ctx *ctx, void *out, const void *a, const void *b, const int32_t *idx, int n_out,
+                         int64_t C);
+/* out [N, OC] f32 = inp [N, C] bf16 @ w [OC, C]^T bf16 (cuBLASLt, fp32 accumulate): fp32 logits. */
+void cpt_cuda_matmul_f32out(cpt_cuda_ctx *ctx, float *out, const void *inp, const void *w, int64_t N, int64_t C,
+                            int64_t OC);
+/* n bf16 values = mean + std * normal, from a hash of (seed, index): random weights without a host model. */
+void cpt_cuda_fill_normal_bf16(cpt_cuda_ctx *ctx, void *p, size_t n, float mean, float std, uint64_t seed);
+
+/* One sample row: which logits row to draw from, the sampling parameters of rollout/sampling.h (temperature 0:
+ * greedy), and the counter of its random stream: (seed, sample, step). */
+typedef struct cpt_cuda_sample_row {
+    uint64_t seed;
+    int32_t logits_row;
+    int32_t top_k;
+    float temperature, top_p, min_p;
+    uint32_t sample, step;
+    uint32_t pad_;
+} cpt_cuda_sample_row;
+/* tokens [n_rows] i32, logprobs [n_rows] f32 (the behaviour logprob) from logits [*, V] f32 rows; rows on the
+ * device. Deterministic; a row's draw depends only on its logits and (seed, sample, step). */
+void cpt_cuda_sample(cpt_cuda_ctx *ctx, int32_t *tokens, float *logprobs, const float *logits, int64_t V,
+                     const cpt_cuda_sample_row *rows, int n_rows);
+/* The generator behind it (host side, for tests): Philox4x32-10, key = seed, counter (quad, step, sample). The
+ * draw of token i uses word i % 4 of quad i / 4, as u = ((w >> 8) + 0.5) / 2^24. */
+void cpt_cuda_philox4x32(uint32_t out[4], uint64_t seed, uint32_t sample, uint32_t step, uint64_t quad);
+
+/* Pinned host memory, asynchronous copies, free device memory, multiprocessors. */
+void *cpt_cuda_host_alloc(size_t bytes, const char *what, cpt_err *err);
+void cpt_cuda_host_free(void *p);
+int cpt_cuda_memcpy_h2d_async(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err);
+int cpt_cuda_memcpy_d2h_async(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err);
+int cpt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, cpt_err *err);
+int cpt_cuda_num_sms(const cpt_cuda_ctx *ctx);
+
+/* CUDA graphs: ops queued on ctx between begin and end are captured (not run); launch replays them. */
+typedef struct cpt_cuda_graph cpt_cuda_graph;
+int cpt_cuda_graph_begin(cpt_cuda_ctx *ctx, cpt_err *err);
+cpt_cuda_graph *cpt_cuda_graph_end(cpt_cuda_ctx *ctx, cpt_err *err);
+int cpt_cuda_graph_launch(cpt_cuda_ctx *ctx, cpt_cuda_graph *g, cpt_err *err);
+void cpt_cuda_graph_free(cpt_cuda_graph *g);
+
 #ifdef __cplusplus
 }
 #endif

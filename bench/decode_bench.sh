@@ -1,0 +1,44 @@
+#!/bin/bash
+# GPU decode: correctness test and throughput bench in one device run (see docs/performance.md, "GPU decode").
+#
+#   bench/decode_bench.sh build [BUILD] [DIR]   here: link tests/gpu/test_cuda_decode.c and bench/decode_bench.c
+#                                                against BUILD (default build-decode) into DIR (default .carry-decode)
+#   bench/decode_bench.sh run [DIR] [--no-test] [--no-torch]
+#                                                on the GPU machine: the test, the engine bench, transformers' generate
+set -uo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+build)
+    tests/gpu/run_on_device.sh build "${2:-build-decode}" "${3:-.carry-decode}" tests/gpu/test_cuda_decode.c \
+        bench/decode_bench.c
+    ;;
+run)
+    dir=${2:-.carry-decode}
+    shift $(( $# < 2 ? $# : 2 ))
+    test=1 torch=1
+    for a in "$@"; do
+        case $a in --no-test) test=0 ;; --no-torch) torch=0 ;; esac
+    done
+    echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+    eval "$(tests/gpu/run_on_device.sh env)"
+    export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
+    out=${OUT:-/tmp}
+    rc=0
+    if [ $test = 1 ]; then
+        timeout ${TEST_TIMEOUT:-90} "$dir/test_cuda_decode" 2>&1 | tee "$out/test_cuda_decode.log"
+        rc=${PIPESTATUS[0]}
+        echo "test_cuda_decode rc=$rc"
+    fi
+    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee "$out/decode_bench.log"
+    if [ $torch = 1 ]; then
+        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-120} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} 2>&1 | grep -v Warning |
+            tee "$out/decode_torch.log"
+    fi
+    echo "== summary =="
+    grep -h "RESULT" "$out"/decode_bench.log "$out"/decode_torch.log 2>/dev/null
+    [ $test = 1 ] && sed -n '/== GPU decode summary ==/,$p' "$out/test_cuda_decode.log"
+    exit $rc
+    ;;
+*) echo "usage: $0 build [BUILD] [DIR] | run [DIR] [--no-test] [--no-torch]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,301 @@
+/* The paged bf16 KV cache of the GPU decode engine: appending a row's keys and values (with qwen3's q/k norm and
+ * RoPE fused in), attention of one query row over its sequence's blocks (flash-decoding: the positions split over
+ * blocks, each keeping an online softmax; a combine kernel merges the splits in split order, so results are
+ * deterministic), and block copies for copy-on-write of shared prompt blocks.
+ *
+ * Row i of a call is the token at position pos[i] of block table tab[i]; it attends to positions 0 .. pos[i] of
+ * that table (its own key included: kv_append runs first). A decode step is one row per sequence; a prefill is
+ * one row per prompt token (causal by construction). */
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define ATT_THREADS 128
+#define ATT_TILE 128 /* positions scored per pass over shared memory */
+
+static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, int which, int tab, int p) {
+    int32_t blk = kv.block_tables[(int64_t)tab * kv.max_blocks + p / kv.block_size];
+    return ((((int64_t)layer * 2 + which) * kv.n_blocks + blk) * kv.block_size + p % kv.block_size) *
+           (int64_t)kv.n_kv_heads * kv.head_dim;
+}
+
+/* ---- append: q/k norm (optional), rope, K and V into the pages -------------------------------------------- */
+
+/* One block per row, one warp per head (H query heads, KV key heads, KV value heads). fp32 from the bf16 qkv
+ * through norm and rotation, one rounding at the end. */
+static __global__ void kv_append_kernel(cpt_cuda_paged_kv kv, int layer, __nv_bfloat16 *qkv, const int32_t *pos,
+                                 const int32_t *tab, const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm,
+                                 float eps, const float *inv_freq, int H, int KV, int D) {
+    int64_t i = blockIdx.x;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    int QKV = (H + 2 * KV) * D, half = D / 2;
+    __nv_bfloat16 *row = qkv + i * QKV;
+    int p = pos[i];
+    __nv_bfloat16 *kc = (__nv_bfloat16 *)kv.pool + kv_row(kv, layer, 0, tab[i], p);
+    __nv_bfloat16 *vc = (__nv_bfloat16 *)kv.pool + kv_row(kv, layer, 1, tab[i], p);
+    for (int hh = warp; hh < H + 2 * KV; hh += nwarps) {
+        const __nv_bfloat16 *src = row + (int64_t)hh * D;
+        if (hh >= H + KV) { /* value head: a plain copy */
+            __nv_bfloat16 *dst = vc + (int64_t)(hh - H - KV) * D;
+            for (int d = lane; d < D; d += 32) dst[d] = src[d];
+            continue;
+        }
+        const __nv_bfloat16 *w = hh < H ? q_norm : k_norm;
+        float rstd = 1.0f;
+        if (w) {
+            float ss = 0.0f;
+            for (int d = lane; d < D; d += 32) {
+                float f = __bfloat162float(src[d]);
+                ss += f * f;
+            }
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            rstd = rsqrtf(ss / (float)D + eps);
+        }
+        __syncwarp();
+        __nv_bfloat16 *dst = hh < H ? row + (int64_t)hh * D : kc + (int64_t)(hh - H) * D;
+        for (int k = lane; k < half; k += 32) {
+            float a = __bfloat162float(src[k]) * rstd, b = __bfloat162float(src[k + half]) * rstd;
+            if (w) {
+                a *= __bfloat162float(w[k]);
+                b *= __bfloat162float(w[k + half]);
+            }
+            float sn, cs;
+            sincosf((float)p * inv_freq[k], &sn, &cs);
+            dst[k] = __float2bfloat16(a * cs - b * sn);
+            dst[k + half] = __float2bfloat16(b * cs + a * sn);
+        }
+    }
+}
+
+void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int layer, void *qkv, const int32_t *pos,
+                        const int32_t *tab, int n_rows, const void *q_norm, const void *k_norm, float eps,
+                        const float *inv_freq, cpt_attn_shape s) {
+    CKCHECK(kv && qkv && pos && tab && inv_freq, "kv_append", "missing operand");
+    CKCHECK(s.head_dim == kv->head_dim && s.n_kv_heads == kv->n_kv_heads && s.head_dim % 2 == 0 &&
+                s.n_heads % s.n_kv_heads == 0 && layer >= 0 && layer < kv->n_layers,
+            "kv_append", "shape: %d heads, %d kv heads of %d, cache %d x %d, layer %d of %d", s.n_heads,
+            s.n_kv_heads, s.head_dim, kv->n_kv_heads, kv->head_dim, layer, kv->n_layers);
+    if (n_rows == 0) return;
+    kv_append_kernel<<<(unsigned)n_rows, 128, 0, ctx->stream>>>(
+        *kv, layer, (__nv_bfloat16 *)qkv, pos, tab, (const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm,
+        eps, inv_freq, s.n_heads, s.n_kv_heads, s.head_dim);
+    LAUNCH_OK("kv_append_kernel");
+}
+
+/* ---- decode attention ------------------------------------------------------------------------------------- */
+
+/* Block (row i, kv head, split): the G = H / KV query heads of the group over positions [start, end) of the
+ * split, a tile of ATT_TILE positions at a time with an online softmax. Phase 1: one thread per position scores
+ * it against the G queries (16-byte key loads). Phase 2: one warp per head updates max and sum. Phase 3: thread
+ * (d, part) accumulates p * v for dimension d over its share of the tile's positions. n_splits == 1 writes the
+ * normalised bf16 output; otherwise (unnormalised o, m, l) partials for the combine kernel. */
+template <int MAXG>
+static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
+    __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
+    const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D) {
+    extern __shared__ float sm[];
+    const int G = H / KV;
+    float *q_s = sm;                       /* [G][D] */
+    float *s_s = q_s + MAXG * D;           /* [G][ATT_TILE] */
+    float *m_s = s_s + MAXG * ATT_TILE;    /* [G] running max */
+    float *l_s = m_s + MAXG;               /* [G] running sum */
+    float *a_s = l_s + MAXG;               /* [G] rescale of this tile */
+    float *red = a_s + MAXG;               /* [ATT_THREADS / D][G][D] */
+    int64_t i = blockIdx.x;
+    int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int len = pos[i] + 1, t = tab[i];
+    int split_len = n_splits == 1 ? len : *split_len_p;
+    int start = sp * split_len, end = min(len, start + split_len);
+    int QKV = (H + 2 * KV) * D;
+    if (start >= end) { /* an empty split: the combine skips l == 0 */
+        for (int g = tid; g < G; g += blockDim.x) {
+            float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
+            pp[D] = -INFINITY;
+            pp[D + 1] = 0.0f;
+        }
+        return;
+    }
+    const float scale = rsqrtf((float)D);
+    for (int x = tid; x < G * D; x += blockDim.x)
+        q_s[x] = __bfloat162float(qkv[i * QKV + (int64_t)(kvh * G) * D + x]) * scale;
+    if (tid < G) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+    int d = tid % D, part = tid / D, nparts = blockDim.x / D;
+    float acc[MAXG];
+#pragma unroll
+    for (int g = 0; g < MAXG; g++) acc[g] = 0.0f;
+    const __nv_bfloat16 *kpool = (const __nv_bfloat16 *)kv.pool;
+    int kvstride = kv.n_kv_heads * D; /* elements between positions of one block */
+    (void)kvstride;
+    __syncthreads();
+    for (int t0 = start; t0 < end; t0 += ATT_TILE) {
+        int tn = min(ATT_TILE, end - t0);
+        /* phase 1: scores */
+        for (int j = tid; j < tn; j += blockDim.x) {
+            const __nv_bfloat16 *k = kpool + kv_row(kv, layer, 0, t, t0 + j) + (int64_t)kvh * D;
+            float s[MAXG];
+#pragma unroll
+            for (int g = 0; g < MAXG; g++) s[g] = 0.0f;
+            for (int c = 0; c < D; c += 8) {
+                uint4 raw = *(const uint4 *)(k + c);
+                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw;
+                float kf[8];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float2 f = __bfloat1622float2(k2[u]);
+                    kf[2 * u] = f.x;
+                    kf[2 * u + 1] = f.y;
+                }
+#pragma unroll
+                for (int g = 0; g < MAXG; g++) {
+                    if (g < G) {
+                        const float *q = q_s + g * D + c;
+#pragma unroll
+                        for (int u = 0; u < 8; u++) s[g] += q[u] * kf[u];
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < MAXG; g++)
+                if (g < G) s_s[g * ATT_TILE + j] = s[g];
+        }
+        __syncthreads();
+        /* phase 2: online max / sum per head */
+        int lane = tid & 31, warp = tid >> 5;
+        for (int g = warp; g < G; g += blockDim.x >> 5) {
+            float mx = -INFINITY;
+            for (int j = lane; j < tn; j += 32) mx = fmaxf(mx, s_s[g * ATT_TILE + j]);
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+            float sum = 0.0f;
+            for (int j = lane; j < tn; j += 32) {
+                float e = expf(s_s[g * ATT_TILE + j] - m_new);
+                s_s[g * ATT_TILE + j] = e;
+                sum += e;
+            }
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                float a = expf(m_old - m_new); /* 0 on the first tile */
+                a_s[g] = a;
+                l_s[g] = l_s[g] * a + sum;
+                m_s[g] = m_new;
+            }
+        }
+        __syncthreads();
+        /* phase 3: p * v */
+        if (part < nparts) {
+#pragma unroll
+            for (int g = 0; g < MAXG; g++)
+                if (g < G) acc[g] *= a_s[g];
+            for (int j = part; j < tn; j += nparts) {
+                float v = __bfloat162float(kpool[kv_row(kv, layer, 1, t, t0 + j) + (int64_t)kvh * D + d]);
+#pragma unroll
+                for (int g = 0; g < MAXG; g++)
+                    if (g < G) acc[g] += s_s[g * ATT_TILE + j] * v;
+            }
+        }
+        __syncthreads();
+    }
+    /* the parts of each dimension, summed in part order */
+    if (part < nparts) {
+#pragma unroll
+        for (int g = 0; g < MAXG; g++)
+            if (g < G) red[(part * G + g) * D + d] = acc[g];
+    }
+    __syncthreads();
+    for (int x = tid; x < G * D; x += blockDim.x) {
+        int g = x / D, dd = x % D;
+        float o = 0.0f;
+        for (int pp = 0; pp < nparts; pp++) o += red[(pp * G + g) * D + dd];
+        int h = kvh * G + g;
+        if (n_splits == 1) {
+            out[i * (int64_t)H * D + (int64_t)h * D + dd] = __float2bfloat16(o / l_s[g]);
+        } else {
+            float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
+            pp[dd] = o;
+            if (dd == 0) {
+                pp[D] = m_s[g];
+                pp[D + 1] = l_s[g];
+            }
+        }
+    }
+}
+
+/* Merges the splits of (row, head) in split order: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
+static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
+    int64_t i = blockIdx.x;
+    int h = blockIdx.y;
+    const float *pp = partial + (i * H + h) * n_splits * (int64_t)(D + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        if (pp[s * (D + 2) + D + 1] > 0.0f) M = fmaxf(M, pp[s * (D + 2) + D]);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float num = 0.0f, den = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float *q = pp + s * (D + 2);
+            if (q[D + 1] <= 0.0f) continue;
+            float w = expf(q[D] - M);
+            num += w * q[d];
+            den += w * q[D + 1];
+        }
+        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(num / den);
+    }
+}
+
+size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits) {
+    return n_splits <= 1 ? 0 : (size_t)n_rows * n_heads * n_splits * (head_dim + 2);
+}
+
+void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                              const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
+                              int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s) {
+    const char *op = "paged_attention";
+    int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
+    CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= ATT_THREADS &&
+                ATT_THREADS % D == 0 && layer >= 0 && layer < kv->n_layers,
+            op, "shape: %d heads, %d kv heads of %d (head_dim must be a multiple of 8 dividing %d)", H, KV, D,
+            ATT_THREADS);
+    CKCHECK(H / KV <= 16, op, "%d query heads per kv head; at most 16 supported", H / KV);
+    CKCHECK(n_splits >= 1 && (n_splits == 1 || (partial && split_len)), op, "%d splits need partials", n_splits);
+    if (n_rows == 0) return;
+    int maxg = H / KV <= 8 ? 8 : 16;
+    size_t shm = sizeof(float) * ((size_t)maxg * D + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
+                                  (size_t)(ATT_THREADS / D) * (H / KV) * D);
+    dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
+    if (maxg == 8)
+        paged_attention_kernel<8><<<grid, ATT_THREADS, shm, ctx->stream>>>(
+            (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits,
+            H, KV, D);
+    else
+        paged_attention_kernel<16><<<grid, ATT_THREADS, shm, ctx->stream>>>(
+            (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits,
+            H, KV, D);
+    LAUNCH_OK("paged_attention_kernel");
+    if (n_splits > 1) {
+        attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)H), D < 32 ? 32 : D, 0, ctx->stream>>>(
+            (__nv_bfloat16 *)out, partial, n_splits, H, D);
+        LAUNCH_OK("attention_combine_kernel");
+    }
+}
+
+/* ---- copy-on-write -------------------------------------------------------------------------------------- */
+
+/* Block (pair, layer * 2 + K/V): copies one page of block_size x kv_heads x head_dim bf16 values. */
+static __global__ void kv_copy_blocks_kernel(cpt_cuda_paged_kv kv, const int32_t *pairs) {
+    int pr = blockIdx.x, lw = blockIdx.y;
+    int64_t page = (int64_t)kv.block_size * kv.n_kv_heads * kv.head_dim; /* bf16 values, a multiple of 8 */
+    int64_t base = (int64_t)lw * kv.n_blocks;
+    const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)kv.pool + (base + pairs[2 * pr]) * page);
+    uint4 *dst = (uint4 *)((__nv_bfloat16 *)kv.pool + (base + pairs[2 * pr + 1]) * page);
+    for (int64_t x = threadIdx.x; x < page / 8; x += blockDim.x) dst[x] = src[x];
+}
+
+void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs) {
+    CKCHECK(kv && pairs && kv->head_dim % 8 == 0, "kv_copy_blocks", "missing operand or head_dim not a multiple of 8");
+    if (n_pairs == 0) return;
+    kv_copy_blocks_kernel<<<dim3((unsigned)n_pairs, (unsigned)(2 * kv->n_layers)), 256, 0, ctx->stream>>>(*kv, pairs);
+    LAUNCH_OK("kv_copy_blocks_kernel");
+}

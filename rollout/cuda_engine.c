@@ -1,0 +1,1055 @@
+/* The GPU generation engine (rollout/cuda_engine.h): requests and slots as rollout/engine.c, a paged bf16 KV cache
+ * with shared prompt blocks, the bf16 model forward over "rows" (token, position, block table), sampling on the
+ * device and CUDA graphs for decode steps. */
+#include "rollout/cuda_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CPT_HAVE_CUDA
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/kernels.h"
+
+#define MAX_SPLITS 16
+#define MAX_GRAPHS 96
+#define SPLIT_MIN_LEN 256 /* positions a split should have at least */
+
+typedef struct greq {
+    int64_t id;
+    uint64_t tag;
+    int32_t *prompt;
+    int n_prompt, n_samples, max_new;
+    cpt_sample_params sp;
+    uint64_t seed;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    char **stop_strs;
+    size_t *stop_lens, max_stop_len;
+    int n_stop_strs;
+    int next_sample, done_samples, live;
+    cpt_gen_sample *samples;
+    int *cap;
+    /* prompt sharing: the request's own references to its prompt blocks, held from its prefill until every
+     * sample is admitted, and the logits after the prompt's last token */
+    int held, prefilling;
+    int hold_res; /* blocks reserved for the hold: only a request of several samples can outlive its prefill slot */
+    int32_t *pblocks;
+    int n_pblocks;
+    int plog_row;
+} greq;
+
+typedef struct gslot {
+    greq *r; /* NULL: free */
+    int sample;
+    int len;         /* positions in the cache */
+    int32_t pending; /* the last generated token, not yet in the cache */
+    int nb;          /* blocks in the slot's table */
+    int need;        /* blocks reserved for it */
+    int wait_prefill;
+} gslot;
+
+typedef struct dlayer {
+    void *ln1, *wqkv, *bqkv, *qn, *kn, *wo, *bo, *ln2, *wgu, *wdown;
+} dlayer;
+
+typedef struct graph_entry {
+    int rows, splits;
+    cpt_cuda_graph *g;
+} graph_entry;
+
+struct cpt_cuda_engine {
+    cpt_cuda_ctx *ctx;
+    cpt_model_config cfg;
+    int V, C, H, KV, D, I, QKV, L;
+    const cpt_tokenizer *tok;
+    /* weights (bf16) */
+    void *wmem;
+    void *embed, *norm, *lm;
+    dlayer *layers;
+    float *inv_freq;
+    /* paged KV cache */
+    cpt_cuda_paged_kv kv;
+    int32_t *tables_d, *tables_h; /* [n_slots + 1][max_blocks]; the last table is the padding rows' */
+    int tables_dirty;
+    int block_size, max_blocks, total_blocks; /* usable blocks; block total_blocks is the padding rows' */
+    int *refcnt, *free_stack, n_free, reserved;
+    /* activations */
+    int R; /* rows per forward */
+    void *act;
+    void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
+    float *logits, *plog, *partial;
+    int *plog_free, n_plog_free;
+    /* per-call metadata: pinned host mirror, uploaded in one copy */
+    char *meta_h, *meta_d;
+    size_t off_tok, off_pos, off_tab, off_last, off_split, off_pairs, off_rows, off_out_tok, off_out_lp, meta_upload;
+    int n_pairs;
+    /* requests and slots */
+    gslot *slots;
+    int n_slots, max_len, prefill_chunk;
+    greq **reqs;
+    int n_reqs, cap_reqs;
+    int64_t next_id;
+    int *new_slot, *pre_slot, *prog;
+    /* graphs */
+    int use_graphs;
+    graph_entry graphs[MAX_GRAPHS];
+    int n_graphs;
+    char *tail;
+    size_t tail_cap;
+    cpt_engine_stats st;
+};
+
+#define MT(e, off, type) ((type *)((e)->meta_h + (e)->off))
+#define MD(e, off, type) ((type *)((e)->meta_d + (e)->off))
+
+static cpt_tensor BT(void *p, int64_t a, int64_t b) { return cpt_cuda_tensor(p, CPT_DT_BF16, 2, a, b); }
+static cpt_tensor B1(void *p, int64_t a) { return p ? cpt_cuda_tensor(p, CPT_DT_BF16, 1, a, 0) : cpt_tensor_none(); }
+
+/* ---- requests ---------------------------------------------------------------------------------------------- */
+
+static void req_free(greq *r) {
+    if (!r) return;
+    free(r->prompt);
+    free(r->stop_ids);
+    for (int i = 0; i < r->n_stop_strs; i++) free(r->stop_strs[i]);
+    free(r->stop_strs);
+    free(r->stop_lens);
+    for (int i = 0; r->samples && i < r->n_samples; i++) {
+        free(r->samples[i].tokens);
+        free(r->samples[i].logprobs);
+    }
+    free(r->samples);
+    free(r->cap);
+    free(r->pblocks);
+    free(r);
+}
+
+static int blocks_for(const cpt_cuda_engine *e, int positions) { return (positions + e->block_size - 1) / e->block_size; }
+static int need_of(const cpt_cuda_engine *e, const greq *r) {
+    int n = r->n_prompt + r->max_new;
+    return blocks_for(e, n < e->max_len ? n : e->max_len);
+}
+
+/* ---- blocks -------------------------------------------------------------------------------------------- */
+
+static int block_alloc(cpt_cuda_engine *e, cpt_err *err) {
+    if (!e->n_free) return cpt_errf(err, "cuda engine: KV pool exhausted (%d blocks); reservation bug", e->total_blocks);
+    int b = e->free_stack[--e->n_free];
+    e->refcnt[b] = 1;
+    return b;
+}
+
+static void block_decref(cpt_cuda_engine *e, int b) {
+    if (--e->refcnt[b] == 0) e->free_stack[e->n_free++] = b;
+}
+
+static int32_t *table(cpt_cuda_engine *e, int t) { return e->tables_h + (size_t)t * e->max_blocks; }
+
+static void slot_release(cpt_cuda_engine *e, int s) {
+    gslot *sl = &e->slots[s];
+    int32_t *tb = table(e, s);
+    for (int i = 0; i < sl->nb; i++) block_decref(e, tb[i]);
+    sl->nb = 0;
+    sl->len = 0;
+    e->reserved -= sl->need;
+    sl->need = 0;
+    sl->r = NULL;
+}
+
+static void req_release_prompt(cpt_cuda_engine *e, greq *r) {
+    if (!r->held) return;
+    for (int i = 0; i < r->n_pblocks; i++) block_decref(e, r->pblocks[i]);
+    e->reserved -= r->hold_res;
+    r->hold_res = 0;
+    r->held = 0;
+    r->n_pblocks = 0;
+    if (r->plog_row >= 0) e->plog_free[e->n_plog_free++] = r->plog_row;
+    r->plog_row = -1;
+}
+
+/* The slot's table gets the request's prompt blocks (shared: one more reference each). */
+static void share_prompt(cpt_cuda_engine *e, int s, greq *r) {
+    gslot *sl = &e->slots[s];
+    int32_t *tb = table(e, s);
+    for (int i = 0; i < r->n_pblocks; i++) {
+        tb[i] = r->pblocks[i];
+        e->refcnt[r->pblocks[i]]++;
+    }
+    sl->nb = r->n_pblocks;
+    sl->len = r->n_prompt;
+    e->tables_dirty = 1;
+}
+
+/* Room for the position the slot writes next: a fresh block at a block boundary, or a private copy of a shared,
+ * partly filled last block (copy-on-write; the copy runs before the step's forward). */
+static int ensure_block(cpt_cuda_engine *e, int s, cpt_err *err) {
+    gslot *sl = &e->slots[s];
+    int32_t *tb = table(e, s);
+    int bi = sl->len / e->block_size;
+    if (bi >= e->max_blocks) return cpt_errf(err, "cuda engine: slot %d past the context of %d", s, e->max_len);
+    if (bi == sl->nb) {
+        int b = block_alloc(e, err);
+        if (b < 0) return -1;
+        tb[sl->nb++] = b;
+        e->tables_dirty = 1;
+    } else if (e->refcnt[tb[bi]] > 1) {
+        int b = block_alloc(e, err);
+        if (b < 0) return -1;
+        int32_t *pairs = MT(e, off_pairs, int32_t);
+        pairs[2 * e->n_pairs] = tb[bi];
+        pairs[2 * e->n_pairs + 1] = b;
+        e->n_pairs++;
+        block_decref(e, tb[bi]);
+        tb[bi] = b;
+        e->tables_dirty = 1;
+    }
+    return 0;
+}
+
+/* ---- the forward over rows --------------------------------------------------------------------------------- */
+
+/* Rows [n] (tok, pos, tab in the uploaded metadata) through the model; logits [n_out, V] for rows last[0..n_out). */
+static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
+    cpt_cuda_ctx *ctx = e->ctx;
+    const cpt_model_config *c = &e->cfg;
+    int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
+    cpt_attn_shape shape = {e->H, e->KV, e->D};
+    const int32_t *tok = MD(e, off_tok, int32_t), *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
+    cpt_tensor none = cpt_tensor_none();
+    cpt_cuda_embed(ctx, e->x, tok, e->embed, n, C);
+    for (int l = 0; l < e->L; l++) {
+        const dlayer *w = &e->layers[l];
+        if (l == 0)
+            cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, none, BT(e->x, n, C), none, B1(w->ln1, C), c->rms_norm_eps);
+        else
+            cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->mlp, n, C),
+                                 B1(w->ln1, C), c->rms_norm_eps);
+        cpt_cuda_matmul_fwd(ctx, BT(e->qkv, n, QKV), BT(e->h, n, C), BT(w->wqkv, QKV, C), B1(w->bqkv, QKV));
+        cpt_cuda_kv_append(ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
+        cpt_cuda_paged_attention(ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
+                                 MD(e, off_split, int32_t), shape);
+        cpt_cuda_matmul_fwd(ctx, BT(e->o, n, C), BT(e->att, n, HD), BT(w->wo, C, HD), B1(w->bo, C));
+        cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->o, n, C),
+                             B1(w->ln2, C), c->rms_norm_eps);
+        cpt_cuda_matmul_fwd(ctx, BT(e->gu, n, 2 * I), BT(e->h, n, C), BT(w->wgu, 2 * I, C), none);
+        cpt_cuda_swiglu_fwd(ctx, BT(e->a, n, I), BT(e->gu, n, 2 * I));
+        cpt_cuda_matmul_fwd(ctx, BT(e->mlp, n, C), BT(e->a, n, I), BT(w->wdown, C, I), none);
+    }
+    cpt_cuda_gather_add(ctx, e->hl_in, e->x, e->mlp, MD(e, off_last, int32_t), n_out, C);
+    cpt_cuda_rmsnorm_fwd(ctx, BT(e->hl, n_out, C), none, none, BT(e->hl_in, n_out, C), none, B1(e->norm, C),
+                         c->rms_norm_eps);
+    cpt_cuda_matmul_f32out(ctx, e->logits, e->hl, e->lm, n_out, C, e->V);
+}
+
+static int upload_meta(cpt_cuda_engine *e, cpt_err *err) {
+    if (cpt_cuda_memcpy_h2d_async(e->ctx, e->meta_d, e->meta_h, e->meta_upload, err)) return -1;
+    if (e->tables_dirty) {
+        size_t bytes = sizeof(int32_t) * (size_t)(e->n_slots + 1) * e->max_blocks;
+        if (cpt_cuda_memcpy_h2d_async(e->ctx, e->tables_d, e->tables_h, bytes, err)) return -1;
+        e->tables_dirty = 0;
+    }
+    if (e->n_pairs) cpt_cuda_kv_copy_blocks(e->ctx, &e->kv, MD(e, off_pairs, int32_t), e->n_pairs);
+    e->n_pairs = 0;
+    return 0;
+}
+
+static void fill_row(cpt_cuda_sample_row *row, const greq *r, int logits_row, int sample, int step) {
+    memset(row, 0, sizeof *row);
+    row->seed = r->seed;
+    row->logits_row = logits_row;
+    row->top_k = r->sp.top_k;
+    row->temperature = r->sp.temperature;
+    row->top_p = r->sp.top_p;
+    row->min_p = r->sp.min_p;
+    row->sample = (uint32_t)sample;
+    row->step = (uint32_t)step;
+}
+
+/* ---- per-token bookkeeping (as rollout/engine.c) ------------------------------------------------------ */
+
+static int append(greq *r, int k, int32_t tok, float lp, cpt_err *err) {
+    cpt_gen_sample *s = &r->samples[k];
+    if (s->n_tokens == r->cap[k]) {
+        int cap = r->cap[k] ? 2 * r->cap[k] : 32;
+        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)cap);
+        if (t) s->tokens = t;
+        float *l = realloc(s->logprobs, sizeof(float) * (size_t)cap);
+        if (l) s->logprobs = l;
+        if (!t || !l) return cpt_errf(err, "cuda engine: out of memory for a completion");
+        r->cap[k] = cap;
+    }
+    s->tokens[s->n_tokens] = tok;
+    s->logprobs[s->n_tokens] = lp;
+    s->n_tokens++;
+    return 0;
+}
+
+static int ends_with_stop_str(cpt_cuda_engine *e, const greq *r, const cpt_gen_sample *s) {
+    if (!r->n_stop_strs) return 0;
+    size_t total = 0, n;
+    int k = s->n_tokens;
+    while (k > 0 && total < r->max_stop_len) {
+        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[k - 1], &n);
+        total += b ? n : 0;
+        k--;
+    }
+    if (total + 1 > e->tail_cap) {
+        char *p = realloc(e->tail, total + 64);
+        if (!p) return 0;
+        e->tail = p;
+        e->tail_cap = total + 64;
+    }
+    size_t at = 0;
+    for (int i = k; i < s->n_tokens; i++) {
+        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[i], &n);
+        if (b && n) memcpy(e->tail + at, b, n), at += n;
+    }
+    for (int i = 0; i < r->n_stop_strs; i++)
+        if (r->stop_lens[i] <= at && memcmp(e->tail + at - r->stop_lens[i], r->stop_strs[i], r->stop_lens[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Records the slot's new token; ends the sample on a stop rule. 1: the slot became free, 0: goes on, -1: error. */
+static int advance(cpt_cuda_engine *e, int si, int32_t tok, float lp, cpt_err *err) {
+    gslot *sl = &e->slots[si];
+    greq *r = sl->r;
+    if (tok < 0 || tok >= e->V) return cpt_errf(err, "cuda engine: sampled token %d outside [0, %d)", tok, e->V);
+    if (append(r, sl->sample, tok, lp, err)) return -1;
+    e->st.generated_tokens++;
+    cpt_gen_sample *s = &r->samples[sl->sample];
+    int stop = 0;
+    for (int i = 0; i < r->n_stop_ids && !stop; i++) stop = tok == r->stop_ids[i];
+    if (!stop) stop = ends_with_stop_str(e, r, s);
+    if (stop || s->n_tokens >= r->max_new) {
+        s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
+        r->done_samples++;
+        r->live--;
+        slot_release(e, si);
+        return 1;
+    }
+    sl->pending = tok;
+    return 0;
+}
+
+/* ---- admission and prefill ------------------------------------------------------------------------------- */
+
+static greq *next_waiting(cpt_cuda_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->next_sample < e->reqs[i]->n_samples) return e->reqs[i];
+    return NULL;
+}
+
+/* Runs the prompts of the slots pre_slot[0..n) (their blocks already in their tables) in chunks of at most R rows;
+ * each prompt's last logits go to its request's plog row; then the request takes its references to the blocks. */
+static int prefill(cpt_cuda_engine *e, int n, cpt_err *err) {
+    for (int k = 0; k < n; k++) e->prog[k] = 0;
+    for (;;) {
+        int nt = 0, no = 0;
+        int32_t *tok = MT(e, off_tok, int32_t), *pos = MT(e, off_pos, int32_t), *tab = MT(e, off_tab, int32_t);
+        int32_t *last = MT(e, off_last, int32_t);
+        int owner[1024], n_owner = 0; /* bounded by n_slots (<= 1024, checked at creation) */
+        for (int k = 0; k < n && nt < e->R; k++) {
+            int s = e->pre_slot[k];
+            greq *r = e->slots[s].r;
+            int left = r->n_prompt - e->prog[k];
+            if (left <= 0) continue;
+            int take = left < e->R - nt ? left : e->R - nt;
+            for (int j = 0; j < take; j++) {
+                tok[nt + j] = r->prompt[e->prog[k] + j];
+                pos[nt + j] = e->prog[k] + j;
+                tab[nt + j] = s;
+            }
+            e->prog[k] += take;
+            nt += take;
+            if (e->prog[k] == r->n_prompt) {
+                last[no] = nt - 1;
+                owner[n_owner++] = k;
+                no++;
+            }
+        }
+        if (!nt) break;
+        MT(e, off_split, int32_t)[0] = 0;
+        if (upload_meta(e, err)) return -1;
+        forward(e, nt, no, 1);
+        e->st.prefill_tokens += nt;
+        for (int j = 0; j < no; j++) {
+            greq *r = e->slots[e->pre_slot[owner[j]]].r;
+            if (cpt_cuda_memcpy_d2d(e->ctx, e->plog + (size_t)r->plog_row * e->V, e->logits + (size_t)j * e->V,
+                                    sizeof(float) * (size_t)e->V, err))
+                return -1;
+        }
+        if (cpt_cuda_sync(e->ctx, err)) return -1; /* the host metadata is rewritten next */
+    }
+    for (int k = 0; k < n; k++) {
+        int s = e->pre_slot[k];
+        gslot *sl = &e->slots[s];
+        greq *r = sl->r;
+        int32_t *tb = table(e, s);
+        r->n_pblocks = sl->nb;
+        for (int i = 0; i < sl->nb; i++) {
+            r->pblocks[i] = tb[i];
+            e->refcnt[tb[i]]++;
+        }
+        r->prefilling = 0;
+        sl->len = r->n_prompt;
+        e->st.prefills++;
+    }
+    return 0;
+}
+
+static int admit(cpt_cuda_engine *e, cpt_err *err) {
+    for (;;) {
+        int n_new = 0, n_pre = 0;
+        for (int s = 0; s < e->n_slots; s++) {
+            if (e->slots[s].r) continue;
+            greq *r = next_waiting(e);
+            if (!r) break;
+            int hold = r->held || r->n_samples == 1 ? 0 : blocks_for(e, r->n_prompt);
+            int need = need_of(e, r);
+            if (e->reserved + need + hold > e->total_blocks) break; /* wait for blocks to free */
+            if (!r->held && e->n_plog_free == 0) break;
+            e->reserved += need + hold;
+            gslot *sl = &e->slots[s];
+            memset(sl, 0, sizeof *sl);
+            sl->r = r;
+            sl->sample = r->next_sample++;
+            sl->need = need;
+            r->live++;
+            e->new_slot[n_new++] = s;
+            if (!r->held) {
+                r->held = 1;
+                r->hold_res = hold;
+                r->prefilling = 1;
+                r->plog_row = e->plog_free[--e->n_plog_free];
+                int nb = blocks_for(e, r->n_prompt);
+                int32_t *tb = table(e, s);
+                for (int i = 0; i < nb; i++) {
+                    int b = block_alloc(e, err);
+                    if (b < 0) return -1;
+                    tb[i] = b;
+                }
+                sl->nb = nb;
+                e->tables_dirty = 1;
+                e->pre_slot[n_pre++] = s;
+            } else if (r->prefilling) {
+                sl->wait_prefill = 1;
+            } else {
+                share_prompt(e, s, r);
+                e->st.shared_prefills++;
+            }
+        }
+        if (!n_new) return 0;
+        if (n_pre && prefill(e, n_pre, err)) return -1;
+        cpt_cuda_sample_row *rows = MT(e, off_rows, cpt_cuda_sample_row);
+        for (int k = 0; k < n_new; k++) {
+            gslot *sl = &e->slots[e->new_slot[k]];
+            if (sl->wait_prefill) {
+                share_prompt(e, e->new_slot[k], sl->r);
+                sl->wait_prefill = 0;
+                e->st.shared_prefills++;
+            }
+            fill_row(&rows[k], sl->r, sl->r->plog_row, sl->sample, 0);
+        }
+        if (upload_meta(e, err)) return -1;
+        cpt_cuda_sample(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->plog, e->V,
+                        MD(e, off_rows, cpt_cuda_sample_row), n_new);
+        if (cpt_cuda_memcpy_d2h(e->ctx, e->meta_h + e->off_out_tok, e->meta_d + e->off_out_tok,
+                                e->off_out_lp - e->off_out_tok + sizeof(float) * (size_t)e->n_slots, err))
+            return -1;
+        int freed = 0;
+        for (int k = 0; k < n_new; k++) {
+            int rc = advance(e, e->new_slot[k], MT(e, off_out_tok, int32_t)[k], MT(e, off_out_lp, float)[k], err);
+            if (rc < 0) return -1;
+            freed += rc;
+        }
+        for (int i = 0; i < e->n_reqs; i++)
+            if (e->reqs[i]->held && e->reqs[i]->next_sample == e->reqs[i]->n_samples) req_release_prompt(e, e->reqs[i]);
+        if (!freed) return 0;
+    }
+}
+
+/* ---- decode steps -------------------------------------------------------------------------------------------- */
+
+static int bucket_rows(const cpt_cuda_engine *e, int n) {
+    int b = 1;
+    while (b < n) b *= 2;
+    return b < e->n_slots ? b : e->n_slots;
+}
+
+static int choose_splits(const cpt_cuda_engine *e, int rows, int max_len) {
+    int by_len = (max_len + SPLIT_MIN_LEN - 1) / SPLIT_MIN_LEN;
+    int want = (2 * cpt_cuda_num_sms(e->ctx) + rows * e->KV - 1) / (rows * e->KV);
+    int s = by_len < want ? by_len : want;
+    if (s > MAX_SPLITS) s = MAX_SPLITS;
+    int p = 1;
+    while (p < s) p *= 2;
+    return p;
+}
+
+/* The graph of a decode step of `rows` rows and `splits` attention splits: found, or captured now. *g stays NULL
+ * (run eagerly) once MAX_GRAPHS exist. */
+static int graph_for(cpt_cuda_engine *e, int rows, int splits, cpt_cuda_graph **g, cpt_err *err) {
+    *g = NULL;
+    for (int i = 0; i < e->n_graphs; i++)
+        if (e->graphs[i].rows == rows && e->graphs[i].splits == splits) {
+            *g = e->graphs[i].g;
+            return 0;
+        }
+    if (e->n_graphs == MAX_GRAPHS) return 0;
+    if (cpt_cuda_graph_begin(e->ctx, err)) return -1;
+    forward(e, rows, rows, splits);
+    cpt_cuda_sample(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
+                    MD(e, off_rows, cpt_cuda_sample_row), rows);
+    if (!(*g = cpt_cuda_graph_end(e->ctx, err))) return -1;
+    e->graphs[e->n_graphs++] = (graph_entry){rows, splits, *g};
+    return 0;
+}
+
+int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) {
+    if (admit(e, err)) return -1;
+    int n = 0, max_len = 0;
+    int *act = e->new_slot;
+    for (int s = 0; s < e->n_slots; s++) {
+        if (!e->slots[s].r) continue;
+        if (ensure_block(e, s, err)) return -1;
+        act[n++] = s;
+        if (e->slots[s].len + 1 > max_len) max_len = e->slots[s].len + 1;
+    }
+    if (!n) return 0;
+    int B = e->use_graphs ? bucket_rows(e, n) : n;
+    int splits = choose_splits(e, B, max_len);
+    int32_t *tok = MT(e, off_tok, int32_t), *pos = MT(e, off_pos, int32_t), *tab = MT(e, off_tab, int32_t);
+    int32_t *last = MT(e, off_last, int32_t);
+    cpt_cuda_sample_row *rows = MT(e, off_rows, cpt_cuda_sample_row);
+    for (int k = 0; k < B; k++) {
+        last[k] = k;
+        if (k < n) {
+            gslot *sl = &e->slots[act[k]];
+            tok[k] = sl->pending;
+            pos[k] = sl->len;
+            tab[k] = act[k];
+            fill_row(&rows[k], sl->r, k, sl->sample, sl->r->samples[sl->sample].n_tokens);
+        } else { /* padding: position 0 of the padding table, greedy */
+            tok[k] = 0;
+            pos[k] = 0;
+            tab[k] = e->n_slots;
+            memset(&rows[k], 0, sizeof rows[k]);
+            rows[k].logits_row = k;
+        }
+    }
+    MT(e, off_split, int32_t)[0] = (max_len + splits - 1) / splits;
+    if (upload_meta(e, err)) return -1;
+    cpt_cuda_graph *g = NULL;
+    if (e->use_graphs && graph_for(e, B, splits, &g, err)) return -1;
+    if (g) {
+        if (cpt_cuda_graph_launch(e->ctx, g, err)) return -1;
+    } else {
+        forward(e, B, B, splits);
+        cpt_cuda_sample(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
+                        MD(e, off_rows, cpt_cuda_sample_row), B);
+    }
+    if (cpt_cuda_memcpy_d2h(e->ctx, e->meta_h + e->off_out_tok, e->meta_d + e->off_out_tok,
+                            e->off_out_lp - e->off_out_tok + sizeof(float) * (size_t)n, err))
+        return -1;
+    e->st.decode_steps++;
+    e->st.slot_steps += n;
+    int active = n;
+    for (int k = 0; k < n; k++) {
+        e->slots[act[k]].len++;
+        int rc = advance(e, act[k], MT(e, off_out_tok, int32_t)[k], MT(e, off_out_lp, float)[k], err);
+        if (rc < 0) return -1;
+        active -= rc;
+    }
+    return active;
+}
+
+/* ---- creation ------------------------------------------------------------------------------------------------ */
+
+static size_t al(size_t n) { return (n + 63) & ~(size_t)63; } /* bf16 elements, 128-byte aligned */
+
+static int check_shape(const cpt_model_config *c, cpt_err *err) {
+    if (c->head_dim % 8 || c->head_dim > 128 || 128 % c->head_dim)
+        return cpt_errf(err, "cuda engine: head_dim %d unsupported (8, 16, 32, 64 or 128)", c->head_dim);
+    if (c->num_heads % c->num_kv_heads || c->num_heads / c->num_kv_heads > 16)
+        return cpt_errf(err, "cuda engine: %d heads over %d kv heads unsupported (a group of at most 16)",
+                        c->num_heads, c->num_kv_heads);
+    if (c->hidden_size % 8) return cpt_errf(err, "cuda engine: hidden size %d not a multiple of 8", c->hidden_size);
+    return 0;
+}
+
+/* Lays out the bf16 weights in one allocation. */
+static int alloc_weights(cpt_cuda_engine *e, cpt_err *err) {
+    const cpt_model_config *c = &e->cfg;
+    size_t C = (size_t)e->C, QKV = (size_t)e->QKV, HD = (size_t)e->H * e->D, I = (size_t)e->I, V = (size_t)e->V;
+    size_t D = (size_t)e->D;
+    size_t per = al(C) + al(QKV * C) + (c->qkv_bias ? al(QKV) : 0) + (c->qk_norm ? 2 * al(D) : 0) + al(C * HD) +
+                 (c->o_bias ? al(C) : 0) + al(C) + al(2 * I * C) + al(C * I);
+    size_t total = al(V * C) + (c->tie_word_embeddings ? 0 : al(V * C)) + al(C) + per * (size_t)e->L;
+    e->wmem = cpt_cuda_malloc(total * 2, "bf16 weights", err);
+    e->layers = calloc((size_t)e->L, sizeof *e->layers);
+    e->inv_freq = cpt_cuda_malloc(sizeof(float) * D / 2, "rope inv_freq", err);
+    if (!e->wmem || !e->layers || !e->inv_freq) return cpt_errf(err, "cuda engine: out of memory for weights");
+    uint16_t *p = e->wmem;
+#define TAKE(dst, n) (dst = p, p += al(n))
+    TAKE(e->embed, V * C);
+    if (c->tie_word_embeddings) e->lm = e->embed;
+    else TAKE(e->lm, V * C);
+    TAKE(e->norm, C);
+    for (int l = 0; l < e->L; l++) {
+        dlayer *w = &e->layers[l];
+        TAKE(w->ln1, C);
+        TAKE(w->wqkv, QKV * C);
+        if (c->qkv_bias) TAKE(w->bqkv, QKV);
+        if (c->qk_norm) {
+            TAKE(w->qn, D);
+            TAKE(w->kn, D);
+        }
+        TAKE(w->wo, C * HD);
+        if (c->o_bias) TAKE(w->bo, C);
+        TAKE(w->ln2, C);
+        TAKE(w->wgu, 2 * I * C);
+        TAKE(w->wdown, C * I);
+    }
+#undef TAKE
+    float inv[256];
+    cpt_rope_cfg rc = {c->head_dim, c->rope_theta, c->rope_llama3, c->rope_factor, c->rope_low_freq_factor,
+                       c->rope_high_freq_factor, c->rope_original_max_pos};
+    cpt_rope_inv_freq(&rc, inv);
+    return cpt_cuda_memcpy_h2d(e->ctx, e->inv_freq, inv, sizeof(float) * D / 2, err);
+}
+
+static int up(cpt_cuda_engine *e, cpt_model *m, void *dst, size_t at, const char *name, size_t numel, cpt_err *err) {
+    cpt_param *p = cpt_model_find_param(m, name);
+    if (!p) return cpt_errf(err, "cuda engine: the model has no parameter %s", name);
+    if (p->numel != numel) return cpt_errf(err, "cuda engine: %s has %zu values, want %zu", name, p->numel, numel);
+    return cpt_cuda_upload_bf16(e->ctx, (uint16_t *)dst + at, p->data, numel, err);
+}
+
+int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err) {
+    const cpt_model_config *c = &e->cfg, *mc = cpt_model_cfg(m);
+    if (mc->hidden_size != c->hidden_size || mc->num_layers != c->num_layers || mc->vocab_size != c->vocab_size ||
+        mc->intermediate_size != c->intermediate_size || mc->num_heads != c->num_heads ||
+        mc->num_kv_heads != c->num_kv_heads || mc->head_dim != c->head_dim)
+        return cpt_errf(err, "cuda engine: the model's shape differs from the engine's");
+    size_t C = (size_t)e->C, HD = (size_t)e->H * e->D, KD = (size_t)e->KV * e->D, I = (size_t)e->I, V = (size_t)e->V;
+    size_t D = (size_t)e->D;
+    char n[256];
+    if (up(e, m, e->embed, 0, "model.embed_tokens.weight", V * C, err)) return -1;
+    if (!c->tie_word_embeddings && up(e, m, e->lm, 0, "lm_head.weight", V * C, err)) return -1;
+    if (up(e, m, e->norm, 0, "model.norm.weight", C, err)) return -1;
+#define LN(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
+    for (int l = 0; l < e->L; l++) {
+        dlayer *w = &e->layers[l];
+        if (up(e, m, w->ln1, 0, LN("input_layernorm.weight"), C, err) ||
+            up(e, m, w->wqkv, 0, LN("self_attn.q_proj.weight"), HD * C, err) ||
+            up(e, m, w->wqkv, HD * C, LN("self_attn.k_proj.weight"), KD * C, err) ||
+            up(e, m, w->wqkv, (HD + KD) * C, LN("self_attn.v_proj.weight"), KD * C, err) ||
+            up(e, m, w->wo, 0, LN("self_attn.o_proj.weight"), C * HD, err) ||
+            up(e, m, w->ln2, 0, LN("post_attention_layernorm.weight"), C, err) ||
+            up(e, m, w->wgu, 0, LN("mlp.gate_proj.weight"), I * C, err) ||
+            up(e, m, w->wgu, I * C, LN("mlp.up_proj.weight"), I * C, err) ||
+            up(e, m, w->wdown, 0, LN("mlp.down_proj.weight"), C * I, err))
+            return -1;
+        if (c->qkv_bias && (up(e, m, w->bqkv, 0, LN("self_attn.q_proj.bias"), HD, err) ||
+                            up(e, m, w->bqkv, HD, LN("self_attn.k_proj.bias"), KD, err) ||
+                            up(e, m, w->bqkv, HD + KD, LN("self_attn.v_proj.bias"), KD, err)))
+            return -1;
+        if (c->qk_norm && (up(e, m, w->qn, 0, LN("self_attn.q_norm.weight"), D, err) ||
+                           up(e, m, w->kn, 0, LN("self_attn.k_norm.weight"), D, err)))
+            return -1;
+        if (c->o_bias && up(e, m, w->bo, 0, LN("self_attn.o_proj.bias"), C, err)) return -1;
+    }
+#undef LN
+    return 0;
+}
+
+static void random_weights(cpt_cuda_engine *e, uint64_t seed, float std) {
+    const cpt_model_config *c = &e->cfg;
+    size_t C = (size_t)e->C, QKV = (size_t)e->QKV, HD = (size_t)e->H * e->D, I = (size_t)e->I, V = (size_t)e->V;
+    size_t D = (size_t)e->D;
+    cpt_cuda_ctx *x = e->ctx;
+    uint64_t k = seed * 1000003u;
+    cpt_cuda_fill_normal_bf16(x, e->embed, V * C, 0.0f, std, k++);
+    if (!c->tie_word_embeddings) cpt_cuda_fill_normal_bf16(x, e->lm, V * C, 0.0f, std, k++);
+    cpt_cuda_fill_normal_bf16(x, e->norm, C, 1.0f, 0.0f, 0);
+    for (int l = 0; l < e->L; l++) {
+        dlayer *w = &e->layers[l];
+        cpt_cuda_fill_normal_bf16(x, w->ln1, C, 1.0f, 0.0f, 0);
+        cpt_cuda_fill_normal_bf16(x, w->ln2, C, 1.0f, 0.0f, 0);
+        cpt_cuda_fill_normal_bf16(x, w->wqkv, QKV * C, 0.0f, std, k++);
+        cpt_cuda_fill_normal_bf16(x, w->wo, C * HD, 0.0f, std, k++);
+        cpt_cuda_fill_normal_bf16(x, w->wgu, 2 * I * C, 0.0f, std, k++);
+        cpt_cuda_fill_normal_bf16(x, w->wdown, C * I, 0.0f, std, k++);
+        if (w->bqkv) cpt_cuda_fill_normal_bf16(x, w->bqkv, QKV, 0.0f, 0.0f, 0);
+        if (w->bo) cpt_cuda_fill_normal_bf16(x, w->bo, C, 0.0f, 0.0f, 0);
+        if (w->qn) cpt_cuda_fill_normal_bf16(x, w->qn, D, 1.0f, 0.0f, 0);
+        if (w->kn) cpt_cuda_fill_normal_bf16(x, w->kn, D, 1.0f, 0.0f, 0);
+    }
+}
+
+static size_t take_meta(size_t *at, size_t bytes) {
+    size_t o = *at;
+    *at = (o + bytes + 15) & ~(size_t)15;
+    return o;
+}
+
+static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cuda_engine_opts *o, cpt_err *err) {
+    if (check_shape(cfg, err)) return NULL;
+    cpt_cuda_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        cpt_errf(err, "cuda engine: out of memory");
+        return NULL;
+    }
+    e->cfg = *cfg;
+    e->V = cfg->vocab_size, e->C = cfg->hidden_size, e->H = cfg->num_heads, e->KV = cfg->num_kv_heads;
+    e->D = cfg->head_dim, e->I = cfg->intermediate_size, e->L = cfg->num_layers;
+    e->QKV = (e->H + 2 * e->KV) * e->D;
+    e->tok = o ? o->base.tok : NULL;
+    e->n_slots = o && o->base.slots > 0 ? o->base.slots : 8;
+    e->max_len = o && o->base.max_len > 0 ? o->base.max_len : cfg->max_position_embeddings;
+    if (e->max_len < 2) e->max_len = 2;
+    e->prefill_chunk = o && o->base.prefill_chunk > 0 ? o->base.prefill_chunk : 2048;
+    e->block_size = o && o->block_size > 0 ? o->block_size : 16;
+    e->use_graphs = !(o && o->no_graphs);
+    if (e->n_slots > 1024) {
+        cpt_errf(err, "cuda engine: at most 1024 slots (%d asked)", e->n_slots);
+        goto fail;
+    }
+    e->R = e->prefill_chunk > e->n_slots ? e->prefill_chunk : e->n_slots;
+    if (!(e->ctx = cpt_cuda_ctx_new(o ? o->device : 0, err))) goto fail;
+    if (alloc_weights(e, err)) goto fail;
+
+    /* KV pool */
+    e->max_blocks = blocks_for(e, e->max_len);
+    size_t block_bytes = (size_t)e->L * 2 * e->block_size * e->KV * e->D * 2;
+    long worst = (long)(e->n_slots + 1) * e->max_blocks;
+    long want = o && o->kv_blocks > 0 ? o->kv_blocks : worst;
+    if (!(o && o->kv_blocks > 0)) {
+        size_t fr = 0, tot = 0;
+        if (cpt_cuda_mem_info(&fr, &tot, err)) goto fail;
+        long cap = (long)(fr / 2 / block_bytes);
+        if (want > cap) want = cap;
+    }
+    if (want < e->max_blocks) {
+        cpt_errf(err, "cuda engine: a KV pool of %ld blocks cannot hold one context of %d positions", want, e->max_len);
+        goto fail;
+    }
+    e->total_blocks = (int)want;
+    e->kv.n_layers = e->L, e->kv.n_blocks = e->total_blocks + 1, e->kv.block_size = e->block_size;
+    e->kv.n_kv_heads = e->KV, e->kv.head_dim = e->D, e->kv.max_blocks = e->max_blocks;
+    e->kv.pool = cpt_cuda_malloc(block_bytes * (size_t)e->kv.n_blocks, "the paged KV pool", err);
+    size_t tbytes = sizeof(int32_t) * (size_t)(e->n_slots + 1) * e->max_blocks;
+    e->tables_d = cpt_cuda_malloc(tbytes, "block tables", err);
+    e->tables_h = cpt_cuda_host_alloc(tbytes, "block tables (host)", err);
+    e->refcnt = calloc((size_t)e->total_blocks + 1, sizeof *e->refcnt);
+    e->free_stack = malloc(sizeof *e->free_stack * ((size_t)e->total_blocks + 1));
+    if (!e->kv.pool || !e->tables_d || !e->tables_h || !e->refcnt || !e->free_stack) goto fail;
+    e->kv.block_tables = e->tables_d;
+    memset(e->tables_h, 0, tbytes);
+    for (int b = 0; b < e->max_blocks; b++) table(e, e->n_slots)[b] = e->total_blocks; /* the padding block */
+    for (int b = e->total_blocks - 1; b >= 0; b--) e->free_stack[e->n_free++] = b; /* block 0 first */
+    e->tables_dirty = 1;
+
+    /* activations */
+    {
+        size_t R = (size_t)e->R, C = (size_t)e->C, S = (size_t)e->n_slots, V = (size_t)e->V;
+        size_t bf = R * C * 4 + R * (size_t)e->QKV + R * (size_t)e->H * e->D + R * 3 * (size_t)e->I + S * C * 2;
+        e->act = cpt_cuda_malloc(bf * 2 + 1024, "activations", err);
+        size_t part = cpt_cuda_paged_attention_partial_floats(e->n_slots, e->H, e->D, MAX_SPLITS);
+        e->logits = cpt_cuda_malloc(sizeof(float) * S * V, "logits", err);
+        e->plog = cpt_cuda_malloc(sizeof(float) * (S + 1) * V, "prompt logits", err);
+        e->partial = cpt_cuda_malloc(sizeof(float) * (part ? part : 1), "attention partials", err);
+        e->plog_free = malloc(sizeof *e->plog_free * (S + 1));
+        if (!e->act || !e->logits || !e->plog || !e->partial || !e->plog_free) goto fail;
+        for (int i = (int)S; i >= 0; i--) e->plog_free[e->n_plog_free++] = i;
+        uint16_t *p = e->act;
+#define TAKE(dst, n) (dst = p, p += al(n))
+        TAKE(e->x, R * C);
+        TAKE(e->h, R * C);
+        TAKE(e->o, R * C);
+        TAKE(e->mlp, R * C);
+        TAKE(e->qkv, R * (size_t)e->QKV);
+        TAKE(e->att, R * (size_t)e->H * e->D);
+        TAKE(e->gu, R * 2 * (size_t)e->I);
+        TAKE(e->a, R * (size_t)e->I);
+        TAKE(e->hl_in, S * C);
+        TAKE(e->hl, S * C);
+#undef TAKE
+        if ((size_t)(p - (uint16_t *)e->act) > bf + 512) {
+            cpt_errf(err, "cuda engine: activation layout overflow");
+            goto fail;
+        }
+    }
+    /* metadata */
+    {
+        size_t at = 0, R = (size_t)e->R, S = (size_t)e->n_slots;
+        e->off_tok = take_meta(&at, 4 * R);
+        e->off_pos = take_meta(&at, 4 * R);
+        e->off_tab = take_meta(&at, 4 * R);
+        e->off_last = take_meta(&at, 4 * R);
+        e->off_split = take_meta(&at, 16);
+        e->off_pairs = take_meta(&at, 8 * S);
+        e->off_rows = take_meta(&at, sizeof(cpt_cuda_sample_row) * S);
+        e->meta_upload = at;
+        e->off_out_tok = take_meta(&at, 4 * S);
+        e->off_out_lp = take_meta(&at, 4 * S);
+        e->meta_h = cpt_cuda_host_alloc(at, "step metadata (host)", err);
+        e->meta_d = cpt_cuda_malloc(at, "step metadata", err);
+        if (!e->meta_h || !e->meta_d) goto fail;
+        memset(e->meta_h, 0, at);
+    }
+    e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
+    e->new_slot = malloc(sizeof(int) * (size_t)e->n_slots);
+    e->pre_slot = malloc(sizeof(int) * (size_t)e->n_slots);
+    e->prog = malloc(sizeof(int) * (size_t)e->n_slots);
+    if (!e->slots || !e->new_slot || !e->pre_slot || !e->prog) {
+        cpt_errf(err, "cuda engine: out of memory for %d slots", e->n_slots);
+        goto fail;
+    }
+    return e;
+fail:
+    cpt_cuda_engine_free(e);
+    return NULL;
+}
+
+cpt_cuda_engine *cpt_cuda_engine_new(cpt_model *m, const cpt_cuda_engine_opts *o, cpt_err *err) {
+    cpt_cuda_engine *e = engine_create(cpt_model_cfg(m), o, err);
+    if (e && (cpt_cuda_engine_load_weights(e, m, err) || cpt_cuda_sync(e->ctx, err))) {
+        cpt_cuda_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_t seed, float std,
+                                            const cpt_cuda_engine_opts *o, cpt_err *err) {
+    cpt_cuda_engine *e = engine_create(cfg, o, err);
+    if (!e) return NULL;
+    random_weights(e, seed, std);
+    if (cpt_cuda_sync(e->ctx, err)) {
+        cpt_cuda_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void cpt_cuda_engine_clear(cpt_cuda_engine *e) {
+    for (int s = 0; e->slots && s < e->n_slots; s++)
+        if (e->slots[s].r) slot_release(e, s);
+    for (int i = 0; i < e->n_reqs; i++) {
+        req_release_prompt(e, e->reqs[i]);
+        req_free(e->reqs[i]);
+    }
+    e->n_reqs = 0;
+}
+
+void cpt_cuda_engine_free(cpt_cuda_engine *e) {
+    if (!e) return;
+    if (e->slots && e->refcnt) cpt_cuda_engine_clear(e);
+    free(e->reqs);
+    for (int i = 0; i < e->n_graphs; i++) cpt_cuda_graph_free(e->graphs[i].g);
+    cpt_cuda_free(e->wmem);
+    cpt_cuda_free(e->inv_freq);
+    free(e->layers);
+    cpt_cuda_free(e->kv.pool);
+    cpt_cuda_free(e->tables_d);
+    cpt_cuda_host_free(e->tables_h);
+    free(e->refcnt);
+    free(e->free_stack);
+    cpt_cuda_free(e->act);
+    cpt_cuda_free(e->logits);
+    cpt_cuda_free(e->plog);
+    cpt_cuda_free(e->partial);
+    free(e->plog_free);
+    cpt_cuda_host_free(e->meta_h);
+    cpt_cuda_free(e->meta_d);
+    free(e->slots);
+    free(e->new_slot);
+    free(e->pre_slot);
+    free(e->prog);
+    free(e->tail);
+    cpt_cuda_ctx_free(e->ctx);
+    free(e);
+}
+
+/* ---- the request interface (as rollout/engine.c) -------------------------------------------------------- */
+
+int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *g, cpt_err *err) {
+    if (!g->prompt || g->n_prompt < 1) return cpt_errf(err, "request: empty prompt");
+    if (g->n_prompt > e->max_len)
+        return cpt_errf(err, "request: prompt of %d tokens exceeds the context of %d", g->n_prompt, e->max_len);
+    for (int i = 0; i < g->n_prompt; i++)
+        if (g->prompt[i] < 0 || g->prompt[i] >= e->V)
+            return cpt_errf(err, "request: prompt token %d at %d is outside the vocabulary [0, %d)", g->prompt[i], i, e->V);
+    if (g->n_samples < 1 || g->n_samples > CPT_MAX_SAMPLES)
+        return cpt_errf(err, "request: n_samples %d must be in [1, %d]", g->n_samples, CPT_MAX_SAMPLES);
+    if (g->max_new_tokens < 1) return cpt_errf(err, "request: max_new_tokens %d must be >= 1", g->max_new_tokens);
+    if (cpt_sample_params_check(&g->sp, err)) return -1;
+    if (g->n_stop_strs > 0 && !e->tok) return cpt_errf(err, "request: stop strings need a tokenizer");
+    if (g->n_stop_ids < 0 || g->n_stop_strs < 0) return cpt_errf(err, "request: negative stop list length");
+    if (e->n_reqs == e->cap_reqs) {
+        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+        greq **p = realloc(e->reqs, sizeof *p * (size_t)cap);
+        if (!p) return cpt_errf(err, "cuda engine: out of memory");
+        e->reqs = p;
+        e->cap_reqs = cap;
+    }
+    greq *r = calloc(1, sizeof *r);
+    if (!r) return cpt_errf(err, "cuda engine: out of memory");
+    r->id = e->next_id;
+    r->tag = g->tag;
+    r->n_prompt = g->n_prompt;
+    r->n_samples = g->n_samples;
+    int room = e->max_len - g->n_prompt + 1;
+    r->max_new = g->max_new_tokens < room ? g->max_new_tokens : room;
+    r->sp = g->sp;
+    r->seed = g->seed;
+    r->plog_row = -1;
+    r->prompt = malloc(sizeof(int32_t) * (size_t)g->n_prompt);
+    r->samples = calloc((size_t)g->n_samples, sizeof *r->samples);
+    r->cap = calloc((size_t)g->n_samples, sizeof *r->cap);
+    r->stop_ids = malloc(sizeof(int32_t) * (size_t)(g->n_stop_ids + 1));
+    r->stop_strs = calloc((size_t)g->n_stop_strs + 1, sizeof(char *));
+    r->stop_lens = calloc((size_t)g->n_stop_strs + 1, sizeof(size_t));
+    r->pblocks = malloc(sizeof(int32_t) * (size_t)blocks_for(e, g->n_prompt));
+    if (!r->prompt || !r->samples || !r->cap || !r->stop_ids || !r->stop_strs || !r->stop_lens || !r->pblocks) {
+        req_free(r);
+        return cpt_errf(err, "cuda engine: out of memory for a request");
+    }
+    if (need_of(e, r) + (r->n_samples > 1 ? blocks_for(e, r->n_prompt) : 0) > e->total_blocks) {
+        int need = need_of(e, r) + (r->n_samples > 1 ? blocks_for(e, r->n_prompt) : 0);
+        req_free(r);
+        return cpt_errf(err, "request: needs %d KV blocks, the pool has %d", need, e->total_blocks);
+    }
+    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
+    if (g->n_stop_ids) memcpy(r->stop_ids, g->stop_ids, sizeof(int32_t) * (size_t)g->n_stop_ids);
+    r->n_stop_ids = g->n_stop_ids;
+    for (int i = 0; i < g->n_stop_strs; i++) {
+        size_t n = strlen(g->stop_strs[i]);
+        if (n == 0) {
+            req_free(r);
+            return cpt_errf(err, "request: stop string %d is empty", i);
+        }
+        r->stop_strs[i] = malloc(n + 1);
+        if (!r->stop_strs[i]) {
+            req_free(r);
+            return cpt_errf(err, "cuda engine: out of memory");
+        }
+        memcpy(r->stop_strs[i], g->stop_strs[i], n + 1);
+        r->stop_lens[i] = n;
+        if (n > r->max_stop_len) r->max_stop_len = n;
+        r->n_stop_strs = i + 1;
+    }
+    e->reqs[e->n_reqs++] = r;
+    return e->next_id++;
+}
+
+int cpt_cuda_engine_take(cpt_cuda_engine *e, cpt_gen_result *out) {
+    for (int i = 0; i < e->n_reqs; i++) {
+        greq *r = e->reqs[i];
+        if (r->done_samples < r->n_samples) continue;
+        memset(out, 0, sizeof *out);
+        out->tag = r->tag;
+        out->id = r->id;
+        out->n_samples = r->n_samples;
+        out->samples = r->samples;
+        r->samples = NULL;
+        req_release_prompt(e, r);
+        req_free(r);
+        memmove(e->reqs + i, e->reqs + i + 1, sizeof *e->reqs * (size_t)(e->n_reqs - i - 1));
+        e->n_reqs--;
+        return 1;
+    }
+    return 0;
+}
+
+int cpt_cuda_engine_active(const cpt_cuda_engine *e) {
+    int n = 0;
+    for (int s = 0; s < e->n_slots; s++) n += e->slots[s].r != NULL;
+    return n;
+}
+int cpt_cuda_engine_idle(const cpt_cuda_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->done_samples < e->reqs[i]->n_samples) return 0;
+    return 1;
+}
+int cpt_cuda_engine_pending(const cpt_cuda_engine *e) { return e->n_reqs; }
+int cpt_cuda_engine_waiting(const cpt_cuda_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->n_samples - e->reqs[i]->next_sample;
+    return n;
+}
+int cpt_cuda_engine_slots(const cpt_cuda_engine *e) { return e->n_slots; }
+const cpt_engine_stats *cpt_cuda_engine_get_stats(const cpt_cuda_engine *e) { return &e->st; }
+int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { return e->total_blocks; }
+int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { return e->n_free; }
+int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { return e->n_graphs; }
+
+int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results,
+                             cpt_err *err) {
+    int64_t first = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t id = cpt_cuda_engine_submit(e, &reqs[i], err);
+        if (id < 0) return -1;
+        if (i == 0) first = id;
+        memset(&results[i], 0, sizeof results[i]);
+    }
+    int got = 0;
+    while (got < n) {
+        if (cpt_cuda_engine_idle(e) && !cpt_cuda_engine_pending(e)) return cpt_errf(err, "cuda engine: requests lost");
+        if (cpt_cuda_engine_step(e, err) < 0) return -1;
+        cpt_gen_result r;
+        while (cpt_cuda_engine_take(e, &r)) {
+            int64_t k = r.id - first;
+            if (k < 0 || k >= n) {
+                cpt_gen_result_free(&r);
+                continue;
+            }
+            results[k] = r;
+            got++;
+        }
+    }
+    return 0;
+}
+
+#else /* built without CUDA */
+
+static int no_cuda(cpt_err *err) {
+    return cpt_errf(err, "cuda engine: cpt was built without CUDA (no nvcc found at configure time)");
+}
+cpt_cuda_engine *cpt_cuda_engine_new(cpt_model *m, const cpt_cuda_engine_opts *o, cpt_err *err) {
+    (void)m, (void)o;
+    no_cuda(err);
+    return NULL;
+}
+cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_t seed, float std,
+                                            const cpt_cuda_engine_opts *o, cpt_err *err) {
+    (void)cfg, (void)seed, (void)std, (void)o;
+    no_cuda(err);
+    return NULL;
+}
+int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err) { (void)e, (void)m; return no_cuda(err); }
+void cpt_cuda_engine_free(cpt_cuda_engine *e) { (void)e; }
+int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *r, cpt_err *err) { (void)e, (void)r; return no_cuda(err); }
+int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) { (void)e; return no_cuda(err); }
+int cpt_cuda_engine_take(cpt_cuda_engine *e, cpt_gen_result *out) { (void)e, (void)out; return 0; }
+int cpt_cuda_engine_idle(const cpt_cuda_engine *e) { (void)e; return 1; }
+int cpt_cuda_engine_active(const cpt_cuda_engine *e) { (void)e; return 0; }
+int cpt_cuda_engine_pending(const cpt_cuda_engine *e) { (void)e; return 0; }
+int cpt_cuda_engine_waiting(const cpt_cuda_engine *e) { (void)e; return 0; }
+int cpt_cuda_engine_slots(const cpt_cuda_engine *e) { (void)e; return 0; }
+const cpt_engine_stats *cpt_cuda_engine_get_stats(const cpt_cuda_engine *e) { (void)e; return NULL; }
+void cpt_cuda_engine_clear(cpt_cuda_engine *e) { (void)e; }
+int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results,
+                             cpt_err *err) {
+    (void)e, (void)reqs, (void)n, (void)results;
+    return no_cuda(err);
+}
+int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
+int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
+int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { (void)e; return 0; }
+
+#endif

@@ -1,0 +1,62 @@
+/* The generation engine on the GPU: the interface and semantics of rollout/engine.h (requests with n samples,
+ * slots refilled at once from the waiting samples, stop ids and strings, behaviour logprobs) with the model in
+ * bf16 on one CUDA device.
+ *
+ * - Weights: a bf16 copy of a host cpt_model (fp32 -> bf16, round to nearest even) made at creation and by
+ *   cpt_cuda_engine_load_weights (after a weight update); or random weights drawn on the device (benches).
+ * - KV cache: paged. Blocks of block_size positions from one pool, a block table per slot, a free list,
+ *   reference counts: the samples of one prompt share its prompt blocks (the prompt runs once); a sample appending
+ *   to a shared, partly filled last block copies it first (copy-on-write). A sample is admitted only when the
+ *   pool can hold its whole completion (prompt + max_new_tokens, counted without sharing), so no step can run out.
+ * - A step: prefill of newly admitted prompts (chunks of at most prefill_chunk tokens, causal attention over the
+ *   pages), the first token of each new sample from its prompt's last logits, then one decode row per active slot;
+ *   sampling on the GPU (kernels/cuda/sampling.cu); one small copy of tokens and logprobs back per step; stops are
+ *   checked on the host. Decode steps replay CUDA graphs captured per (batch bucket, attention splits).
+ * - Randomness: sample j of a request draws token t with Philox keyed by (seed, j, t): the same request and seed give
+ *   the same draws whatever the batch. The logits themselves come from bf16 matrix products whose kernel cuBLASLt
+ *   may choose by batch size, so bitwise batch independence is not promised (tests report the match rate).
+ *
+ * Built without CUDA, cpt_cuda_engine_new fails with a clear error. */
+#ifndef CPT_ROLLOUT_CUDA_ENGINE_H
+#define CPT_ROLLOUT_CUDA_ENGINE_H
+
+#include "rollout/engine.h"
+
+typedef struct cpt_cuda_engine_opts {
+    cpt_engine_opts base; /* slots, max_len, tok, prefill_chunk as rollout/engine.h */
+    int device;           /* CUDA device index */
+    int block_size;       /* positions per KV block; 0: 16 */
+    int kv_blocks;        /* blocks in the pool; 0: every slot's full context, capped at half the free memory */
+    int no_graphs;        /* 1: run decode steps eagerly (debugging, timing the difference) */
+} cpt_cuda_engine_opts;
+
+typedef struct cpt_cuda_engine cpt_cuda_engine;
+
+cpt_cuda_engine *cpt_cuda_engine_new(cpt_model *m, const cpt_cuda_engine_opts *o, cpt_err *err);
+/* Random N(0, std) weights drawn on the device (norm weights 1, biases 0) for a config: benches of model shapes
+ * without a host copy. */
+cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_t seed, float std,
+                                            const cpt_cuda_engine_opts *o, cpt_err *err);
+/* Uploads m's weights again (same shapes); call between steps, e.g. after a weight-version change. */
+int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err);
+void cpt_cuda_engine_free(cpt_cuda_engine *e);
+
+int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *r, cpt_err *err);
+int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err);
+int cpt_cuda_engine_take(cpt_cuda_engine *e, cpt_gen_result *out);
+int cpt_cuda_engine_idle(const cpt_cuda_engine *e);
+int cpt_cuda_engine_active(const cpt_cuda_engine *e);
+int cpt_cuda_engine_pending(const cpt_cuda_engine *e);
+int cpt_cuda_engine_waiting(const cpt_cuda_engine *e);
+int cpt_cuda_engine_slots(const cpt_cuda_engine *e);
+const cpt_engine_stats *cpt_cuda_engine_get_stats(const cpt_cuda_engine *e);
+void cpt_cuda_engine_clear(cpt_cuda_engine *e);
+int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results,
+                             cpt_err *err);
+
+/* The KV pool: blocks in it, blocks free now (equal when idle: nothing leaks), graphs captured so far. */
+int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e);
+int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e);
+int cpt_cuda_engine_graphs(const cpt_cuda_engine *e);
+
+#endif
