@@ -27,25 +27,25 @@ static int parse_name(const char *s, const char *const *names, int n, const char
 }
 
 int cpt_obj_type_parse(const char *s, cpt_obj_type *out, cpt_err *err) {
-    int v;
+    int v = 0;
     if (parse_name(s, type_names, 5, "algo.type", &v, err)) return -1;
     *out = (cpt_obj_type)v;
     return 0;
 }
 int cpt_loss_agg_parse(const char *s, cpt_loss_agg *out, cpt_err *err) {
-    int v;
+    int v = 0;
     if (parse_name(s, agg_names, 4, "algo.loss_agg", &v, err)) return -1;
     *out = (cpt_loss_agg)v;
     return 0;
 }
 int cpt_kl_estimator_parse(const char *s, cpt_kl_estimator *out, cpt_err *err) {
-    int v;
+    int v = 0;
     if (parse_name(s, kl_names, 3, "algo.kl_estimator", &v, err)) return -1;
     *out = (cpt_kl_estimator)v;
     return 0;
 }
 int cpt_grpo_variant_parse(const char *s, cpt_grpo_variant *out, cpt_err *err) {
-    int v;
+    int v = 0;
     if (parse_name(s, variant_names, 3, "algo.variant", &v, err)) return -1;
     *out = (cpt_grpo_variant)v;
     return 0;
