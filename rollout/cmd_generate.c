@@ -2,12 +2,13 @@
  *
  *   cpt generate --model HF_DIR|CHECKPOINT [--tokenizer PATH] (--prompt TEXT | --prompt-ids 1,2,3 |
  *       --prompts FILE.jsonl) [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K --min-p M]
- *       [--seed S] [--n N] [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json]
+ *       [--seed S] [--n N] [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json] [--device cpu|cuda]
  *   cpt generate --bench [--bench-config hidden=256,layers=4,vocab=1024,heads=4,kv_heads=4,inter=688]
  *       [--batch B] [--prompt-len 64] [--max-new-tokens 128] [--threads N]
  *
  * FILE.jsonl holds one prompt per line: {"prompt": "text"} or {"prompt_ids": [1, 2, 3]}. --json prints one line
- * per sample with the prompt and completion ids, behaviour logprobs, the finish reason and the text. */
+ * per sample with the prompt and completion ids, behaviour logprobs, the finish reason and the text. --device cuda
+ * generates with the GPU engine (rollout/cuda_engine.h, bf16, device 0) instead of the CPU one. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 
 #include "core/fs.h"
 #include "core/json_util.h"
+#include "rollout/cuda_engine.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
 #include "rollout/prompts.h"
@@ -26,7 +28,7 @@
 
 typedef struct gen_args {
     const char *model, *tokenizer, *prompt, *prompt_ids, *prompts_file, *bench_config;
-    int max_new, n, slots, json, no_eos, bench, batch, prompt_len, threads;
+    int max_new, n, slots, json, no_eos, bench, batch, prompt_len, threads, cuda;
     cpt_sample_params sp;
     uint64_t seed;
     const char *stops[CPT_MAX_STOP];
@@ -40,7 +42,7 @@ static void usage(void) {
             "usage: cpt generate --model HF_DIR|CHECKPOINT [--tokenizer PATH]\n"
             "           (--prompt TEXT | --prompt-ids 1,2,3 | --prompts FILE.jsonl) [--max-new-tokens N]\n"
             "           [--greedy | --temperature T --top-p P --top-k K --min-p M] [--seed S] [--n N]\n"
-            "           [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json]\n"
+            "           [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json] [--device cpu|cuda]\n"
             "       cpt generate --bench [--bench-config hidden=256,layers=4,vocab=1024,heads=4,kv_heads=4,inter=688]\n"
             "           [--batch B] [--prompt-len 64] [--max-new-tokens 128] [--threads N]\n");
 }
@@ -94,7 +96,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             static const char *value_flags[] = {"--model", "--tokenizer", "--prompt", "--prompt-ids", "--prompts",
                                                 "--bench-config", "--max-new-tokens", "--n", "--slots", "--batch",
                                                 "--prompt-len", "--threads", "--top-k", "--seed", "--temperature",
-                                                "--top-p", "--min-p", "--stop", "--stop-id", NULL};
+                                                "--top-p", "--min-p", "--stop", "--stop-id", "--device", NULL};
             int known = 0;
             for (int k = 0; value_flags[k] && !known; k++) known = !strcmp(f, value_flags[k]);
             if (!known) {
@@ -106,6 +108,10 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             const char *s = argv[++i];
             if (!strcmp(f, "--model")) a->model = s;
             else if (!strcmp(f, "--tokenizer")) a->tokenizer = s;
+            else if (!strcmp(f, "--device")) {
+                if (strcmp(s, "cpu") && strcmp(s, "cuda")) { fprintf(stderr, "cpt generate: --device %s: expected cpu or cuda\n", s); return -1; }
+                a->cuda = !strcmp(s, "cuda");
+            }
             else if (!strcmp(f, "--prompt")) a->prompt = s;
             else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = s;
             else if (!strcmp(f, "--prompts")) a->prompts_file = s;
@@ -301,6 +307,22 @@ static int bench(const gen_args *a) {
     return rc;
 }
 
+/* The engine of a run: the CPU one or the GPU one (the same interface). */
+typedef struct gen_engine {
+    cpt_engine *cpu;
+    cpt_cuda_engine *gpu;
+} gen_engine;
+
+static int64_t ge_submit(gen_engine *g, const cpt_gen_request *r, cpt_err *err) {
+    return g->gpu ? cpt_cuda_engine_submit(g->gpu, r, err) : cpt_engine_submit(g->cpu, r, err);
+}
+static int ge_step(gen_engine *g, cpt_err *err) {
+    return g->gpu ? cpt_cuda_engine_step(g->gpu, err) : cpt_engine_step(g->cpu, err);
+}
+static int ge_take(gen_engine *g, cpt_gen_result *r) {
+    return g->gpu ? cpt_cuda_engine_take(g->gpu, r) : cpt_engine_take(g->cpu, r);
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int prc = parse_args(argc, argv, &a);
@@ -334,18 +356,23 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!a.no_eos) a.n_stop_ids += cpt_rollout_eos_ids(m, tok, a.stop_ids + a.n_stop_ids);
     if (!rc && a.n_stops && !tok) rc = cpt_errf(&err, "--stop needs a tokenizer");
-    cpt_engine *e = NULL;
+    gen_engine e = {0};
     if (!rc) {
         cpt_engine_opts o = {.slots = a.slots ? a.slots : (pl.n * a.n < 16 ? pl.n * a.n : 16), .tok = tok};
-        e = cpt_engine_new(m, &o, &err);
-        if (!e) rc = -1;
+        if (a.cuda) {
+            cpt_cuda_engine_opts co = {.base = o};
+            e.gpu = cpt_cuda_engine_new(m, &co, &err);
+        } else {
+            e.cpu = cpt_engine_new(m, &o, &err);
+        }
+        if (!e.cpu && !e.gpu) rc = -1;
     }
     for (int p = 0; !rc && p < pl.n; p++) {
         cpt_gen_request r = {.prompt = pl.ids[p], .n_prompt = pl.len[p], .n_samples = a.n, .sp = a.sp,
                              .seed = a.seed + (uint64_t)p, .max_new_tokens = a.max_new, .stop_ids = a.stop_ids,
                              .n_stop_ids = a.n_stop_ids, .stop_strs = a.stops, .n_stop_strs = a.n_stops,
                              .tag = (uint64_t)p};
-        if (cpt_engine_submit(e, &r, &err) < 0) {
+        if (ge_submit(&e, &r, &err) < 0) {
             cpt_err_prefix(&err, "prompt %d", p);
             rc = -1;
         }
@@ -355,12 +382,12 @@ int cmd_generate(int argc, char **argv) {
     char *have = rc ? NULL : calloc((size_t)pl.n, 1);
     int next = 0;
     while (!rc && next < pl.n) {
-        if (cpt_engine_step(e, &err) < 0) {
+        if (ge_step(&e, &err) < 0) {
             rc = -1;
             break;
         }
         cpt_gen_result r;
-        while (cpt_engine_take(e, &r)) done[r.tag] = r, have[r.tag] = 1;
+        while (ge_take(&e, &r)) done[r.tag] = r, have[r.tag] = 1;
         while (next < pl.n && have[next]) {
             print_result(&a, tok, next, &pl, &done[next]);
             cpt_gen_result_free(&done[next]);
@@ -372,7 +399,8 @@ int cmd_generate(int argc, char **argv) {
     for (int p = 0; done && p < pl.n; p++) cpt_gen_result_free(&done[p]);
     free(done);
     free(have);
-    cpt_engine_free(e);
+    cpt_engine_free(e.cpu);
+    cpt_cuda_engine_free(e.gpu);
     cpt_prompt_list_free(&pl);
     cpt_tokenizer_free(tok);
     cpt_model_free(m);
