@@ -56,8 +56,6 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *dl, c
     (void)m, (void)b, (void)dl, (void)de, (void)dv;
     return no_cuda(err);
 }
-double *cpt_model_cuda_norm_slots(cpt_model *m) { return m && m->cuda ? m->cuda->norm_slots : NULL; }
-
 void cpt_cuda_model_zero_grad(cpt_model *m) { (void)m; }
 void cpt_cuda_model_free(cpt_cuda_model *cm) { (void)cm; }
 int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *v) {
@@ -160,7 +158,7 @@ int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
     if (!cm) return 0;
     size_t n = m->numel;
     if (cpt_cuda_memcpy_h2d(cm->ctx, cm->w, m->data, n * sizeof(float), err))
-        return cpt_err_prefix(err, "uploading the weights: ");
+        return cpt_err_prefix(err, "uploading the weights");
     cpt_cuda_cast_bf16(cm->ctx, TB1(cm->wb, (int64_t)n), TF1(cm->w, (int64_t)n));
     return cpt_cuda_sync(cm->ctx, err);
 }
@@ -172,7 +170,7 @@ int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
     if (!cm) return 0;
     if (cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err) ||
         cpt_cuda_memcpy_d2h(cm->ctx, m->grad, cm->g, m->numel * sizeof(float), err))
-        return cpt_err_prefix(err, "copying the weights to the host: ");
+        return cpt_err_prefix(err, "copying the weights to the host");
     return 0;
 }
 
@@ -215,7 +213,7 @@ fail_placed:
     m->cuda = NULL;
 fail:
     cpt_cuda_model_free(cm);
-    return cpt_err_prefix(err, "placing the model on CUDA device %d: ", device);
+    return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
 }
 
 int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *v) {

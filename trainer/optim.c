@@ -28,6 +28,7 @@ static cpt_model *device_model(cpt_param *const *params, size_t n) {
     return params[0]->model;
 }
 
+#ifdef CPT_HAVE_CUDA
 static cpt_cuda_param_view view_of(cpt_model *m, const cpt_param *p) {
     cpt_cuda_param_view v;
     if (cpt_model_cuda_param(m, p, &v)) {
@@ -37,7 +38,6 @@ static cpt_cuda_param_view view_of(cpt_model *m, const cpt_param *p) {
     return v;
 }
 
-#ifdef CPT_HAVE_CUDA
 static cpt_tensor dev_f32(float *p, size_t n) { return cpt_cuda_tensor(p, CPT_DT_F32, 1, (int64_t)n, 0); }
 
 static void fail_cuda(const char *what, const cpt_err *e) {
@@ -192,7 +192,7 @@ static int ensure_device(cpt_adamw *o, cpt_err *err) {
         size_t b = o->params[i]->numel * sizeof(float);
         if ((o->m[i] && cpt_cuda_memcpy_h2d(ctx, o->dev_m + o->dev_off[i], o->m[i], b, err)) ||
             (o->v[i] && cpt_cuda_memcpy_h2d(ctx, o->dev_v + o->dev_off[i], o->v[i], b, err)))
-            return cpt_err_prefix(err, "adamw: uploading the moments: ");
+            return cpt_err_prefix(err, "adamw: uploading the moments");
     }
     o->dev_model = dm;
     return 0;
@@ -211,7 +211,7 @@ static int pull_moments(const cpt_adamw *o, cpt_err *err) {
         size_t b = o->params[i]->numel * sizeof(float);
         if (cpt_cuda_memcpy_d2h(v.ctx, o->m[i], o->dev_m + o->dev_off[i], b, err) ||
             cpt_cuda_memcpy_d2h(v.ctx, o->v[i], o->dev_v + o->dev_off[i], b, err))
-            return cpt_err_prefix(err, "adamw: copying the moments to the host: ");
+            return cpt_err_prefix(err, "adamw: copying the moments to the host");
     }
 #else
     (void)o, (void)err;
@@ -369,7 +369,7 @@ int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err) {
             size_t b = o->params[i]->numel * sizeof(float);
             if (cpt_cuda_memcpy_h2d(v.ctx, o->dev_m + o->dev_off[i], o->m[i], b, err) ||
                 cpt_cuda_memcpy_h2d(v.ctx, o->dev_v + o->dev_off[i], o->v[i], b, err))
-                rc = cpt_err_prefix(err, "%s: uploading the moments: ", path);
+                rc = cpt_err_prefix(err, "%s: uploading the moments", path);
         }
     }
 #endif
@@ -391,7 +391,7 @@ int cpt_trainer_place_model(const cpt_config *cfg, cpt_model *m, const char *wha
     if (!strcmp(dev, "cpu")) return 0;
     if (strcmp(dev, "cuda")) return cpt_errf(err, "train.device is \"%s\" (expected cpu or cuda)", dev);
     int d = (int)cpt_cfg_int(cfg, "train.cuda_device");
-    if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s: train.device = \"cuda\": ", what);
+    if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s: train.device = \"cuda\"", what);
     cpt_info("%s: on CUDA device %d", what, d);
     return 0;
 }
