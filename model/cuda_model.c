@@ -13,7 +13,8 @@
  * The LM head runs chunks of tokens so B x T x V fp32 logits never exist: bf16 logits of a chunk feed the fused
  * token statistics (logsumexp, logprob, entropy). When the bf16 logits of the whole batch fit the logits budget
  * (default 8 GiB, CPT_CUDA_LOGITS_MB overrides) a training forward keeps them and the backward turns them into
- * d(logits) in place; otherwise the backward recomputes each chunk's logits. */
+ * d(logits) in place; otherwise the backward recomputes each chunk's logits (chunks of at most 512 MiB, or of the
+ * budget when it is smaller). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,7 +254,8 @@ static int ensure_host(cpt_cuda_model *cm, int N, cpt_err *err) {
 static int logits_rows(const cpt_cuda_model *cm, int N, int V, int keep) {
     size_t row = (size_t)V * sizeof(bf16);
     if (keep && (size_t)N * row <= cm->logits_budget) return N;
-    size_t r = ((size_t)512 << 20) / row; /* 512 MiB chunks */
+    size_t chunk = cm->logits_budget < ((size_t)512 << 20) ? cm->logits_budget : ((size_t)512 << 20);
+    size_t r = chunk / row; /* chunks of at most 512 MiB (less when the budget is smaller) */
     if (r < 1) r = 1;
     if (r > STATS_ROWS) r = STATS_ROWS;
     return (int)r < N ? (int)r : N;

@@ -5,7 +5,8 @@
  *    gradient against the fixture (PyTorch fp32) and against the CPU model. bf16 tolerances: 2e-2 for
  *    logits / logprobs / entropy / loss, 5e-2 per gradient.
  * 2. A bigger random qwen2 (hidden 512, 4 layers, vocab 4096, head_dim 64, GQA 8/2, untied, value head) on packed
- *    sequences of up to 1000 tokens, with d_logprobs, d_entropy and d_values all given: GPU against CPU.
+ *    sequences of up to 1000 tokens, with d_logprobs, d_entropy and d_values all given: GPU against CPU; again with
+ *    a logits budget small enough that the LM head runs in chunks and the backward recomputes them.
  * 3. Five SFT-like AdamW steps with clipping on GPU and on CPU from the same weights: the losses (printed).
  * 4. Determinism: two GPU runs of the same steps give bitwise-identical weights; and exact resume: a checkpoint
  *    (weights + AdamW state) written from the GPU, loaded into a fresh GPU model, continues bitwise like the
@@ -292,6 +293,18 @@ static void check_big(void) {
         row("big", gname, p->numel, -1, rel_l2(rg.grads + off, rc.grads + off, p->numel), 5e-2);
         off += p->numel;
     }
+    /* the LM head in chunks of 256 rows with the logits recomputed in the backward (a 2 MiB logits budget) */
+    setenv("CPT_CUDA_LOGITS_MB", "2", 1);
+    cpt_model *chunked = big_model(1, 1);
+    unsetenv("CPT_CUDA_LOGITS_MB");
+    result rk = {0};
+    fwd_bwd(chunked, &bb.b, 0, d_ent, d_val, &rk);
+    row("big chunked", "logprobs", (size_t)N, -1, rel_l2(rk.lp, rc.lp, (size_t)N), 2e-2);
+    row("big chunked", "entropy", (size_t)N, -1, rel_l2(rk.ent, rc.ent, (size_t)N), 2e-2);
+    size_t nall = cpt_model_numel(cpu);
+    row("big chunked", "all gradients", nall, -1, rel_l2(rk.grads, rc.grads, nall), 5e-2);
+    result_free(&rk);
+    cpt_model_free(chunked);
     /* an inference forward after training reuses the buffers and agrees with the training one bitwise */
     float *lp2 = poisoned((size_t)N);
     cpt_forward_out o2 = {lp2, NULL, NULL, NULL};
@@ -669,8 +682,9 @@ static void bench_shape(const char *name, int C, int I, int L, int H, int KV, in
     /* model FLOPs: 6 per parameter of every matmul (the LM head included, the embedding gather not) per token, plus
      * causal attention 6 * L * H * D * T per token (half of the full 12 L H D T) */
     double P = 0;
-    for (size_t i = 0; i < np; i++)
-        if (ps[i]->ndim == 2) P += (double)ps[i]->numel;
+    for (size_t i = 0; i < np; i++) /* an untied embedding is a gather, not a matmul */
+        if (ps[i]->ndim == 2 && (c.tie_word_embeddings || strcmp(ps[i]->name, "model.embed_tokens.weight")))
+            P += (double)ps[i]->numel;
     double flops = (6.0 * P + 6.0 * L * H * D * (double)T) * N;
     printf("  bench %-12s %d x %d tokens: step %.1f ms (fwd %.1f, bwd %.1f, clip+adamw %.1f), %.0f tokens/s, "
            "%.1f%% MFU of 989 TFLOPS (setup %.0f s)\n",
