@@ -80,6 +80,8 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
+    int gemv_rows;
+    float *skinny; /* split-K partial sums of the skinny products */
     int *plog_free, n_plog_free;
     /* per-call metadata: pinned host mirror, uploaded in one copy */
     char *meta_h, *meta_d;
@@ -210,6 +212,14 @@ static int ensure_block(cpt_cuda_engine *e, int s, cpt_err *err) {
 
 /* ---- the forward over rows --------------------------------------------------------------------------------- */
 
+/* out [n, OC] = inp [n, K] @ w^T (+ bias): the skinny kernel for a few rows when enabled, else cuBLASLt. */
+static void mm(cpt_cuda_engine *e, void *out, void *inp, void *w, void *bias, int n, int64_t K, int64_t OC) {
+    if (n <= e->gemv_rows && K % 8 == 0)
+        cpt_cuda_matmul_skinny(e->ctx, out, inp, w, bias, n, K, OC, e->skinny);
+    else
+        cpt_cuda_matmul_fwd(e->ctx, BT(out, n, OC), BT(inp, n, K), BT(w, OC, K), B1(bias, OC));
+}
+
 /* Rows [n] (tok, pos, tab in the uploaded metadata) through the model; logits [n_out, V] for rows last[0..n_out). */
 static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
     cpt_cuda_ctx *ctx = e->ctx;
@@ -226,16 +236,16 @@ static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
         else
             cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->mlp, n, C),
                                  B1(w->ln1, C), c->rms_norm_eps);
-        cpt_cuda_matmul_fwd(ctx, BT(e->qkv, n, QKV), BT(e->h, n, C), BT(w->wqkv, QKV, C), B1(w->bqkv, QKV));
+        mm(e, e->qkv, e->h, w->wqkv, w->bqkv, n, C, QKV);
         cpt_cuda_kv_append(ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
         cpt_cuda_paged_attention(ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                  MD(e, off_split, int32_t), shape);
-        cpt_cuda_matmul_fwd(ctx, BT(e->o, n, C), BT(e->att, n, HD), BT(w->wo, C, HD), B1(w->bo, C));
+        mm(e, e->o, e->att, w->wo, w->bo, n, HD, C);
         cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->o, n, C),
                              B1(w->ln2, C), c->rms_norm_eps);
-        cpt_cuda_matmul_fwd(ctx, BT(e->gu, n, 2 * I), BT(e->h, n, C), BT(w->wgu, 2 * I, C), none);
+        mm(e, e->gu, e->h, w->wgu, NULL, n, C, 2 * I);
         cpt_cuda_swiglu_fwd(ctx, BT(e->a, n, I), BT(e->gu, n, 2 * I));
-        cpt_cuda_matmul_fwd(ctx, BT(e->mlp, n, C), BT(e->a, n, I), BT(w->wdown, C, I), none);
+        mm(e, e->mlp, e->a, w->wdown, NULL, n, I, C);
     }
     cpt_cuda_gather_add(ctx, e->hl_in, e->x, e->mlp, MD(e, off_last, int32_t), n_out, C);
     cpt_cuda_rmsnorm_fwd(ctx, BT(e->hl, n_out, C), none, none, BT(e->hl_in, n_out, C), none, B1(e->norm, C),
@@ -714,6 +724,11 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->prefill_chunk = o && o->base.prefill_chunk > 0 ? o->base.prefill_chunk : 2048;
     e->block_size = o && o->block_size > 0 ? o->block_size : 16;
     e->use_graphs = !(o && o->no_graphs);
+    e->gemv_rows = o ? o->gemv_rows : 0;
+    if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
+        cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
+        goto fail;
+    }
     if (e->n_slots > 1024) {
         cpt_errf(err, "cuda engine: at most 1024 slots (%d asked)", e->n_slots);
         goto fail;
@@ -721,6 +736,12 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->R = e->prefill_chunk > e->n_slots ? e->prefill_chunk : e->n_slots;
     if (!(e->ctx = cpt_cuda_ctx_new(o ? o->device : 0, err))) goto fail;
     if (alloc_weights(e, err)) goto fail;
+    if (e->gemv_rows) {
+        int64_t oc = e->QKV > 2 * e->I ? e->QKV : 2 * e->I;
+        if (e->C > oc) oc = e->C;
+        size_t f = cpt_cuda_matmul_skinny_scratch_floats(e->gemv_rows, oc);
+        if (!(e->skinny = cpt_cuda_malloc(sizeof(float) * f, "skinny product partials", err))) goto fail;
+    }
 
     /* KV pool */
     e->max_blocks = blocks_for(e, e->max_len);
@@ -863,6 +884,7 @@ void cpt_cuda_engine_free(cpt_cuda_engine *e) {
     cpt_cuda_free(e->logits);
     cpt_cuda_free(e->plog);
     cpt_cuda_free(e->partial);
+    cpt_cuda_free(e->skinny);
     free(e->plog_free);
     cpt_cuda_host_free(e->meta_h);
     cpt_cuda_free(e->meta_d);

@@ -186,6 +186,14 @@ void cpt_cuda_gather_add(cpt_cuda_ctx *ctx, void *out, const void *a, const void
 /* out [N, OC] f32 = inp [N, C] bf16 @ w [OC, C]^T bf16 (cuBLASLt, fp32 accumulate): fp32 logits. */
 void cpt_cuda_matmul_f32out(cpt_cuda_ctx *ctx, float *out, const void *inp, const void *w, int64_t N, int64_t C,
                             int64_t OC);
+/* out [N, OC] bf16 = inp [N, C] @ w [OC, C]^T (+ bias [OC]), all bf16, fp32 accumulation, for decode steps of
+ * 1..CPT_CUDA_SKINNY_MAX_ROWS rows: every multiprocessor streams weight rows (cuBLASLt's tiles leave most of them
+ * idle at this shape). K is split over blocks when OC is small; scratch (f32, cpt_cuda_matmul_skinny_scratch_floats,
+ * may be NULL: no split) holds the partial sums, added in split order. C a multiple of 8. */
+#define CPT_CUDA_SKINNY_MAX_ROWS 8
+size_t cpt_cuda_matmul_skinny_scratch_floats(int n_rows, int64_t OC);
+void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const void *w, const void *bias, int N,
+                            int64_t C, int64_t OC, float *scratch);
 /* n bf16 values = mean + std * normal, from a hash of (seed, index): random weights without a host model. */
 void cpt_cuda_fill_normal_bf16(cpt_cuda_ctx *ctx, void *p, size_t n, float mean, float std, uint64_t seed);
 

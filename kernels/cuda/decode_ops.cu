@@ -211,3 +211,115 @@ void cpt_cuda_graph_free(cpt_cuda_graph *g) {
     cudaGraphDestroy(g->graph);
     free(g);
 }
+
+/* ---- skinny products: decode steps of a few rows ------------------------------------------------------------ */
+
+/* cuBLASLt tiles the output in blocks of 64-128 columns, so a product of a few rows with 896 or 1152 output columns
+ * runs on a handful of multiprocessors. Here one warp streams one weight row (16-byte loads, four in flight per
+ * lane) against all N input rows (read through L1/L2, they are small); when there are fewer weight rows than warps
+ * to fill the device, gridDim.y splits K and a second kernel sums the splits in order (deterministic). */
+#define SKINNY_WARPS 8
+#define SKINNY_MAX_SPLIT 8
+
+template <int MAXN>
+static __global__ void __launch_bounds__(SKINNY_WARPS * 32)
+    skinny_kernel(__nv_bfloat16 *__restrict__ out, float *__restrict__ part, const __nv_bfloat16 *__restrict__ inp,
+                  const __nv_bfloat16 *__restrict__ w, const __nv_bfloat16 *__restrict__ bias, int N, int64_t C,
+                  int64_t OC, int vec_per_split) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t oc = (int64_t)blockIdx.x * SKINNY_WARPS + warp;
+    if (oc >= OC) return;
+    int64_t nvec = C / 8, v0 = (int64_t)blockIdx.y * vec_per_split;
+    int64_t v1 = v0 + vec_per_split < nvec ? v0 + vec_per_split : nvec;
+    const uint4 *wr = (const uint4 *)(w + oc * C);
+    float acc[MAXN];
+#pragma unroll
+    for (int n = 0; n < MAXN; n++) acc[n] = 0.0f;
+    for (int64_t v = v0 + lane; v < v1; v += 128) {
+        uint4 wv[4]; /* four independent 16-byte loads in flight per lane before any use */
+#pragma unroll
+        for (int u = 0; u < 4; u++) wv[u] = v + 32 * u < v1 ? __ldg(wr + v + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int64_t vv = v + 32 * u;
+            if (vv >= v1) break;
+            const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wv[u];
+            float2 wf[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) wf[k] = __bfloat1622float2(w2[k]);
+#pragma unroll
+            for (int n = 0; n < MAXN; n++) {
+                if (n < N) {
+                    uint4 xv = __ldg((const uint4 *)(inp + (int64_t)n * C) + vv);
+                    const __nv_bfloat162 *x2 = (const __nv_bfloat162 *)&xv;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        float2 xf = __bfloat1622float2(x2[k]);
+                        acc[n] += wf[k].x * xf.x + wf[k].y * xf.y;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < MAXN; n++) {
+        float a = acc[n];
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        acc[n] = a;
+    }
+    if (lane != 0) return;
+    for (int n = 0; n < N && n < MAXN; n++) {
+        if (gridDim.y > 1) {
+            part[((int64_t)blockIdx.y * N + n) * OC + oc] = acc[n];
+        } else {
+            float r = acc[n] + (bias ? __bfloat162float(bias[oc]) : 0.0f);
+            out[(int64_t)n * OC + oc] = __float2bfloat16(r);
+        }
+    }
+}
+
+static __global__ void skinny_sum_kernel(__nv_bfloat16 *out, const float *part, const __nv_bfloat16 *bias, int N,
+                                         int64_t OC, int splits) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)N * OC) return;
+    float r = 0.0f;
+    for (int s = 0; s < splits; s++) r += part[(int64_t)s * N * OC + i];
+    if (bias) r += __bfloat162float(bias[i % OC]);
+    out[i] = __float2bfloat16(r);
+}
+
+size_t cpt_cuda_matmul_skinny_scratch_floats(int n_rows, int64_t OC) {
+    return (size_t)SKINNY_MAX_SPLIT * (size_t)n_rows * (size_t)OC;
+}
+
+void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const void *w, const void *bias, int N,
+                            int64_t C, int64_t OC, float *scratch) {
+    const char *op = "matmul_skinny";
+    CKCHECK(out && inp && w && N >= 1 && N <= CPT_CUDA_SKINNY_MAX_ROWS && C % 8 == 0 && OC > 0, op,
+            "N %d (1..%d), C %lld (a multiple of 8), OC %lld", N, CPT_CUDA_SKINNY_MAX_ROWS, (long long)C,
+            (long long)OC);
+    int64_t nvec = C / 8, blocks = (OC + SKINNY_WARPS - 1) / SKINNY_WARPS;
+    /* enough warps for ~32 per multiprocessor, each lane keeping at least two 16-byte loads */
+    int64_t want = (32LL * ctx->num_sms + OC - 1) / OC;
+    int64_t most = nvec / 64 > 0 ? nvec / 64 : 1;
+    int splits = (int)(want < most ? want : most);
+    if (splits > SKINNY_MAX_SPLIT) splits = SKINNY_MAX_SPLIT;
+    if (splits < 1 || !scratch) splits = 1;
+    int vps = (int)((nvec + splits - 1) / splits);
+    dim3 grid((unsigned)blocks, (unsigned)splits);
+    const __nv_bfloat16 *b = (const __nv_bfloat16 *)bias;
+#define SKINNY(MAXN)                                                                                              \
+    skinny_kernel<MAXN><<<grid, SKINNY_WARPS * 32, 0, ctx->stream>>>(                                             \
+        (__nv_bfloat16 *)out, scratch, (const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)w, b, N, C, OC, vps)
+    if (N == 1) SKINNY(1);
+    else if (N == 2) SKINNY(2);
+    else if (N <= 4) SKINNY(4);
+    else SKINNY(8);
+#undef SKINNY
+    LAUNCH_OK("skinny_kernel");
+    if (splits > 1) {
+        skinny_sum_kernel<<<cdiv((int64_t)N * OC, 256), 256, 0, ctx->stream>>>((__nv_bfloat16 *)out, scratch, b, N,
+                                                                               OC, splits);
+        LAUNCH_OK("skinny_sum_kernel");
+    }
+}

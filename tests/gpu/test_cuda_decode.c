@@ -10,12 +10,15 @@
  *    frequencies match the renormalised probabilities, its logprobs are exact, a row's draw ignores its batch row;
  *  - paged cache: many requests of varied lengths, n samples sharing their prompt (copy-on-write), stop ids,
  *    through few slots with small blocks so freed blocks are reused; every sample checked against the CPU model,
- *    and every block back in the free list at the end.
+ *    and every block back in the free list at the end;
+ *  - the skinny product kernel (decode steps of <= 8 rows) against fp64 and cuBLASLt, with timings at Qwen2.5
+ *    shapes; the engine's greedy and churn cases again with it enabled (gemv_rows 8).
  * Prints a summary table last. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/rng.h"
 #include "core/safetensors.h"
@@ -149,6 +152,8 @@ static void check_against_cpu(cpt_model *m, const cpt_gen_request *rq, const cpt
 
 /* ---- engines ------------------------------------------------------------------------------------------------ */
 
+static int gemv_rows; /* the engines' skinny-product setting (cpt_cuda_engine_opts.gemv_rows) */
+
 static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_blocks, int no_graphs, int max_len) {
     cpt_cuda_engine_opts o;
     memset(&o, 0, sizeof o);
@@ -157,6 +162,7 @@ static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_bl
     o.block_size = block;
     o.kv_blocks = kv_blocks;
     o.no_graphs = no_graphs;
+    o.gemv_rows = gemv_rows;
     cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
     if (!e) {
         fprintf(stderr, "cuda engine: %s\n", err.msg);
@@ -228,9 +234,10 @@ static void test_greedy(const char *name, cpt_model *m, int block) {
     }
     lp_stats st = {0, 0, 0};
     for (int i = 0; i < NP; i++) check_against_cpu(m, &rq[i], &gres[i], &st);
-    printf("greedy %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
-           name, matched, total, div, st.max_dlp, st.max_gap);
-    SUM("greedy     %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", name, 100.0 * matched / total,
+    printf("greedy%s %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
+           gemv_rows ? "+gemv" : "", name, matched, total, div, st.max_dlp, st.max_gap);
+    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", gemv_rows ? "+gemv" : "     ", name,
+        100.0 * matched / total,
         div, st.max_dlp, st.max_gap);
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: GPU logprobs off the CPU model's by %.4f", name, st.max_dlp);
     CHECK_MSG(st.max_gap < LP_TOL, "%s: a GPU greedy token is %.4f below the CPU argmax", name, st.max_gap);
@@ -465,6 +472,96 @@ static void test_sampler_kernel(void) {
     cpt_cuda_ctx_free(ctx);
 }
 
+/* ---- 5. skinny products (cpt_cuda_matmul_skinny) against fp64 and cuBLASLt ------------------------------------ */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void test_skinny(void) {
+    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
+    if (!ctx) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    static const int shapes[][4] = {/* N, C, OC, bias: Qwen2.5-0.5B / 1.5B decode products and odd sizes */
+                                    {1, 896, 1152, 1},  {1, 896, 896, 0},    {1, 896, 9728, 0},  {1, 4864, 896, 0},
+                                    {4, 4864, 896, 0},  {8, 896, 9728, 0},   {1, 1536, 2048, 1}, {1, 8960, 1536, 0},
+                                    {8, 8960, 1536, 0}, {3, 64, 256, 1},     {5, 200, 72, 1},    {2, 1536, 17920, 0}};
+    int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 31, 0);
+    for (int c = 0; c < ns; c++) {
+        int N = shapes[c][0], C = shapes[c][1], OC = shapes[c][2], hb = shapes[c][3];
+        size_t nx = (size_t)N * C, nw = (size_t)OC * C;
+        float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * nw), *b = malloc(sizeof(float) * OC);
+        float *got = malloc(sizeof(float) * N * OC), *lt = malloc(sizeof(float) * N * OC);
+        cpt_rng_fill_normal(&rng, x, nx, 0.0f, 1.0f);
+        cpt_rng_fill_normal(&rng, w, nw, 0.0f, 0.05f);
+        cpt_rng_fill_normal(&rng, b, OC, 0.0f, 0.5f);
+        for (size_t i = 0; i < nx; i++) x[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(x[i]));
+        for (size_t i = 0; i < nw; i++) w[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(w[i]));
+        for (int i = 0; i < OC; i++) b[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(b[i]));
+        void *dx = cpt_cuda_malloc(2 * nx, "x", &err), *dw = cpt_cuda_malloc(2 * nw, "w", &err);
+        void *db = cpt_cuda_malloc(2 * (size_t)OC, "b", &err), *dout = cpt_cuda_malloc(2 * (size_t)N * OC, "out", &err);
+        void *dlt = cpt_cuda_malloc(2 * (size_t)N * OC, "out (cuBLASLt)", &err);
+        float *scr = cpt_cuda_malloc(sizeof(float) * cpt_cuda_matmul_skinny_scratch_floats(N, OC), "scratch", &err);
+        if (!dx || !dw || !db || !dout || !dlt || !scr) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(1);
+        }
+        OK(cpt_cuda_upload_bf16(ctx, dx, x, nx, &err));
+        OK(cpt_cuda_upload_bf16(ctx, dw, w, nw, &err));
+        OK(cpt_cuda_upload_bf16(ctx, db, b, OC, &err));
+        OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)N * OC, &err));
+        cpt_cuda_matmul_skinny(ctx, dout, dx, dw, hb ? db : NULL, N, C, OC, scr);
+        cpt_cuda_matmul_fwd(ctx, cpt_cuda_tensor(dlt, CPT_DT_BF16, 2, N, OC), cpt_cuda_tensor(dx, CPT_DT_BF16, 2, N, C),
+                            cpt_cuda_tensor(dw, CPT_DT_BF16, 2, OC, C),
+                            hb ? cpt_cuda_tensor(db, CPT_DT_BF16, 1, OC, 0) : cpt_tensor_none());
+        OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)N * OC, &err));
+        OK(cpt_cuda_download_bf16(ctx, lt, dlt, (size_t)N * OC, &err));
+        double e2 = 0, l2 = 0, r2 = 0;
+        int nan = 0;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double ref = hb ? b[o] : 0.0;
+                for (int k = 0; k < C; k++) ref += (double)x[(size_t)n * C + k] * w[(size_t)o * C + k];
+                double g = got[(size_t)n * OC + o], l = lt[(size_t)n * OC + o];
+                nan += g != g;
+                e2 += (g - ref) * (g - ref);
+                l2 += (l - ref) * (l - ref);
+                r2 += ref * ref;
+            }
+        double err_s = sqrt(e2 / r2), err_l = sqrt(l2 / r2);
+        /* timing: 50 back-to-back products after a warm-up, one sync */
+        double ts = 0, tl = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            double t0 = now_s();
+            for (int r = 0; r < 50; r++) cpt_cuda_matmul_skinny(ctx, dout, dx, dw, hb ? db : NULL, N, C, OC, scr);
+            OK(cpt_cuda_sync(ctx, &err));
+            double t1 = now_s();
+            for (int r = 0; r < 50; r++)
+                cpt_cuda_matmul_fwd(ctx, cpt_cuda_tensor(dlt, CPT_DT_BF16, 2, N, OC),
+                                    cpt_cuda_tensor(dx, CPT_DT_BF16, 2, N, C), cpt_cuda_tensor(dw, CPT_DT_BF16, 2, OC, C),
+                                    hb ? cpt_cuda_tensor(db, CPT_DT_BF16, 1, OC, 0) : cpt_tensor_none());
+            OK(cpt_cuda_sync(ctx, &err));
+            ts = (t1 - t0) / 50, tl = (now_s() - t1) / 50;
+        }
+        double gb = 2.0 * nw / 1e9;
+        printf("skinny N=%d C=%d OC=%d%s: rel err %.2e (cuBLASLt %.2e), %.1f us = %.0f GB/s (cuBLASLt %.1f us = %.0f GB/s)\n",
+               N, C, OC, hb ? " +bias" : "", err_s, err_l, ts * 1e6, gb / ts, tl * 1e6, gb / tl);
+        SUM("skinny     N=%d C=%-4d OC=%-5d err %.1e (lt %.1e)  %6.1f us %5.0f GB/s | cuBLASLt %6.1f us %5.0f GB/s", N, C,
+            OC, err_s, err_l, ts * 1e6, gb / ts, tl * 1e6, gb / tl);
+        CHECK_EQ_INT(nan, 0);
+        CHECK_MSG(err_s < 1e-2, "skinny N=%d C=%d OC=%d: rel err %.3e", N, C, OC, err_s);
+        free(x), free(w), free(b), free(got), free(lt);
+        cpt_cuda_free(dx), cpt_cuda_free(dw), cpt_cuda_free(db), cpt_cuda_free(dout), cpt_cuda_free(dlt), cpt_cuda_free(scr);
+    }
+    cpt_cuda_ctx_free(ctx);
+}
+
 /* ---- 4. paged cache under churn ---------------------------------------------------------------------------- */
 
 static void test_paged_churn(const char *name, cpt_model *m) {
@@ -510,11 +607,11 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     run_cpu(m, 3, rq, NR, cres);
     double match = token_match(cres, res, NR);
     const cpt_engine_stats *es = cpt_cuda_engine_get_stats(e);
-    printf("paged %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
+    printf("paged%s %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
            "CPU-engine token match %.3f, free blocks %d/%d\n",
-           name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
+           gemv_rows ? "+gemv" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
            st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-    SUM("paged      %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", name,
+    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", gemv_rows ? "+gemv" : "     ", name,
         es->generated_tokens, es->shared_prefills, st.max_dlp, st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e),
         cpt_cuda_engine_kv_blocks(e));
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: churn logprobs off by %.4f", name, st.max_dlp);
@@ -540,8 +637,14 @@ int main(void) {
         if (i == 2) test_paged_churn(fixtures[i], m);
         cpt_model_free(m);
     }
+    test_skinny();
     cpt_model *big = big_model();
     test_greedy("random-448x3", big, 16);
+    /* the same with the skinny products in the decode steps (and short prefills) */
+    gemv_rows = 8;
+    test_greedy("random-448x3", big, 16);
+    test_paged_churn("random-448x3", big);
+    gemv_rows = 0;
     test_sampling_engine("random-448x3", big);
     test_paged_churn("random-448x3", big);
     cpt_model_free(big);
