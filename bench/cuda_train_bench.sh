@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 build() {
     local bdir=$1 dir=$2
     # cuda_runtime_api.h for cudaMemGetInfo; run_on_device.sh's gcc line reads CPATH.
-    CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} tests/gpu/run_on_device.sh build "$bdir" "$dir" bench/cuda_train_bench.c
+    CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} \
+        tests/gpu/run_on_device.sh build "$bdir" "$dir" bench/cuda_train_bench.c
 }
 
 run() {
@@ -30,7 +31,8 @@ run() {
     local shapes=(0.5b 1.5b) pids=()
     if [ -z "$torch_only" ]; then
         for s in "${shapes[@]}"; do
-            LD_LIBRARY_PATH="$ldp" "$dir/cuda_train_bench" --shape "$s" --wait-file "$log/go-$s" >"$log/cpt-$s.txt" 2>&1 &
+            LD_LIBRARY_PATH="$ldp" "$dir/cuda_train_bench" --shape "$s" --wait-file "$log/go-$s" \
+                >"$log/cpt-$s.txt" 2>&1 &
             pids+=($!)
         done
     fi

@@ -35,17 +35,15 @@ int cpt_dp_plan_buckets(const size_t *numel, const size_t *offsets, size_t n_par
     }
     size_t acc = 0;
     for (size_t i = 0; i < n_params; i++) {
-        if (numel[i] == 0) {
-            free(off);
-            cpt_dp_plan_free(plan);
-            return cpt_errf(err, "dp: param %zu is empty", i);
-        }
         off[i] = offsets ? offsets[i] : acc;
-        if (i > 0 && off[i] < off[i - 1] + numel[i - 1]) {
+        int bad = numel[i] == 0 ? cpt_errf(err, "dp: param %zu is empty", i) : 0;
+        if (!bad && i > 0 && off[i] < off[i - 1] + numel[i - 1])
+            bad = cpt_errf(err, "dp: param %zu at offset %zu overlaps or precedes param %zu (offset %zu, %zu floats)",
+                           i, off[i], i - 1, off[i - 1], numel[i - 1]);
+        if (bad) {
             free(off);
             cpt_dp_plan_free(plan);
-            return cpt_errf(err, "dp: param %zu at offset %zu overlaps or precedes param %zu (offset %zu, %zu "
-                                 "floats)", i, off[i], i - 1, off[i - 1], numel[i - 1]);
+            return -1;
         }
         acc = off[i] + numel[i];
     }
