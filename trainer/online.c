@@ -434,6 +434,7 @@ static int validate(online_ctx *c, cpt_err *err) {
     o.tpl = c->have_tpl ? &c->tpl : NULL;
     cpt_eval_results r;
     memset(&r, 0, sizeof r);
+    if (cpt_model_sync_to_host(c->policy, err)) return -1; /* generation reads the host weights */
     if (cpt_eval_run(c->policy, c->tok, c->val, c->val_reward, &o, &r, err)) return cpt_err_prefix(err, "validation");
     fprintf(stderr, "%s validation at step %" PRId64 ": accuracy %.3f | reward %.3f | len %.1f | %zu prompts x %d (%.1fs)\n",
             cpt_obj_type_name(c->oc.type), c->st.step, r.accuracy, r.mean_reward, r.mean_tokens, r.n_prompts,
