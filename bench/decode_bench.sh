@@ -5,6 +5,8 @@
 #                                                against BUILD (default build-decode) into DIR (default .carry-decode)
 #   bench/decode_bench.sh run [DIR] [--no-test] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
+#   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
+#                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -42,5 +44,17 @@ run)
     [ $test = 1 ] && sed -n '/== GPU decode summary ==/,$p' "$out/test_cuda_decode.log"
     exit $rc
     ;;
-*) echo "usage: $0 build [BUILD] [DIR] | run [DIR] [--no-test] [--no-torch]" >&2; exit 2 ;;
+profile)
+    dir=${2:-.carry-decode}
+    eval "$(tests/gpu/run_on_device.sh env)"
+    export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
+    out=${OUT:-/tmp}
+    for b in 1 64; do
+        # the warm-up and timed runs of 16 new tokens; graphs off so every kernel is its own launch
+        timeout 240 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
+            "$dir/decode_bench" --shapes 0.5b --batches $b --prompt 256 --new 16 --no-graphs 2>&1 |
+            tee "$out/decode_profile_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
+    done
+    ;;
+*) echo "usage: $0 build [BUILD] [DIR] | run [DIR] [--no-test] [--no-torch] | profile [DIR]" >&2; exit 2 ;;
 esac

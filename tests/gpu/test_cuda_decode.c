@@ -152,7 +152,8 @@ static void check_against_cpu(cpt_model *m, const cpt_gen_request *rq, const cpt
 
 /* ---- engines ------------------------------------------------------------------------------------------------ */
 
-static int gemv_rows; /* the engines' skinny-product setting (cpt_cuda_engine_opts.gemv_rows) */
+static int gemv_rows;     /* the engines' skinny-product setting (cpt_cuda_engine_opts.gemv_rows) */
+static int prefill_chunk; /* the engines' prefill chunk (0: default) */
 
 static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_blocks, int no_graphs, int max_len) {
     cpt_cuda_engine_opts o;
@@ -163,6 +164,7 @@ static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_bl
     o.kv_blocks = kv_blocks;
     o.no_graphs = no_graphs;
     o.gemv_rows = gemv_rows;
+    o.base.prefill_chunk = prefill_chunk;
     cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
     if (!e) {
         fprintf(stderr, "cuda engine: %s\n", err.msg);
@@ -643,8 +645,11 @@ int main(void) {
     /* the same with the skinny products in the decode steps (and short prefills) */
     gemv_rows = 8;
     test_greedy("random-448x3", big, 16);
+    /* prompts up to 60 tokens in forwards of 7 rows: prefills straddle calls and continue from the pages */
+    prefill_chunk = 7;
     test_paged_churn("random-448x3", big);
     gemv_rows = 0;
+    prefill_chunk = 0;
     test_sampling_engine("random-448x3", big);
     test_paged_churn("random-448x3", big);
     cpt_model_free(big);
