@@ -22,6 +22,11 @@
 #include "model/cuda_model.h"
 #include "model/model_internal.h"
 
+void cpt_model_set_grads_ready(cpt_model *m, cpt_grads_ready_fn fn, void *ud) {
+    m->grads_ready = fn;
+    m->grads_ready_ud = ud;
+}
+
 #ifndef CPT_HAVE_CUDA
 
 static int no_cuda(cpt_err *err) {
@@ -539,6 +544,22 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S) {
                          WB(m, lo->ln1, C, 0), TF1(a->rstd1, N));
 }
 
+/* The cpt_model_param index of the param at element offset off. */
+static size_t param_index(const cpt_model *m, int64_t off) {
+    for (size_t i = 0; i < m->n_params; i++)
+        if (m->offsets[i] == off) return i;
+    fprintf(stderr, "cpt cuda model: no parameter at offset %lld\n", (long long)off);
+    abort();
+}
+
+static int ready(cpt_model *m, int64_t first_off, int64_t last_off, size_t last_index, cpt_err *err) {
+    if (!m->grads_ready) return 0;
+    size_t last = last_off >= 0 ? param_index(m, last_off) : last_index;
+    if (m->grads_ready(m->grads_ready_ud, param_index(m, first_off), last, err))
+        return cpt_err_prefix(err, "backward: gradients-ready callback");
+    return 0;
+}
+
 int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
                             const float *d_values, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
@@ -587,12 +608,16 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
     zero_dev(cm, cm->dres, (size_t)N * C * 2);
     cpt_cuda_rmsnorm_bwd(ctx, TB(cm->dres, N, C), GF(m, m->off_norm, C, 0), TB(cm->dxf, N, C), TB(cm->x_final, N, C),
                          WB(m, m->off_norm, C, 0), TF1(cm->rstdf, N));
-    for (int l = c->num_layers - 1; l >= 0; l--) layer_backward(m, l, N, &cm->layers[l], S);
+    if (ready(m, m->off_norm, -1, m->n_params - 1, err)) return -1; /* norm, [lm_head], [score] */
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        layer_backward(m, l, N, &cm->layers[l], S);
+        if (ready(m, m->layer[l].ln1, m->layer[l].wdown, 0, err)) return -1;
+    }
     int U = cm->n_emb_ids;
     int32_t *ids = cm->ints + 4 * N + 1, *starts = cm->ints + 5 * N + 1, *order = cm->ints + 6 * N + 2;
     cpt_cuda_embedding_bwd(ctx, GF(m, m->off_embed, V, C), TB(cm->dres, N, C), TI1(ids, U), TI1(starts, U + 1),
                            TI1(order, N));
-    return 0;
+    return ready(m, m->off_embed, m->off_embed, 0, err);
 }
 
 #endif

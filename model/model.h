@@ -113,6 +113,13 @@ int cpt_model_sync_to_host(cpt_model *m, cpt_err *err);   /* weights and gradien
 int cpt_model_sync_to_device(cpt_model *m, cpt_err *err); /* weights, host -> device; 0 on the CPU */
 /* Waits for the device work queued so far (the optimizer step is asynchronous): for timing; 0 on the CPU. */
 int cpt_model_wait(cpt_model *m, cpt_err *err);
+/* A readiness callback for data parallelism (trainer/dp.h): the GPU backward calls fn(ud, first, last, err) as soon
+ * as the work producing the final gradient of params first..last (cpt_model_param indices) is queued: model.norm
+ * through the last param after the LM head and final norm, each layer's params after that layer (last to first),
+ * then param 0 (the embedding, also the tied LM head) at the end. A non-zero return ends the backward with that
+ * error. NULL fn: none. The CPU backward does not call it. */
+typedef int (*cpt_grads_ready_fn)(void *ud, size_t first_param, size_t last_param, cpt_err *err);
+void cpt_model_set_grads_ready(cpt_model *m, cpt_grads_ready_fn fn, void *ud);
 
 /* Padded batches: B rows of T tokens with an attention mask (1 = real token, 0 = padding; each row's real tokens
  * must be one contiguous run, so left and right padding both work; an all-padding row is allowed and yields no

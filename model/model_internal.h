@@ -72,6 +72,8 @@ struct cpt_model {
     int kept_tokens; /* tokens of the last keep_activations forward; -1 when none */
     int kept_seqs;
     struct cpt_cuda_model *cuda; /* the device side after cpt_model_use_cuda (model/cuda_model.c), else NULL */
+    cpt_grads_ready_fn grads_ready; /* cpt_model_set_grads_ready */
+    void *grads_ready_ud;
 };
 
 /* model/config.c */

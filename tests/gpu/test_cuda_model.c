@@ -267,6 +267,20 @@ static void make_batch(big_batch *bb, const int *lens, int S, int V, uint64_t se
 
 static void big_batch_free(big_batch *bb) { free(bb->tok), free(bb->tg), free(bb->ss); }
 
+/* the readiness callback: records the ranges it is given */
+typedef struct ready_log {
+    int n;
+    size_t first[64], last[64];
+} ready_log;
+
+static int on_ready(void *ud, size_t first, size_t last, cpt_err *e) {
+    (void)e;
+    ready_log *r = ud;
+    if (r->n < 64) r->first[r->n] = first, r->last[r->n] = last;
+    r->n++;
+    return 0;
+}
+
 static void check_big(void) {
     cpt_model *cpu = big_model(1, 0), *gpu = big_model(1, 1);
     int lens[] = {1000, 613, 300, 87, 1};
@@ -279,8 +293,22 @@ static void check_big(void) {
     cpt_rng_fill_normal(&rng, d_ent, (size_t)N, 0.0f, 0.01f);
     cpt_rng_fill_normal(&rng, d_val, (size_t)N, 0.0f, 1.0f / N);
     result rc = {0}, rg = {0};
+    ready_log rl = {0};
+    cpt_model_set_grads_ready(gpu, on_ready, &rl);
     fwd_bwd(cpu, &bb.b, 0, d_ent, d_val, &rc);
     fwd_bwd(gpu, &bb.b, 0, d_ent, d_val, &rg);
+    cpt_model_set_grads_ready(gpu, NULL, NULL);
+    /* norm..last, then each layer's range from the last layer down, then the embedding; every param exactly once */
+    size_t np = cpt_model_num_params(gpu), covered = 0;
+    int order_ok = rl.n == 4 + 2 && rl.last[0] == np - 1 && rl.first[rl.n - 1] == 0 && rl.last[rl.n - 1] == 0;
+    for (int k = 0; k < rl.n && k < 64; k++) {
+        covered += rl.last[k] - rl.first[k] + 1;
+        if (k > 0 && rl.last[k] + 1 != rl.first[k - 1]) order_ok = 0;
+    }
+    CHECK_MSG(order_ok && covered == np, "grads-ready callback: %d calls covering %zu of %zu params, order %s", rl.n,
+              covered, np, order_ok ? "ok" : "wrong");
+    printf("  grads-ready callback: %d calls, %zu of %zu params, in backward order: %s\n", rl.n, covered, np,
+           order_ok && covered == np ? "ok" : "WRONG");
     row("big", "logprobs", (size_t)N, -1, rel_l2(rg.lp, rc.lp, (size_t)N), 2e-2);
     row("big", "entropy", (size_t)N, -1, rel_l2(rg.ent, rc.ent, (size_t)N), 2e-2);
     row("big", "values", (size_t)N, -1, rel_l2(rg.val, rc.val, (size_t)N), 2e-2);
