@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "queue/conn.h"
 #include "queue/stream.h"
+#include "rollout/cuda_engine.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
 #include "trainer/sft.h"
@@ -35,6 +36,7 @@ typedef struct worker {
     cpt_model *m;
     cpt_tokenizer *tok;
     cpt_engine *e;
+    cpt_cuda_engine *ge; /* rollout.device = cuda: the GPU engine instead of e */
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
@@ -45,6 +47,22 @@ typedef struct worker {
     int n_eos;
     int block_ms;
 } worker;
+
+/* The engine calls, on whichever engine the worker runs (the two share one interface). */
+static int64_t eng_submit(worker *w, const cpt_gen_request *r, cpt_err *err) {
+    return w->ge ? cpt_cuda_engine_submit(w->ge, r, err) : cpt_engine_submit(w->e, r, err);
+}
+static int eng_step(worker *w, cpt_err *err) { return w->ge ? cpt_cuda_engine_step(w->ge, err) : cpt_engine_step(w->e, err); }
+static int eng_take(worker *w, cpt_gen_result *r) { return w->ge ? cpt_cuda_engine_take(w->ge, r) : cpt_engine_take(w->e, r); }
+static int eng_idle(const worker *w) { return w->ge ? cpt_cuda_engine_idle(w->ge) : cpt_engine_idle(w->e); }
+static int eng_waiting(const worker *w) { return w->ge ? cpt_cuda_engine_waiting(w->ge) : cpt_engine_waiting(w->e); }
+static int eng_active(const worker *w) { return w->ge ? cpt_cuda_engine_active(w->ge) : cpt_engine_active(w->e); }
+static int eng_slots(const worker *w) { return w->ge ? cpt_cuda_engine_slots(w->ge) : cpt_engine_slots(w->e); }
+static const cpt_engine_stats *eng_stats(const worker *w) {
+    static const cpt_engine_stats none;
+    if (w->ge) return cpt_cuda_engine_get_stats(w->ge);
+    return w->e ? cpt_engine_get_stats(w->e) : &none;
+}
 
 static int n_generating(const worker *w) {
     int n = 0;
@@ -137,8 +155,12 @@ static int make_engine(worker *w, cpt_err *err) {
                          .max_len = (int)cpt_cfg_int(w->cfg, "rollout.max_len"),
                          .prefill_chunk = (int)cpt_cfg_int(w->cfg, "rollout.prefill_chunk"),
                          .tok = w->tok};
-    w->e = cpt_engine_new(w->m, &o, err);
-    if (!w->e) return -1;
+    if (!strcmp(cpt_cfg_str(w->cfg, "rollout.device"), "cuda")) {
+        cpt_cuda_engine_opts co = {.base = o};
+        if (!(w->ge = cpt_cuda_engine_new(w->m, &co, err))) return -1;
+    } else if (!(w->e = cpt_engine_new(w->m, &o, err))) {
+        return -1;
+    }
     w->n_eos = cpt_cfg_bool(w->cfg, "rollout.stop_on_eos") ? cpt_rollout_eos_ids(w->m, w->tok, w->eos) : 0;
     return 0;
 }
@@ -158,6 +180,8 @@ static int load_wanted(worker *w, cpt_err *err) {
     }
     double t0 = cpt_now();
     if (ok && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
+    /* the GPU engine's bf16 copy follows the host weights; a failed upload leaves it half old, half new: fatal */
+    if (ok && w->ge && cpt_cuda_engine_load_weights(w->ge, w->m, err)) return -1;
     if (!ok) {
         w->bad_version = wm->version;
         cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
@@ -227,7 +251,7 @@ static void start_flight(worker *w, int i) {
                          .max_new_tokens = (int)s->max_new_tokens, .stop_ids = stop_ids, .n_stop_ids = n_stop,
                          .stop_strs = (const char *const *)s->stop_strs, .n_stop_strs = (int)s->n_stop_strs};
     cpt_err err;
-    int64_t id = cpt_engine_submit(w->e, &r, &err);
+    int64_t id = eng_submit(w, &r, &err);
     if (id < 0) {
         dead_letter(w, i, err.msg);
         return;
@@ -239,7 +263,7 @@ static void start_flight(worker *w, int i) {
 static void take_group(worker *w) {
     cpt_err err;
     cpt_queue_item it;
-    w->q->block_ms = cpt_engine_idle(w->e) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
+    w->q->block_ms = eng_idle(w) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
     int got = cpt_queue_next(w->q, CPT_STREAM_PROMPTS, "rollout", w->me, &it, &err);
     w->q->block_ms = w->block_ms;
     if (got < 0) {
@@ -371,12 +395,11 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         }
         if (w->has_want && gen == 0 && load_wanted(w, err)) goto done;
         if (now - t_hb >= hb_s) {
-            static const cpt_engine_stats none;
-            const cpt_engine_stats *es = w->e ? cpt_engine_get_stats(w->e) : &none;
+            const cpt_engine_stats *es = eng_stats(w);
             double dt = t_hb > 0 ? now - t_hb : 0;
             long steps = es->decode_steps - hb_steps;
             heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
-                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_engine_slots(w->e)) : 0);
+                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * eng_slots(w)) : 0);
             hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
             t_hb = now;
         }
@@ -405,14 +428,13 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
                 f->t_touch = now;
             }
         }
-        if (!*stop && !w->has_want && !waiting && cpt_engine_waiting(w->e) == 0 &&
-            cpt_engine_active(w->e) < cpt_engine_slots(w->e))
+        if (!*stop && !w->has_want && !waiting && eng_waiting(w) == 0 && eng_active(w) < eng_slots(w))
             take_group(w);
-        else if (cpt_engine_idle(w->e))
+        else if (eng_idle(w))
             usleep(20000);
-        if (!cpt_engine_idle(w->e) && cpt_engine_step(w->e, err) < 0) goto done;
+        if (!eng_idle(w) && eng_step(w, err) < 0) goto done;
         cpt_gen_result res;
-        while (cpt_engine_take(w->e, &res)) {
+        while (eng_take(w, &res)) {
             finish_group(w, &res);
             cpt_gen_result_free(&res);
         }
@@ -425,6 +447,7 @@ done:
     free(w->fl);
     cpt_queue_close(w->q);
     cpt_engine_free(w->e);
+    cpt_cuda_engine_free(w->ge);
     cpt_model_free(w->m);
     cpt_tokenizer_free(w->tok);
     return rc;
