@@ -108,6 +108,7 @@ static int env_int(const char *name, int fallback) {
     return *end ? fallback : (int)v;
 }
 
+#ifdef CPT_HAVE_CUDA
 /* Rank 0 publishes the id with SET ... PX (a stale key of an earlier launch expires; a fresh key per launch is
  * still the caller's part), the others poll GET until it appears. */
 static int share_uid_redis(cpt_dp *dp, cpt_err *err) {
@@ -143,6 +144,8 @@ static int share_uid_redis(cpt_dp *dp, cpt_err *err) {
         nanosleep(&ts, NULL);
     }
 }
+
+#endif
 
 cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err) {
     cpt_dp *dp = calloc(1, sizeof *dp);

@@ -14,6 +14,7 @@
 #include "tests/integration/redis_helper.h"
 #include "trainer/dp.h"
 
+#ifdef CPT_HAVE_CUDA
 #define KEY "cpt:dptest:dp_uid:1"
 
 static cpt_redis *open_redis(const test_redis *t) {
@@ -147,6 +148,8 @@ static void check_errors(const test_redis *t) {
     CHECK_MSG(strstr(err.msg, "needs a connection and a key"), "%s", err.msg);
     unsetenv("CPT_RANK"), unsetenv("CPT_WORLD_SIZE");
 }
+
+#endif
 
 int main(void) {
 #ifdef CPT_HAVE_CUDA

@@ -124,7 +124,7 @@ static void check_model_plan(void) {
     if (pid == 0) {
         cpt_dp_opts fo = {.bootstrap = "file", .force_nccl = 1};
         dp = cpt_dp_new(&fo, &err);
-        if (!dp) _exit(strstr(err.msg, "cannot load NCCL") ? 4 : 2);
+        if (!dp) _exit(strstr(err.msg, "cannot load NCCL") || strstr(err.msg, "without CUDA") ? 4 : 2);
         int refused = cpt_dp_attach_model(dp, m, &err) != 0 && strstr(err.msg, "needs the model on the GPU");
         if (!refused) fprintf(stderr, "attach_model with a CPU model and NCCL: %s\n", err.msg);
         _exit(refused ? 0 : 3);
