@@ -467,6 +467,32 @@ static int start_queue(cpt_launcher *L, cpt_redis **control, cpt_err *err) {
     return *control ? 0 : -1;
 }
 
+static void drain_satellites(cpt_launcher *L, double grace) {
+    if (!L->satellites_on) return;
+    for (int role = 0; role < 2; role++)
+        while (cpt_sat_drain_one(&L->sats, role, grace) == 0) {}
+}
+
+/* Waits until process `only` (or, with -1, every process and satellite) is gone or limit passes, keeping the private
+ * redis-server up meanwhile: Slurm's SIGTERM on a requeue reaches it too, and draining workers, here or in
+ * satellites, need it to hand in what they hold. The supervisor escalates stops past their grace. */
+static void wait_stopped(cpt_launcher *L, int only, double limit) {
+    double next_refresh = 0;
+    while (cpt_now() < limit) {
+        int busy = only >= 0 ? L->sup.procs[only].state == CPT_PROC_RUNNING : cpt_sup_running(&L->sup) > 0;
+        if (only < 0 && L->satellites_on) {
+            if (cpt_now() >= next_refresh) {
+                cpt_sat_refresh(&L->sats);
+                next_refresh = cpt_now() + 1.0;
+            }
+            busy |= L->sats.n > 0;
+        }
+        if (!busy) return;
+        cpt_sup_poll(&L->sup, 0.05);
+        supervise_redis(L);
+    }
+}
+
 int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     cpt_redis *control = NULL;
     int status = 1;
@@ -488,7 +514,9 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
         cpt_proc *t = &L->sup.procs[trainer];
         if (L->stop_flag && *L->stop_flag) {
             fprintf(stderr, "cpt: stopping: the trainer checkpoints, then the workers drain\n");
-            cpt_sup_stop(&L->sup, trainer, grace);
+            drain_satellites(L, grace);
+            cpt_sup_request_stop(&L->sup, trainer, grace);
+            wait_stopped(L, trainer, cpt_now() + grace + 12.0);
             status = CPT_EXIT_STOPPED;
             break;
         }
@@ -516,11 +544,10 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     }
     print_progress(L, started);
     /* Satellites get their drain signal first so they drain while the steps do. */
-    if (L->satellites_on)
-        for (int role = 0; role < 2; role++)
-            while (cpt_sat_drain_one(&L->sats, role, grace) == 0) {}
-    cpt_sup_stop_all(&L->sup, grace);
-    if (L->satellites_on) cpt_sat_stop_all(&L->sats, grace);
+    drain_satellites(L, grace);
+    for (int i = 0; i < L->sup.n; i++) cpt_sup_request_stop(&L->sup, i, grace);
+    wait_stopped(L, -1, cpt_now() + grace + 15.0);
+    if (L->satellites_on) cpt_sat_cancel_rest(&L->sats);
 done:
     if (status == 1 && !err->msg[0]) cpt_errf(err, "the run failed");
     if (control) cpt_redis_close(control);

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -371,18 +370,11 @@ void cpt_sat_describe(const cpt_satellites *S, int role, char *out, size_t cap) 
     }
 }
 
-void cpt_sat_stop_all(cpt_satellites *S, double grace) {
-    if (S->n == 0) return;
-    for (int r = 0; r < 2; r++)
-        while (cpt_sat_drain_one(S, r, grace) == 0) {}
-    double deadline = cpt_now() + grace + 15.0;
-    while (S->n > 0 && cpt_now() < deadline) {
-        struct timespec ts = {1, 0};
-        nanosleep(&ts, NULL);
-        cpt_sat_refresh(S);
-    }
+void cpt_sat_cancel_rest(cpt_satellites *S) {
     for (int i = 0; i < S->n; i++) {
-        fprintf(stderr, "cpt: satellite job %s still listed as %s; scancel\n", S->v[i].job, S->v[i].state);
+        fprintf(stderr, "cpt: satellite %s (job %s) still listed as %s; scancel\n", S->v[i].worker, S->v[i].job,
+                S->v[i].state[0] ? S->v[i].state : "submitted");
         scancel(S->v[i].job, 0);
     }
+    S->n = 0;
 }

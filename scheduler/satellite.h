@@ -79,7 +79,7 @@ int cpt_sat_running(const cpt_satellites *S, int role);
 /* "123:RUNNING,124:PENDING,125:DRAINING" for role ("" when none). */
 void cpt_sat_describe(const cpt_satellites *S, int role, char *out, size_t cap);
 
-/* Drains every satellite, waits up to grace seconds for them to end, then cancels the rest. */
-void cpt_sat_stop_all(cpt_satellites *S, double grace);
+/* Plain scancel of every satellite still listed (after the drain had its time). */
+void cpt_sat_cancel_rest(cpt_satellites *S);
 
 #endif

@@ -64,7 +64,7 @@ wait_for "cpt: started rollout-1" "$T/run.log" 10
 for _ in $(seq 1 50); do [ "$(cli HGET cpt:grpo-arithmetic:control running_rollout)" = 2 ] && break; sleep 0.1; done
 [ "$(cli HGET cpt:grpo-arithmetic:control running_rollout)" = 2 ] || fail "running_rollout is not 2"
 "$BUILD/cpt-scale" --run "$R" > "$T/table"
-grep -Eq '^rollout +2 +2$' "$T/table" || { cat "$T/table"; fail "cpt-scale table"; }
+grep -Eq '^rollout +2 +2 +2 +0  -$' "$T/table" || { cat "$T/table"; fail "cpt-scale table"; }
 "$BUILD/cpt-scale" --run "$R" rollout=1 > /dev/null
 wait_for "cpt: draining rollout-1" "$T/run.log" 10
 wait_for "rollout-1: stopping: drained" "$R/logs/rollout-1.log" 10

@@ -61,7 +61,8 @@ int main(void) {
     free(log);
 
     /* A killed process (chaos) is restarted; a stop is final and escalates to SIGKILL past the grace. */
-    char *sleeper_argv[] = {"sh", "-c", "trap '' TERM; sleep 30 & wait", NULL};
+    /* Short sleeps in a loop, not `sleep 30 &`: an orphaned sleep would hold ctest's output pipe open for 30 s. */
+    char *sleeper_argv[] = {"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done", NULL};
     int sl = cpt_sup_add(&s, "sleeper", sleeper_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
     CHECK(cpt_sup_start(&s, sl, &err) == 0);
     pid_t first = s.procs[sl].pid;
@@ -78,9 +79,9 @@ int main(void) {
 
     /* A non-blocking stop: the call returns at once, the process drains (here 0.8 s) while the supervisor keeps
      * restarting others, and it is reaped as stopped, not restarted. */
-    char *drainer_argv[] = {"sh", "-c", "trap 'sleep 0.8; exit 0' TERM; sleep 30 & wait", NULL};
+    char *drainer_argv[] = {"sh", "-c", "trap 'sleep 0.8; exit 0' TERM; while :; do sleep 0.1; done", NULL};
     int dr = cpt_sup_add(&s, "drainer", drainer_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
-    char *crasher_argv[] = {"sh", "-c", "sleep 30", NULL};
+    char *crasher_argv[] = {"sleep", "30", NULL};
     int cr = cpt_sup_add(&s, "crasher", crasher_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
     CHECK(cpt_sup_start(&s, dr, &err) == 0);
     CHECK(cpt_sup_start(&s, cr, &err) == 0);
@@ -102,7 +103,7 @@ int main(void) {
     cpt_sup_poll(&s, 0.3);
     CHECK_EQ_INT(s.procs[dr].state, CPT_PROC_EXITED); /* not restarted */
     /* Past its grace a process that ignores the stop signal is killed by poll. */
-    char *deaf_argv[] = {"sh", "-c", "trap '' TERM; sleep 30 & wait", NULL};
+    char *deaf_argv[] = {"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done", NULL};
     int deaf = cpt_sup_add(&s, "deaf", deaf_argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
     CHECK(cpt_sup_start(&s, deaf, &err) == 0);
     cpt_sup_poll(&s, 0.2);
