@@ -63,6 +63,10 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *dl, c
     return no_cuda(err);
 }
 void cpt_cuda_model_zero_grad(cpt_model *m) { (void)m; }
+int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
+    (void)m, (void)err;
+    return 0;
+}
 void cpt_cuda_model_free(cpt_cuda_model *cm) { (void)cm; }
 int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *v) {
     (void)m, (void)p, (void)v;
@@ -170,6 +174,13 @@ int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
 }
 
 int cpt_model_wait(cpt_model *m, cpt_err *err) { return m->cuda ? cpt_cuda_sync(m->cuda->ctx, err) : 0; }
+
+int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
+    cpt_cuda_model *cm = m->cuda;
+    if (cm && cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err))
+        return cpt_err_prefix(err, "copying the weights to the host");
+    return 0;
+}
 
 int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;

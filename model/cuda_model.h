@@ -13,6 +13,8 @@ int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *ou
 int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
                             const float *d_values, cpt_err *err);
 void cpt_cuda_model_zero_grad(cpt_model *m);
+/* The weights only, device -> host (cpt_model_save_hf: each published weight version; the grads stay). */
+int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err);
 void cpt_cuda_model_free(cpt_cuda_model *cm);
 
 /* Where one parameter lives on the device: fp32 master weights, fp32 gradient, the bf16 copy the matmuls read,

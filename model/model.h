@@ -105,8 +105,9 @@ void cpt_model_zero_grad(cpt_model *m);
  * of the weights on the device (one allocation), bf16 activations. From then on cpt_model_forward, _backward and
  * _zero_grad run there (same contract: logprobs, entropy and values come back to the host, d_logprobs go up), and
  * trainer/optim.c's AdamW, norm and clipping run on the device copies. param->data / ->grad on the host are a mirror
- * refreshed by cpt_model_sync_to_host (cpt_model_save_hf calls it itself); after changing host weights call
- * cpt_model_sync_to_device (cpt_model_load_weights does). A build without CUDA fails with a message saying so. */
+ * refreshed by cpt_model_sync_to_host (cpt_model_save_hf refreshes the weights itself); after changing host
+ * weights call cpt_model_sync_to_device (cpt_model_load_weights does). Without CUDA built in, placement fails
+ * with a message saying so. */
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
 int cpt_model_sync_to_host(cpt_model *m, cpt_err *err);   /* weights and gradients, device -> host; 0 on the CPU */

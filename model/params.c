@@ -240,7 +240,7 @@ int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *
 
 int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err *err) {
     /* on a GPU the host copy is a mirror: refresh it (logically const: the weights do not change) */
-    if (m->cuda && cpt_model_sync_to_host((cpt_model *)m, err)) return -1;
+    if (m->cuda && cpt_cuda_model_pull_weights((cpt_model *)m, err)) return -1;
     if (cpt_mkdir_p(out_dir, 0755, err)) return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", out_dir);
