@@ -80,7 +80,7 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows;
+    int gemv_rows, attn_v2;
     float *skinny; /* split-K partial sums of the skinny products */
     int *plog_free, n_plog_free;
     /* per-call metadata: pinned host mirror, uploaded in one copy */
@@ -238,8 +238,8 @@ static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
                                  B1(w->ln1, C), c->rms_norm_eps);
         mm(e, e->qkv, e->h, w->wqkv, w->bqkv, n, C, QKV);
         cpt_cuda_kv_append(ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
-        cpt_cuda_paged_attention(ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
-                                 MD(e, off_split, int32_t), shape);
+        (e->attn_v2 ? cpt_cuda_paged_attention_v2 : cpt_cuda_paged_attention)(
+            ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits, MD(e, off_split, int32_t), shape);
         mm(e, e->o, e->att, w->wo, w->bo, n, HD, C);
         cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->o, n, C),
                              B1(w->ln2, C), c->rms_norm_eps);
@@ -725,6 +725,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->block_size = o && o->block_size > 0 ? o->block_size : 16;
     e->use_graphs = !(o && o->no_graphs);
     e->gemv_rows = o ? o->gemv_rows : 0;
+    e->attn_v2 = o ? o->attn_v2 : 0;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
         goto fail;

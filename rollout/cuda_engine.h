@@ -28,6 +28,8 @@ typedef struct cpt_cuda_engine_opts {
     int block_size;       /* positions per KV block; 0: 16 */
     int kv_blocks;        /* blocks in the pool; 0: every slot's full context, capped at half the free memory */
     int no_graphs;        /* 1: run decode steps eagerly (debugging, timing the difference) */
+    int attn_v2;          /* 1: the restructured attention kernel (cpt_cuda_paged_attention_v2); 0: the first one
+                           * (the default until the second is measured on the device) */
     int gemv_rows;        /* products of at most this many rows (<= 8) use cpt_cuda_matmul_skinny instead of
                            * cuBLASLt; 0: off (the default until it is measured on the device) */
 } cpt_cuda_engine_opts;

@@ -175,6 +175,11 @@ size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head
 void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                               const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                               int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
+/* The same contract, restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over
+ * many positions at once); head_dim 8, 16, 32, 64 or 128. Selected by the engine option attn_v2. */
+void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                                 const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
 /* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
 void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
 

@@ -281,6 +281,210 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
     }
 }
 
+/* ---- decode attention, second version ---------------------------------------------------------------------
+ *
+ * The first version's p * v phase walks a tile's positions one after another per thread, each step a block-table
+ * load and then a 2-byte V load that depends on it: ~64-128 dependent global loads per tile, which fits the measured
+ * step times (flat from batch 1 to 64, linear in the context; docs/performance.md). Here phase 1 (one thread per
+ * position) also records each position's row offset in shared memory and loads its whole key row before using
+ * it; phase 3 gives each thread 4 dimensions of many positions (8-byte V loads, no table lookups, unrolled so
+ * several loads are in flight), and the position groups are summed once per head at the end. Same results up to
+ * fp32 summation order. */
+template <int MAXG, int MAXD>
+static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
+    __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
+    const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D) {
+    extern __shared__ float sm[];
+    const int G = H / KV;
+    float *q_s = sm;                    /* [G][D] */
+    float *s_s = q_s + MAXG * MAXD;     /* [G][ATT_TILE] */
+    float *m_s = s_s + MAXG * ATT_TILE; /* [G] */
+    float *l_s = m_s + MAXG;            /* [G] */
+    float *a_s = l_s + MAXG;            /* [G] */
+    float *red = a_s + MAXG;            /* [ATT_THREADS / (D / 4)][D] = 4 * ATT_THREADS */
+    int64_t *off_s = (int64_t *)(red + 4 * ATT_THREADS); /* [ATT_TILE] key row offsets */
+    int64_t i = blockIdx.x;
+    int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int len = pos[i] + 1, t = tab[i];
+    int split_len = n_splits == 1 ? len : *split_len_p;
+    int start = sp * split_len, end = min(len, start + split_len);
+    int QKV = (H + 2 * KV) * D;
+    if (start >= end) {
+        for (int g = tid; g < G; g += blockDim.x) {
+            float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
+            pp[D] = -INFINITY;
+            pp[D + 1] = 0.0f;
+        }
+        return;
+    }
+    const float scale = rsqrtf((float)D);
+    for (int x = tid; x < G * D; x += blockDim.x)
+        q_s[(x / D) * MAXD + x % D] = __bfloat162float(qkv[i * QKV + (int64_t)(kvh * G) * D + x]) * scale;
+    if (tid < G) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+    const int tpr = D / 4, rows_par = ATT_THREADS / tpr, pr = tid / tpr, dv = (tid % tpr) * 4;
+    float acc[MAXG][4];
+#pragma unroll
+    for (int g = 0; g < MAXG; g++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc[g][u] = 0.0f;
+    const __nv_bfloat16 *pool = (const __nv_bfloat16 *)kv.pool;
+    const int64_t vshift = (int64_t)kv.n_blocks * kv.block_size * kv.n_kv_heads * D; /* K -> V of one layer */
+    __syncthreads();
+    for (int t0 = start; t0 < end; t0 += ATT_TILE) {
+        int tn = min(ATT_TILE, end - t0);
+        /* phase 1: scores, the whole key row loaded before use */
+        for (int j = tid; j < tn; j += blockDim.x) {
+            int64_t ko = kv_row(kv, layer, 0, t, t0 + j) + (int64_t)kvh * D;
+            off_s[j] = ko;
+            const uint4 *k4 = (const uint4 *)(pool + ko);
+            uint4 kr[MAXD / 8];
+#pragma unroll
+            for (int c = 0; c < MAXD / 8; c++)
+                if (c * 8 < D) kr[c] = k4[c];
+            float s[MAXG];
+#pragma unroll
+            for (int g = 0; g < MAXG; g++) s[g] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < MAXD / 8; c++) {
+                if (c * 8 >= D) break;
+                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&kr[c];
+                float kf[8];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float2 f = __bfloat1622float2(k2[u]);
+                    kf[2 * u] = f.x;
+                    kf[2 * u + 1] = f.y;
+                }
+#pragma unroll
+                for (int g = 0; g < MAXG; g++) {
+                    if (g < G) {
+                        const float *q = q_s + g * MAXD + c * 8;
+#pragma unroll
+                        for (int u = 0; u < 8; u++) s[g] += q[u] * kf[u];
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < MAXG; g++)
+                if (g < G) s_s[g * ATT_TILE + j] = s[g];
+        }
+        __syncthreads();
+        /* phase 2: online max / sum per head (as the first version) */
+        int lane = tid & 31, warp = tid >> 5;
+        for (int g = warp; g < G; g += blockDim.x >> 5) {
+            float mx = -INFINITY;
+            for (int j = lane; j < tn; j += 32) mx = fmaxf(mx, s_s[g * ATT_TILE + j]);
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+            float sum = 0.0f;
+            for (int j = lane; j < tn; j += 32) {
+                float e = expf(s_s[g * ATT_TILE + j] - m_new);
+                s_s[g * ATT_TILE + j] = e;
+                sum += e;
+            }
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                float a = expf(m_old - m_new);
+                a_s[g] = a;
+                l_s[g] = l_s[g] * a + sum;
+                m_s[g] = m_new;
+            }
+        }
+        __syncthreads();
+        /* phase 3: thread (position group pr, dims dv..dv+3) over the tile's positions pr, pr + rows_par, ... */
+#pragma unroll
+        for (int g = 0; g < MAXG; g++)
+            if (g < G) {
+                float a = a_s[g];
+#pragma unroll
+                for (int u = 0; u < 4; u++) acc[g][u] *= a;
+            }
+#pragma unroll 4
+        for (int j = pr; j < tn; j += rows_par) {
+            uint2 raw = *(const uint2 *)(pool + off_s[j] + vshift + dv);
+            float2 v01 = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.x);
+            float2 v23 = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.y);
+#pragma unroll
+            for (int g = 0; g < MAXG; g++) {
+                if (g < G) {
+                    float p = s_s[g * ATT_TILE + j];
+                    acc[g][0] += p * v01.x;
+                    acc[g][1] += p * v01.y;
+                    acc[g][2] += p * v23.x;
+                    acc[g][3] += p * v23.y;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    /* per head: the position groups summed in group order, then written */
+#pragma unroll
+    for (int g = 0; g < MAXG; g++) {
+        if (g >= G) break; /* G is the same for the whole block: the barriers below stay uniform */
+#pragma unroll
+        for (int u = 0; u < 4; u++) red[pr * D + dv + u] = acc[g][u];
+        __syncthreads();
+        int h = kvh * G + g;
+        for (int x = tid; x < D; x += blockDim.x) {
+            float o = 0.0f;
+            for (int p = 0; p < rows_par; p++) o += red[p * D + x];
+            if (n_splits == 1) {
+                out[i * (int64_t)H * D + (int64_t)h * D + x] = __float2bfloat16(o / l_s[g]);
+            } else {
+                float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
+                pp[x] = o;
+                if (x == 0) {
+                    pp[D] = m_s[g];
+                    pp[D + 1] = l_s[g];
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                                 const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s) {
+    const char *op = "paged_attention_v2";
+    int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
+    CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= 128 &&
+                ATT_THREADS % (D / 4) == 0 && layer >= 0 && layer < kv->n_layers,
+            op, "shape: %d heads, %d kv heads of %d (head_dim: 8, 16, 32, 64 or 128)", H, KV, D);
+    CKCHECK(H / KV <= 16, op, "%d query heads per kv head; at most 16 supported", H / KV);
+    CKCHECK(n_splits >= 1 && (n_splits == 1 || (partial && split_len)), op, "%d splits need partials", n_splits);
+    if (n_rows == 0) return;
+    int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : 128;
+    size_t shm = sizeof(float) * ((size_t)maxg * maxd + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
+                                  4 * (size_t)ATT_THREADS) +
+                 sizeof(int64_t) * ATT_TILE;
+    dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
+#define V2(G_, D_)                                                                                                 \
+    paged_attention_v2_kernel<G_, D_><<<grid, ATT_THREADS, shm, ctx->stream>>>(                                    \
+        (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, \
+        D)
+    if (maxg == 8) {
+        if (maxd == 32) V2(8, 32);
+        else if (maxd == 64) V2(8, 64);
+        else V2(8, 128);
+    } else {
+        if (maxd == 32) V2(16, 32);
+        else if (maxd == 64) V2(16, 64);
+        else V2(16, 128);
+    }
+#undef V2
+    LAUNCH_OK("paged_attention_v2_kernel");
+    if (n_splits > 1) {
+        attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)H), D < 32 ? 32 : D, 0, ctx->stream>>>(
+            (__nv_bfloat16 *)out, partial, n_splits, H, D);
+        LAUNCH_OK("attention_combine_kernel");
+    }
+}
+
 /* ---- copy-on-write -------------------------------------------------------------------------------------- */
 
 /* Block (pair, layer * 2 + K/V): copies one page of block_size x kv_heads x head_dim bf16 values. */

@@ -11,6 +11,8 @@
  *  - paged cache: many requests of varied lengths, n samples sharing their prompt (copy-on-write), stop ids,
  *    through few slots with small blocks so freed blocks are reused; every sample checked against the CPU model,
  *    and every block back in the free list at the end;
+ *  - both paged attention kernels against an fp64 reference (scattered blocks, 1 and 4 splits, head_dim 8-128,
+ *    1-16 query heads per kv head), and the engine with the second one;
  *  - the skinny product kernel (decode steps of <= 8 rows) against fp64 and cuBLASLt, with timings at Qwen2.5
  *    shapes; the engine's greedy and churn cases again with it enabled (gemv_rows 8).
  * Prints a summary table last. */
@@ -154,6 +156,7 @@ static void check_against_cpu(cpt_model *m, const cpt_gen_request *rq, const cpt
 
 static int gemv_rows;     /* the engines' skinny-product setting (cpt_cuda_engine_opts.gemv_rows) */
 static int prefill_chunk; /* the engines' prefill chunk (0: default) */
+static int attn_v2;       /* the engines' attention kernel (cpt_cuda_engine_opts.attn_v2) */
 
 static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_blocks, int no_graphs, int max_len) {
     cpt_cuda_engine_opts o;
@@ -165,6 +168,7 @@ static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_bl
     o.no_graphs = no_graphs;
     o.gemv_rows = gemv_rows;
     o.base.prefill_chunk = prefill_chunk;
+    o.attn_v2 = attn_v2;
     cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
     if (!e) {
         fprintf(stderr, "cuda engine: %s\n", err.msg);
@@ -237,8 +241,8 @@ static void test_greedy(const char *name, cpt_model *m, int block) {
     lp_stats st = {0, 0, 0};
     for (int i = 0; i < NP; i++) check_against_cpu(m, &rq[i], &gres[i], &st);
     printf("greedy%s %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
-           gemv_rows ? "+gemv" : "", name, matched, total, div, st.max_dlp, st.max_gap);
-    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", gemv_rows ? "+gemv" : "     ", name,
+           gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, matched, total, div, st.max_dlp, st.max_gap);
+    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
         100.0 * matched / total,
         div, st.max_dlp, st.max_gap);
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: GPU logprobs off the CPU model's by %.4f", name, st.max_dlp);
@@ -564,6 +568,123 @@ static void test_skinny(void) {
     cpt_cuda_ctx_free(ctx);
 }
 
+/* ---- 6. the paged attention kernels (both versions) against fp64 ------------------------------------------- */
+
+static void test_attention_kernels(void) {
+    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
+    if (!ctx) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    static const int cases[][4] = {/* H, KV, D, block_size */
+                                   {14, 2, 64, 16}, {12, 2, 128, 16}, {4, 2, 16, 8}, {8, 8, 8, 8}, {16, 1, 32, 16},
+                                   {7, 1, 64, 32}};
+    enum { NS = 5, L = 2, LAYER = 1 };
+    static const int lens[NS] = {1, 17, 200, 700, 1500};
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 41, 0);
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        int H = cases[c][0], KV = cases[c][1], D = cases[c][2], BS = cases[c][3], G = H / KV;
+        int max_blocks = (1500 + BS - 1) / BS, nb = 0;
+        for (int q = 0; q < NS; q++) nb += (lens[q] + BS - 1) / BS;
+        nb += 3;
+        /* tables: a random permutation of the blocks, so sequences interleave in the pool */
+        int32_t *perm = malloc(sizeof(int32_t) * nb), *tabs = calloc((size_t)NS * max_blocks, sizeof(int32_t));
+        for (int b = 0; b < nb; b++) perm[b] = b;
+        for (int b = nb - 1; b > 0; b--) {
+            int k = (int)cpt_rng_below(&rng, (uint64_t)b + 1), t = perm[b];
+            perm[b] = perm[k], perm[k] = t;
+        }
+        for (int q = 0, at = 0; q < NS; q++)
+            for (int b = 0; b < (lens[q] + BS - 1) / BS; b++) tabs[q * max_blocks + b] = perm[at++];
+        size_t pool_n = (size_t)L * 2 * nb * BS * KV * D;
+        float *pool = malloc(sizeof(float) * pool_n);
+        cpt_rng_fill_normal(&rng, pool, pool_n, 0.0f, 1.0f);
+        for (size_t k = 0; k < pool_n; k++) pool[k] = cpt_bf16_to_f32(cpt_f32_to_bf16(pool[k]));
+        /* rows: each sequence's last position, plus position 0 and the middle (prefill-like rows) */
+        int32_t pos[3 * NS], tab[3 * NS];
+        int n = 0;
+        for (int q = 0; q < NS; q++) {
+            pos[n] = lens[q] - 1, tab[n++] = q;
+            if (lens[q] > 2) pos[n] = 0, tab[n++] = q, pos[n] = lens[q] / 2, tab[n++] = q;
+        }
+        int QKV = (H + 2 * KV) * D;
+        float *qkv = malloc(sizeof(float) * (size_t)n * QKV), *got = malloc(sizeof(float) * (size_t)n * H * D);
+        cpt_rng_fill_normal(&rng, qkv, (size_t)n * QKV, 0.0f, 1.0f);
+        for (size_t k = 0; k < (size_t)n * QKV; k++) qkv[k] = cpt_bf16_to_f32(cpt_f32_to_bf16(qkv[k]));
+        /* fp64 reference */
+        double *ref = malloc(sizeof(double) * (size_t)n * H * D), *sc = malloc(sizeof(double) * 1500);
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < H; h++) {
+                int kvh = h / G;
+                double mx = -1e300, sum = 0;
+                for (int p = 0; p <= pos[i]; p++) {
+                    int blk = tabs[tab[i] * max_blocks + p / BS];
+                    const float *k = pool + ((((size_t)LAYER * 2 + 0) * nb + blk) * BS + p % BS) * KV * D + (size_t)kvh * D;
+                    double d = 0;
+                    for (int e = 0; e < D; e++) d += (double)qkv[(size_t)i * QKV + h * D + e] * k[e];
+                    sc[p] = d / sqrt((double)D);
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                for (int p = 0; p <= pos[i]; p++) sum += (sc[p] = exp(sc[p] - mx));
+                for (int e = 0; e < D; e++) {
+                    double o = 0;
+                    for (int p = 0; p <= pos[i]; p++) {
+                        int blk = tabs[tab[i] * max_blocks + p / BS];
+                        o += sc[p] * pool[((((size_t)LAYER * 2 + 1) * nb + blk) * BS + p % BS) * KV * D + (size_t)kvh * D + e];
+                    }
+                    ref[((size_t)i * H + h) * D + e] = o / sum;
+                }
+            }
+        void *dpool = cpt_cuda_malloc(2 * pool_n, "pool", &err), *dqkv = cpt_cuda_malloc(2 * (size_t)n * QKV, "qkv", &err);
+        void *dout = cpt_cuda_malloc(2 * (size_t)n * H * D, "out", &err);
+        int32_t *dtabs = cpt_cuda_malloc(4 * (size_t)NS * max_blocks, "tables", &err);
+        int32_t *dpos = cpt_cuda_malloc(4 * (size_t)n, "pos", &err), *dtab = cpt_cuda_malloc(4 * (size_t)n, "tab", &err);
+        int32_t *dsplit = cpt_cuda_malloc(4, "split", &err);
+        float *dpart = cpt_cuda_malloc(sizeof(float) * cpt_cuda_paged_attention_partial_floats(n, H, D, 4) + 4, "part", &err);
+        if (!dpool || !dqkv || !dout || !dtabs || !dpos || !dtab || !dsplit || !dpart) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(1);
+        }
+        int32_t split_len = (1500 + 3) / 4;
+        OK(cpt_cuda_upload_bf16(ctx, dpool, pool, pool_n, &err));
+        OK(cpt_cuda_upload_bf16(ctx, dqkv, qkv, (size_t)n * QKV, &err));
+        OK(cpt_cuda_memcpy_h2d(ctx, dtabs, tabs, 4 * (size_t)NS * max_blocks, &err));
+        OK(cpt_cuda_memcpy_h2d(ctx, dpos, pos, 4 * (size_t)n, &err));
+        OK(cpt_cuda_memcpy_h2d(ctx, dtab, tab, 4 * (size_t)n, &err));
+        OK(cpt_cuda_memcpy_h2d(ctx, dsplit, &split_len, 4, &err));
+        cpt_cuda_paged_kv kv = {dpool, L, nb, BS, KV, D, max_blocks, dtabs};
+        cpt_attn_shape shp = {H, KV, D};
+        double worst[2][2];
+        for (int v = 0; v < 2; v++)
+            for (int sp = 0; sp < 2; sp++) {
+                int splits = sp ? 4 : 1;
+                OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
+                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
+                else cpt_cuda_paged_attention(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
+                OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)n * H * D, &err));
+                double e2 = 0, r2 = 0;
+                int nan = 0;
+                for (size_t k = 0; k < (size_t)n * H * D; k++) {
+                    nan += got[k] != got[k];
+                    e2 += (got[k] - ref[k]) * (got[k] - ref[k]);
+                    r2 += ref[k] * ref[k];
+                }
+                worst[v][sp] = nan ? INFINITY : sqrt(e2 / r2);
+                CHECK_MSG(worst[v][sp] < 1e-2, "attention v%d H=%d KV=%d D=%d splits %d: rel err %.3e (%d NaN)", v + 1,
+                          H, KV, D, splits, worst[v][sp], nan);
+            }
+        printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
+               "v2 %.2e / %.2e\n", H, KV, D, BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1]);
+        SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e (1/4 splits)", H, KV, D, worst[0][0],
+            worst[0][1], worst[1][0], worst[1][1]);
+        free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
+        cpt_cuda_free(dpool), cpt_cuda_free(dqkv), cpt_cuda_free(dout), cpt_cuda_free(dtabs), cpt_cuda_free(dpos);
+        cpt_cuda_free(dtab), cpt_cuda_free(dsplit), cpt_cuda_free(dpart);
+    }
+    cpt_cuda_ctx_free(ctx);
+}
+
 /* ---- 4. paged cache under churn ---------------------------------------------------------------------------- */
 
 static void test_paged_churn(const char *name, cpt_model *m) {
@@ -611,9 +732,9 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     const cpt_engine_stats *es = cpt_cuda_engine_get_stats(e);
     printf("paged%s %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
            "CPU-engine token match %.3f, free blocks %d/%d\n",
-           gemv_rows ? "+gemv" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
+           gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
            st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", gemv_rows ? "+gemv" : "     ", name,
+    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
         es->generated_tokens, es->shared_prefills, st.max_dlp, st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e),
         cpt_cuda_engine_kv_blocks(e));
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: churn logprobs off by %.4f", name, st.max_dlp);
@@ -633,6 +754,7 @@ static void test_paged_churn(const char *name, cpt_model *m) {
 int main(void) {
     static const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     test_sampler_kernel();
+    test_attention_kernels();
     for (int i = 0; i < 4; i++) {
         cpt_model *m = fixture(fixtures[i]);
         test_greedy(fixtures[i], m, i == 1 ? 8 : 16);
@@ -650,6 +772,11 @@ int main(void) {
     test_paged_churn("random-448x3", big);
     gemv_rows = 0;
     prefill_chunk = 0;
+    /* the engine with the second attention kernel */
+    attn_v2 = 1;
+    test_greedy("random-448x3", big, 16);
+    test_paged_churn("random-448x3", big);
+    attn_v2 = 0;
     test_sampling_engine("random-448x3", big);
     test_paged_churn("random-448x3", big);
     cpt_model_free(big);
