@@ -5,8 +5,10 @@
 #                                                against BUILD (default build-decode) into DIR (default .carry-decode)
 #   bench/decode_bench.sh run [DIR] [--no-test] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
+#                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
+#                                                (env PROFILE_ARGS, e.g. "--attn-v2 --gemv 8")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -38,7 +40,7 @@ run)
     timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 8 --batches 1,4 2>&1 |
         tee -a "$out/decode_bench.log"
     if [ $torch = 1 ]; then
-        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-120} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} 2>&1 | grep -v Warning |
+        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-120} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |
             tee "$out/decode_torch.log"
     fi
     echo "== summary =="
@@ -54,7 +56,7 @@ profile)
     for b in 1 64; do
         # the warm-up and timed runs of 16 new tokens; graphs off so every kernel is its own launch
         timeout 240 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
-            "$dir/decode_bench" --shapes 0.5b --batches $b --prompt 256 --new 16 --no-graphs 2>&1 |
+            "$dir/decode_bench" --shapes 0.5b --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:-} 2>&1 |
             tee "$out/decode_profile_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
     done
     ;;
