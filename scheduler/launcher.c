@@ -208,7 +208,8 @@ static void free_room(const cpt_launcher *L, cpt_alloc *room) {
         if (p->state != CPT_PROC_RUNNING && p->state != CPT_PROC_BACKOFF) continue;
         if (!strcmp(p->name, "trainer")) {
             cpt_alloc_take(room, (int)cpt_cfg_int(L->cfg, "slurm.trainer_tasks"),
-                           (int)cpt_cfg_int(L->cfg, "slurm.trainer_cpus"), (int)cpt_cfg_int(L->cfg, "slurm.trainer_gpus"));
+                           (int)cpt_cfg_int(L->cfg, "slurm.trainer_cpus"),
+                           (int)cpt_cfg_int(L->cfg, "slurm.trainer_gpus"));
             continue;
         }
         int role = !strncmp(p->name, "reward-", 7) ? CPT_ROLE_REWARD : CPT_ROLE_ROLLOUT;
@@ -321,8 +322,9 @@ static void write_counts(cpt_launcher *L, cpt_redis *r) {
     int n = 0;
     argv[n++] = "HSET";
     argv[n++] = key;
-    static const char *fields[2][4] = {{"running_rollout", "inside_rollout", "satellite_rollout", "satellite_jobs_rollout"},
-                                       {"running_reward", "inside_reward", "satellite_reward", "satellite_jobs_reward"}};
+    static const char *fields[2][4] = {
+        {"running_rollout", "inside_rollout", "satellite_rollout", "satellite_jobs_rollout"},
+        {"running_reward", "inside_reward", "satellite_reward", "satellite_jobs_reward"}};
     for (int role = 0; role < 2; role++) {
         int hi;
         int inside = count_role(L, role, &hi);
@@ -374,7 +376,8 @@ static void print_progress(cpt_launcher *L, double started) {
         int hi;
         fprintf(stderr, "  rollout %d reward %d", count_role(L, 0, &hi), count_role(L, 1, &hi));
         if (L->satellites_on && L->sats.n)
-            fprintf(stderr, " (satellites: rollout %d reward %d)", cpt_sat_live(&L->sats, 0), cpt_sat_live(&L->sats, 1));
+            fprintf(stderr, " (satellites: rollout %d reward %d)", cpt_sat_live(&L->sats, 0),
+                    cpt_sat_live(&L->sats, 1));
     }
     fprintf(stderr, "\n");
 }

@@ -27,7 +27,12 @@ static const char satellite_script[] =
     "\"$@\" &\n"
     "w=$!\n"
     "stopped=0\n"
-    "drain() { [ \"$stopped\" = 1 ] && return; stopped=1; echo \"satellite: draining ($1)\"; kill -TERM \"$w\" 2>/dev/null; }\n"
+    "drain() {\n"
+    "  [ \"$stopped\" = 1 ] && return\n"
+    "  stopped=1\n"
+    "  echo \"satellite: draining ($1)\"\n"
+    "  kill -TERM \"$w\" 2>/dev/null\n"
+    "}\n"
     "trap 'drain signal' TERM USR1 INT\n"
     "misses=0\n"
     "while kill -0 \"$w\" 2>/dev/null; do\n"
@@ -206,8 +211,10 @@ int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err) {
     }
     char worker[64], jobname[256], comment[64], out_arg[2300], cpus[32], gres[48], part[160], acct[160], tlim[96];
     char check[32], url[800], pw[2200], extra[1024], id_out[256];
-    if (S->restart > 0) snprintf(worker, sizeof worker, "%s-sat%d-r%d", role_name(role), S->next_index[role], S->restart);
-    else snprintf(worker, sizeof worker, "%s-sat%d", role_name(role), S->next_index[role]);
+    if (S->restart > 0)
+        snprintf(worker, sizeof worker, "%s-sat%d-r%d", role_name(role), S->next_index[role], S->restart);
+    else
+        snprintf(worker, sizeof worker, "%s-sat%d", role_name(role), S->next_index[role]);
     snprintf(jobname, sizeof jobname, "--job-name=cpt-sat-%s-%s", S->run_name, role_name(role));
     snprintf(comment, sizeof comment, "--comment=cpt-main:%s", S->main_job);
     snprintf(out_arg, sizeof out_arg, "--output=%s/logs/%s.log", S->run_dir, worker);
@@ -238,7 +245,8 @@ int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err) {
     argv[n++] = out_arg;
     /* The user's arguments last but before the script, so they can override ours. */
     char *save = NULL;
-    for (char *tok = strtok_r(extra, " \t", &save); tok && n < 40; tok = strtok_r(NULL, " \t", &save)) argv[n++] = tok;
+    for (char *tok = strtok_r(extra, " \t", &save); tok && n < 40; tok = strtok_r(NULL, " \t", &save))
+        argv[n++] = tok;
     argv[n++] = S->script;
     argv[n++] = S->main_job[0] ? S->main_job : "0";
     argv[n++] = check;

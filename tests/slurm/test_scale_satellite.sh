@@ -5,7 +5,7 @@
 # `cpt-scale`'s table and among `cpt-queue stats`'s consumers, and makes groups. `scontrol requeue` of the main job
 # drains it (its batch script gets TERM, the worker finishes what it holds, the job leaves COMPLETED, not killed);
 # the rerun reads the desired count back from the queue's control hash and submits a new satellite, which
-# `cpt-scale rollout=1` drains the same way.
+# `cpt-scale rollout=1` drains the same way. Last, a satellite whose main job is gone drains by itself.
 # The run finishes with every group trained exactly once (the trainer's data cursor and outstanding ids).
 # queue.claim_idle_ms=3000: a drained rollout worker leaves the prompt groups it held for the next weight version
 # unacked (sync mode), and the other worker claims them only after this idle time (60 s by default).
@@ -105,6 +105,12 @@ grep -q "cpt: submitted satellite job $sat2 for rollout-sat0-r1 " "$T/job.log" |
 grep -q "cpt: satellite rollout-sat0-r1 (job $sat2) drained" "$T/job.log" || fail "no drain of $sat2 in the job log"
 ! grep -q "cpt: started rollout-1" "$T/job.log" || fail "a second rollout step started inside a full allocation"
 summary=$(check_groups "$R" $STEPS $G) || fail "exactly-once: $summary"
+# A satellite whose main job is gone (cpt-sched killed before it could cancel it) drains by itself.
+orphan=$(sbatch --parsable --output="$T/orphan.log" "$R/satellite.sh" "$job" 1 \
+         sh -c 'trap "echo worker drained; exit 0" TERM; while :; do sleep 0.2; done')
+wait_job_done "$orphan" 60
+grep -q "satellite: draining (main job $job is COMPLETED)" "$T/orphan.log" || { cat "$T/orphan.log"; fail "orphan"; }
+grep -q "worker drained" "$T/orphan.log" || fail "the orphaned satellite's worker did not get TERM"
 [ -z "$(squeue -h --name="cpt-sat-$RUN-rollout,cpt-sat-$RUN-reward" -t PD,R,CG -o %i)" ] || fail "satellites left after the run"
 echo "test_scale_satellite: ok ($STEPS steps in ${dt}s; satellite job $sat up at step $up_step made $made1 groups," \
      "drained on the requeue; the rerun resubmitted job $sat2 ${rq_s}s after the requeue, it made $made2 groups and" \
