@@ -1,5 +1,6 @@
 #include "scheduler/placement.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +46,17 @@ int cpt_alloc_from_env(cpt_alloc *a, cpt_err *err) {
     if (!cpus || !*cpus) cpus = getenv("SLURM_CPUS_ON_NODE");
     if (!cpus || !*cpus)
         return cpt_errf(err, "the allocation's CPUs are unknown (no SLURM_JOB_CPUS_PER_NODE or SLURM_CPUS_ON_NODE)");
-    if (cpt_alloc_parse(a, cpus, getenv("SLURM_GPUS_ON_NODE"), err)) return cpt_err_prefix(err, "the allocation");
+    /* GPUs per node: SLURM_GPUS_ON_NODE, else the ids in SLURM_JOB_GPUS ("0,1,2,3"); none: no GPUs. */
+    char gpus[32] = "";
+    const char *g = getenv("SLURM_GPUS_ON_NODE");
+    if (g && *g) {
+        snprintf(gpus, sizeof gpus, "%s", g);
+    } else if ((g = getenv("SLURM_JOB_GPUS")) && *g) {
+        int n = 1;
+        for (const char *c = g; *c; c++) n += *c == ',';
+        snprintf(gpus, sizeof gpus, "%d", n);
+    }
+    if (cpt_alloc_parse(a, cpus, gpus, err)) return cpt_err_prefix(err, "the allocation");
     return 0;
 }
 

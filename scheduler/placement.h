@@ -22,7 +22,8 @@ typedef struct cpt_alloc {
 /* cpus_per_node: Slurm's "8", "8(x2),4"; gpus_per_node: GPUs on each node (NULL or "": none). */
 int cpt_alloc_parse(cpt_alloc *a, const char *cpus_per_node, const char *gpus_per_node, cpt_err *err);
 
-/* From the environment of a batch step: SLURM_JOB_CPUS_PER_NODE (else SLURM_CPUS_ON_NODE), SLURM_GPUS_ON_NODE. */
+/* From the environment of a batch step: SLURM_JOB_CPUS_PER_NODE (else SLURM_CPUS_ON_NODE), SLURM_GPUS_ON_NODE
+ * (else the count of ids in SLURM_JOB_GPUS; neither: no GPUs). */
 int cpt_alloc_from_env(cpt_alloc *a, cpt_err *err);
 
 /* Takes a step of `tasks` tasks of cpus + gpus each, each task on the first node with room. Returns 0 when the

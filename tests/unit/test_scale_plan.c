@@ -23,6 +23,25 @@ int main(void) {
     CHECK(cpt_alloc_parse(&a, "8,x", NULL, &err) != 0);
     CHECK(cpt_alloc_parse(&a, "", NULL, &err) != 0);
 
+    /* From a batch step's environment. */
+    setenv("SLURM_JOB_CPUS_PER_NODE", "48(x2)", 1);
+    unsetenv("SLURM_GPUS_ON_NODE");
+    setenv("SLURM_JOB_GPUS", "0,1,2,3", 1);
+    CHECK(cpt_alloc_from_env(&a, &err) == 0);
+    CHECK_EQ_INT(a.n_nodes, 2);
+    CHECK_EQ_INT(a.cpus[1], 48);
+    CHECK_EQ_INT(a.gpus[1], 4);
+    setenv("SLURM_GPUS_ON_NODE", "8", 1);
+    CHECK(cpt_alloc_from_env(&a, &err) == 0);
+    CHECK_EQ_INT(a.gpus[0], 8);
+    unsetenv("SLURM_GPUS_ON_NODE");
+    unsetenv("SLURM_JOB_GPUS");
+    CHECK(cpt_alloc_from_env(&a, &err) == 0);
+    CHECK_EQ_INT(a.gpus[0], 0);
+    unsetenv("SLURM_JOB_CPUS_PER_NODE");
+    unsetenv("SLURM_CPUS_ON_NODE");
+    CHECK(cpt_alloc_from_env(&a, &err) != 0);
+
     /* The test job's shape: 3 CPUs, trainer + rollout + reward of 1 CPU each leave no room. */
     CHECK(cpt_alloc_parse(&a, "3", NULL, &err) == 0);
     CHECK_EQ_INT(cpt_alloc_room(&a, 1, 0), 3);
