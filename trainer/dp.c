@@ -89,7 +89,9 @@ struct cpt_dp {
     cpt_dp_plan plan;
     int attached;
     float *grads;
-    void *nccl; /* cpt_nccl * */
+    void *nccl;       /* cpt_nccl * */
+    void *cuda_ctx;   /* the model's context (cpt_cuda_ctx *) */
+    float *host_sums; /* device scratch of cpt_dp_sum_host */
     /* per step */
     int sync;
     unsigned char *ready;   /* [n_params] */
@@ -210,6 +212,7 @@ void cpt_dp_free(cpt_dp *dp) {
     if (!dp) return;
 #ifdef CPT_HAVE_CUDA
     cpt_nccl_free(dp->nccl);
+    cpt_cuda_free(dp->host_sums);
 #endif
     if (dp->boot_open) cpt_boot_finalize(&dp->boot);
     cpt_dp_plan_free(&dp->plan);
@@ -257,6 +260,7 @@ int cpt_dp_attach(cpt_dp *dp, void *cuda_ctx, float *dev_grads, const size_t *nu
         snprintf(where, sizeof where, "dp rank %d/%d (bootstrap %s)", dp->rank, dp->size, dp->boot_name);
         dp->nccl = cpt_nccl_new(cuda_ctx, dp->uid, dp->rank, dp->size, dp->opts.timeout_s, where, err);
         if (!dp->nccl) return -1;
+        dp->cuda_ctx = cuda_ctx;
 #else
         (void)cuda_ctx;
         return cpt_errf(err, "dp: built without CUDA");
@@ -355,4 +359,27 @@ int cpt_dp_finish(cpt_dp *dp, cpt_err *err) {
     dp->last_overlapped = dp->overlapped;
     reset_step(dp);
     return 0;
+}
+
+int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err) {
+    if (n < 0 || n > CPT_DP_HOST_SUM_MAX) return cpt_errf(err, "dp: %d host values to sum (at most %d)", n,
+                                                         CPT_DP_HOST_SUM_MAX);
+    if (!dp->nccl || n == 0) return 0; /* one rank: the sums are the values */
+#ifdef CPT_HAVE_CUDA
+    if (!dp->host_sums) {
+        dp->host_sums = cpt_cuda_malloc(CPT_DP_HOST_SUM_MAX * sizeof(float), "dp host sums", err);
+        if (!dp->host_sums) return -1;
+    }
+    /* Through the same communicator and comm stream as the gradient buckets, so its order among the collectives
+     * is the same on every rank; the copies synchronise the compute stream, the join orders the comm stream. */
+    if (cpt_cuda_memcpy_h2d(dp->cuda_ctx, dp->host_sums, vals, (size_t)n * sizeof(float), err) ||
+        cpt_nccl_allreduce_avg(dp->nccl, dp->host_sums, (size_t)n, err) || cpt_nccl_join(dp->nccl, err) ||
+        cpt_cuda_memcpy_d2h(dp->cuda_ctx, vals, dp->host_sums, (size_t)n * sizeof(float), err))
+        return cpt_err_prefix(err, "dp rank %d/%d: summing %d host values", dp->rank, dp->size, n);
+    for (int i = 0; i < n; i++) vals[i] *= (float)dp->size;
+    return 0;
+#else
+    (void)vals;
+    return cpt_errf(err, "dp: built without CUDA");
+#endif
 }

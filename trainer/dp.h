@@ -97,6 +97,11 @@ int cpt_dp_grads_ready(cpt_dp *dp, size_t first_param, size_t last_param, cpt_er
 /* cpt_dp_grads_ready with the group as a void *, the shape of a callback the model's backward can hold. */
 int cpt_dp_grads_ready_cb(void *dp, size_t first_param, size_t last_param, cpt_err *err);
 int cpt_dp_finish(cpt_dp *dp, cpt_err *err);
+/* Sums n (<= CPT_DP_HOST_SUM_MAX) host floats over the ranks, in place, blocking: the per-step agreements of a
+ * trainer (a stop request seen by any rank stops every rank at the same step; the step's loss and token counts for
+ * metrics). Call it at the same point of the step on every rank. One rank: the values are left as they are. */
+#define CPT_DP_HOST_SUM_MAX 64
+int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err);
 /* Buckets launched by grads_ready (before finish) in the last finished step: how much overlap was possible. */
 size_t cpt_dp_buckets_overlapped(const cpt_dp *dp);
 /* The NCCL state (a cpt_nccl *, kernels/cuda/nccl_dp.h) for timing in tests; NULL without NCCL. */

@@ -12,7 +12,11 @@
 #include "core/fs.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
+#ifdef CPT_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "trainer/checkpoint.h"
+#include "trainer/dp.h"
 #include "trainer/greedy.h"
 #include "trainer/optim.h"
 #include "trainer/sft_data.h"
@@ -34,6 +38,9 @@ typedef struct sft_ctx {
     cpt_param **params;
     size_t n_params;
     cpt_adamw *opt;
+    cpt_dp *dp;      /* data parallel group (one rank: bookkeeping only) */
+    int rank, world; /* every rank packs the step's world * accum micro-batches and trains on its share */
+    int stop_all;    /* some rank was asked to stop: every rank stops after the same step */
     cpt_lr_schedule sched;
     cpt_sft_dataset train, eval;
     cpt_sft_cursor cur;
@@ -164,6 +171,36 @@ static int setup_optimizer(sft_ctx *c, cpt_err *err) {
     return 0;
 }
 
+/* Data parallel: ranks from the bootstrap (PMIx under `srun --mpi=pmix`, else CPT_RANK / CPT_WORLD_SIZE), each
+ * rank on its own GPU, gradients averaged by NCCL all-reduces that overlap the backward (trainer/dp.h). One rank
+ * places the model as train.device says and never touches NCCL. */
+static int setup_dp_and_place(sft_ctx *c, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
+    char boot[CPT_CKPT_PATH_MAX + 16];
+    snprintf(boot, sizeof boot, "%s/bootstrap", cpt_cfg_str(cfg, "run.dir"));
+    cpt_dp_opts o = {.bootstrap = cpt_cfg_str(cfg, "train.dp_bootstrap"), .boot_dir = boot,
+                     .bucket_bytes = (size_t)cpt_cfg_int(cfg, "train.dp_bucket_mb") << 20};
+    c->dp = cpt_dp_new(&o, err);
+    if (!c->dp) return cpt_err_prefix(err, "data parallel");
+    c->rank = cpt_dp_rank(c->dp);
+    c->world = cpt_dp_size(c->dp);
+    if (c->world == 1) return cpt_trainer_place_model(cfg, c->model, "sft model", err);
+    if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
+        return cpt_errf(err, "data parallel over %d ranks needs train.device = \"cuda\" (NCCL averages GPU gradients)",
+                        c->world);
+#ifdef CPT_HAVE_CUDA
+    int dev = cpt_dp_device(c->dp, cpt_cuda_device_count());
+#else
+    int dev = 0;
+#endif
+    if (cpt_model_use_cuda(c->model, dev, err)) return cpt_err_prefix(err, "sft model, rank %d", c->rank);
+    if (cpt_dp_attach_model(c->dp, c->model, err)) return -1;
+    cpt_model_set_grads_ready(c->model, cpt_dp_grads_ready_cb, c->dp);
+    cpt_info("sft: data parallel rank %d/%d on CUDA device %d (bootstrap %s)", c->rank, c->world, dev,
+             cpt_dp_bootstrap_name(c->dp));
+    return 0;
+}
+
 /* ---------------- steps ---------------- */
 
 static int forward_loss(sft_ctx *c, const cpt_sft_batch *mb, int train, double scale, double *loss_sum,
@@ -187,20 +224,31 @@ typedef struct step_stats {
     long tokens, loss_tokens;
 } step_stats;
 
-/* One optimizer step over `accum` packed micro-batches. The loss is the mean CE over every loss token of the step,
- * so each token's gradient is scaled by 1 / (loss tokens of the whole step): the summed gradient equals one big
- * batch's. */
+/* One optimizer step over `accum` packed micro-batches per rank. The loss is the mean CE over every loss token of
+ * the step on all ranks, so each token's gradient is scaled by 1 / (loss tokens of the whole step); every rank
+ * packs all world * accum micro-batches (cheap: token ids only), so it knows that count and the data cursor stays
+ * identical on every rank, and trains on micro-batches rank, rank + world, ... The all-reduce averages over the
+ * ranks, hence the factor world in the scale: the summed gradient equals one big batch's. */
 static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     long n_loss = 0, n_tok = 0;
-    for (int k = 0; k < c->accum; k++) {
+    const int n_mb = c->accum * c->world;
+    for (int k = 0; k < n_mb; k++) {
         if (cpt_sft_pack_next(&c->cur, c->budget, &c->mbs[k], err)) return -1;
         n_loss += c->mbs[k].n_loss;
         n_tok += c->mbs[k].n_tokens;
     }
     cpt_model_zero_grad(c->model);
     double loss_sum = 0;
-    for (int k = 0; k < c->accum; k++)
-        if (forward_loss(c, &c->mbs[k], 1, 1.0 / (double)n_loss, &loss_sum, err)) return -1;
+    for (int k = c->rank; k < n_mb; k += c->world) {
+        cpt_dp_set_sync(c->dp, k + c->world >= n_mb); /* all-reduce during the last micro-batch's backward only */
+        if (forward_loss(c, &c->mbs[k], 1, (double)c->world / (double)n_loss, &loss_sum, err)) return -1;
+    }
+    if (cpt_dp_finish(c->dp, err)) return -1;
+    /* The step's loss over all ranks, and whether any rank was asked to stop. */
+    float agree[2] = {(float)loss_sum, stop_requested ? 1.0f : 0.0f};
+    if (c->world > 1 && cpt_dp_sum_host(c->dp, agree, 2, err)) return -1;
+    if (c->world > 1) loss_sum = agree[0];
+    c->stop_all = agree[1] > 0;
     ss->loss = loss_sum / (double)n_loss;
     ss->tokens = n_tok;
     ss->loss_tokens = n_loss;
@@ -269,6 +317,10 @@ static int eval_exact_match(sft_ctx *c, int n, double *out, cpt_err *err) {
 }
 
 static int save_checkpoint(sft_ctx *c, cpt_err *err) {
+    if (c->rank != 0) { /* every rank holds the same weights and optimizer state: rank 0 writes them */
+        c->last_saved_step = c->st.step;
+        return 0;
+    }
     cpt_ckpt_save_args a = {
         .run_dir = cpt_cfg_str(c->cfg, "run.dir"),
         .model = c->model,
@@ -294,6 +346,7 @@ static void fmt_duration(double s, char *buf, size_t cap) {
 }
 
 static int log_metrics(sft_ctx *c, const char *const *keys, const double *vals, int n, cpt_err *err) {
+    if (!c->metrics) return 0; /* ranks other than 0 */
     cpt_metrics_begin(c->metrics, c->st.step);
     for (int i = 0; i < n; i++) cpt_metrics_add(c->metrics, keys[i], vals[i]);
     return cpt_metrics_end(c->metrics, err);
@@ -303,7 +356,7 @@ static int log_metrics(sft_ctx *c, const char *const *keys, const double *vals, 
 
 static void ctx_free(sft_ctx *c) {
     if (c->mbs)
-        for (int k = 0; k < c->accum; k++) cpt_sft_batch_free(&c->mbs[k]);
+        for (int k = 0; k < c->accum * c->world; k++) cpt_sft_batch_free(&c->mbs[k]);
     free(c->mbs);
     cpt_sft_batch_free(&c->eval_mb);
     free(c->logprobs);
@@ -314,6 +367,7 @@ static void ctx_free(sft_ctx *c) {
     cpt_adamw_free(c->opt);
     free(c->params);
     cpt_model_free(c->model);
+    cpt_dp_free(c->dp);
     if (c->have_tpl) cpt_chat_template_free(&c->tpl);
     cpt_tokenizer_free(c->tok);
     cpt_metrics_close(c->metrics);
@@ -340,9 +394,9 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     if (cpt_model_cfg(c->model)->vocab_size < cpt_tokenizer_vocab_size(c->tok))
         return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
                         cpt_model_cfg(c->model)->vocab_size, cpt_tokenizer_vocab_size(c->tok));
-    if (cpt_trainer_place_model(cfg, c->model, "sft model", err)) return -1;
+    if (setup_dp_and_place(c, err)) return -1;
     if (setup_optimizer(c, err)) return -1;
-    c->mbs = calloc((size_t)c->accum, sizeof *c->mbs);
+    c->mbs = calloc((size_t)c->accum * (size_t)c->world, sizeof *c->mbs);
     c->logprobs = malloc((size_t)c->budget * sizeof *c->logprobs);
     c->d_logprobs = malloc((size_t)c->budget * sizeof *c->d_logprobs);
     c->config_text = cpt_config_dump(cfg);
@@ -370,8 +424,10 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     char mpath[CPT_CKPT_PATH_MAX + 32];
     if (cpt_mkdir_p(run_dir, 0755, err)) return -1;
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
-    c->metrics = cpt_metrics_open(mpath, err);
-    if (!c->metrics) return -1;
+    if (c->rank == 0) {
+        c->metrics = cpt_metrics_open(mpath, err);
+        if (!c->metrics) return -1;
+    }
 
     const int64_t log_every = cpt_cfg_int(cfg, "train.log_every"), eval_every = cpt_cfg_int(cfg, "train.eval_every");
     const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every");
@@ -379,13 +435,13 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     double t0 = cpt_now(), t_log = t0;
     long tok_since_log = 0;
     res->last_loss = NAN;
-    while (c->st.step < total && !stop_requested && !(this_run > 0 && c->st.step - first_step >= this_run)) {
+    while (c->st.step < total && !c->stop_all && !stop_requested && !(this_run > 0 && c->st.step - first_step >= this_run)) {
         step_stats ss = {0};
         if (train_step(c, &ss, err)) return -1;
         res->last_loss = ss.loss;
         tok_since_log += ss.tokens;
         int64_t s = c->st.step;
-        if (s % log_every == 0 || s == total) {
+        if (c->rank == 0 && (s % log_every == 0 || s == total)) {
             double now = cpt_now(), tok_s = tok_since_log / fmax(now - t_log, 1e-9);
             double eta = (now - t0) / (double)(s - first_step) * (double)(total - s);
             char eta_s[32];
@@ -398,7 +454,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
             t_log = now;
             tok_since_log = 0;
         }
-        if (c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total) {
+        if (c->rank == 0 && c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total) {
             double el;
             if (eval_loss(c, &el, err)) return -1;
             fprintf(stderr, "sft step %" PRId64 "/%" PRId64 " | eval loss %.4f\n", s, total, el);
@@ -408,13 +464,13 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
         if (ck_every > 0 && s % ck_every == 0 && s != total && save_checkpoint(c, err)) return -1;
     }
     res->steps_done = c->st.step;
-    res->interrupted = stop_requested != 0;
+    res->interrupted = c->stop_all || stop_requested != 0;
     if (res->interrupted)
         cpt_warn("sft: stopping at step %" PRId64 " on signal %d", c->st.step, (int)stop_requested);
     if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
 
     res->eval_loss = res->exact_match = NAN;
-    if (c->st.step >= total && c->eval.n) {
+    if (c->rank == 0 && c->st.step >= total && c->eval.n) {
         if (eval_loss(c, &res->eval_loss, err)) return -1;
         int ng = (int)cpt_cfg_int(cfg, "train.eval_generate");
         if (ng > 0 && eval_exact_match(c, ng, &res->exact_match, err)) return -1;

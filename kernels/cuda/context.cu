@@ -228,3 +228,12 @@ int cpt_cuda_download_bf16(cpt_cuda_ctx *ctx, float *dst, const void *src, size_
     free(h);
     return rc;
 }
+
+int cpt_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    return n;
+}

@@ -33,6 +33,8 @@ typedef struct cpt_cuda_ctx cpt_cuda_ctx;
  * CPT_CUBLASLT_LIB). NULL with err set when there is no usable device or library. */
 cpt_cuda_ctx *cpt_cuda_ctx_new(int device, cpt_err *err);
 void cpt_cuda_ctx_free(cpt_cuda_ctx *ctx);
+/* GPUs this process sees (0 when none or no driver). */
+int cpt_cuda_device_count(void);
 /* Waits for every op queued on the context's stream; -1 with the device error (a kernel fault) named. */
 int cpt_cuda_sync(cpt_cuda_ctx *ctx, cpt_err *err);
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# SFT data parallel, the parts a machine without GPUs can check: one rank (the default) trains as before and never
+# loads NCCL; two ranks on the CPU are refused with the reason; a bad bootstrap name is refused by the config.
+# (Two ranks with NCCL need two GPUs: docs/data-parallel.md says what was run where.)
+set -euo pipefail
+SRC=${CPT_SRC:-$(pwd)}
+BUILD=${CPT_BUILD:-$SRC/build}
+T=$(mktemp -d /tmp/cpt-sft-dp-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+for i in $(seq 0 15); do printf '{"prompt": "%d+1=", "completion": "%d"}\n' "$i" $((i + 1)); done > "$T/t.jsonl"
+cat > "$T/j.toml" <<TOML
+[model]
+init = "random"
+hidden_size = 32
+intermediate_size = 64
+num_layers = 1
+num_heads = 4
+[tokenizer]
+path = "$SRC/examples/tiny-tokenizer"
+[data]
+train = "$T/t.jsonl"
+chat_template = "none"
+[train]
+steps = 3
+tokens_per_micro_batch = 64
+max_seq_len = 32
+threads = 1
+TOML
+# one rank, explicit: same weights as without the variables
+"$BUILD/cpt-train" "$T/j.toml" run.dir="$T/a" 2> "$T/a.log"
+CPT_RANK=0 CPT_WORLD_SIZE=1 "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/b" 2> "$T/b.log"
+cmp "$T/a/checkpoints/step-3/model/model.safetensors" "$T/b/checkpoints/step-3/model/model.safetensors" ||
+  { echo "FAIL: one explicit rank changed the result"; exit 1; }
+if grep -qi nccl "$T/b.log"; then echo "FAIL: one rank mentioned NCCL"; cat "$T/b.log"; exit 1; fi
+# two ranks on the CPU: refused, with the reason
+rc=0
+CPT_RANK=0 CPT_WORLD_SIZE=2 timeout 60 "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/c" 2> "$T/c.log" || rc=$?
+[ "$rc" -ne 0 ] || { echo "FAIL: two CPU ranks were accepted"; exit 1; }
+grep -q 'data parallel over 2 ranks needs train.device = "cuda"' "$T/c.log" ||
+  { echo "FAIL: no reason given"; cat "$T/c.log"; exit 1; }
+# an unknown bootstrap: a config error naming the key
+rc=0
+"$BUILD/cpt-train" "$T/j.toml" run.dir="$T/d" train.dp_bootstrap=mpi 2> "$T/d.log" || rc=$?
+[ "$rc" -ne 0 ] && grep -q "train.dp_bootstrap" "$T/d.log" || { echo "FAIL: bad bootstrap accepted"; cat "$T/d.log"; exit 1; }
+echo "test_sft_dp_config: ok"
