@@ -166,6 +166,19 @@ int cpt_queue_touch(cpt_queue *q, const cpt_queue_item *it, cpt_err *err) {
     return 0;
 }
 
+int cpt_queue_release(cpt_queue *q, const cpt_queue_item *it, cpt_err *err) {
+    /* XCLAIM to ourselves with IDLE past claim_idle_ms: the entry looks abandoned, so the next XAUTOCLAIM of any
+     * consumer takes it; JUSTID leaves the delivery count alone. */
+    char idle[24];
+    snprintf(idle, sizeof idle, "%lld", (long long)q->claim_idle_ms + 1000);
+    const char *argv[] = {"XCLAIM", q->keys[it->stream], it->group, it->consumer, "0", it->msg.id, "IDLE", idle,
+                          "JUSTID"};
+    redisReply *rep = cpt_redis_command(q->redis, 9, argv, NULL, q->keys[it->stream], 0, err);
+    if (!rep) return -1;
+    freeReplyObject(rep);
+    return 0;
+}
+
 int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char *id_out, cpt_err *err) {
     char max[32];
     snprintf(max, sizeof max, "%lld", (long long)q->max_len);

@@ -443,6 +443,16 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
              w->st->groups, w->st->completions, w->st->tokens, w->st->dead, (unsigned long long)w->version);
     rc = 0;
 done:
+    /* A drain (rc 0) leaves only groups held for a weight version not loaded yet: hand them back at once, or the
+     * other workers take them only after queue.claim_idle_ms (a sync-mode trainer waits that long). After an error
+     * they stay unacked and are claimed after claim_idle_ms. */
+    for (int i = 0; rc == 0 && i < w->n_fl; i++) {
+        cpt_err rerr;
+        if (cpt_queue_release(w->q, &w->fl[i].it, &rerr))
+            cpt_warn("cpt-rollout %s: handing back a held group: %s", worker_id, rerr.msg);
+    }
+    if (rc == 0 && w->n_fl)
+        cpt_info("cpt-rollout %s: handed back %d held group%s", worker_id, w->n_fl, w->n_fl == 1 ? "" : "s");
     while (w->n_fl) drop_flight(w, w->n_fl - 1); /* unacked: reclaimed by another worker */
     free(w->fl);
     cpt_queue_close(w->q);

@@ -1,5 +1,6 @@
 /* A consumer killed with SIGKILL while holding pending messages: another consumer claims them after
- * queue.claim_idle_ms (XAUTOCLAIM) and finishes them; a message that keeps coming back is parked in dead. */
+ * queue.claim_idle_ms (XAUTOCLAIM) and finishes them; one released by a draining consumer is taken at once; a
+ * message that keeps coming back is parked in dead. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -139,11 +140,38 @@ static void touch(test_redis *t) {
     cpt_queue_close(q);
 }
 
+/* A draining worker hands back what it holds: another consumer takes it at its next look for abandoned work,
+ * long before claim_idle_ms (60 s here). */
+static void release(test_redis *t) {
+    cpt_queue *q = test_queue_open(t, "claim", 1000, 60000);
+    cpt_queue *other = test_queue_open(t, "claim", 1000, 60000);
+    cpt_err err = {{0}};
+    add_prompts(q, 200, 1);
+    cpt_queue_item it, o;
+    CHECK_EQ_INT(cpt_queue_next(q, CPT_STREAM_PROMPTS, "rollout", "leaver", &it, &err), 1);
+    CHECK_EQ_INT(it.prompt.id.index, 200);
+    other->last_claim[CPT_STREAM_PROMPTS] = 0;
+    CHECK_EQ_INT(cpt_queue_next(other, CPT_STREAM_PROMPTS, "rollout", "taker", &o, &err), 0); /* still held */
+    CHECK_EQ_INT(cpt_queue_release(q, &it, &err), 0);
+    other->last_claim[CPT_STREAM_PROMPTS] = 0;
+    double t0 = cpt_now();
+    CHECK_EQ_INT(cpt_queue_next(other, CPT_STREAM_PROMPTS, "rollout", "taker", &o, &err), 1);
+    CHECK(cpt_now() - t0 < 1.0);
+    CHECK(o.msg.claimed && o.prompt.id.index == 200);
+    CHECK_EQ_INT(cpt_queue_done(other, &o, &err), 0);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    cpt_queue_item_free(&o);
+    cpt_queue_item_free(&it);
+    cpt_queue_close(other);
+    cpt_queue_close(q);
+}
+
 int main(void) {
     test_redis t;
     test_redis_start(&t, "everysec");
     killed_consumer(&t);
     touch(&t);
+    release(&t);
     poison(&t);
     test_redis_stop(&t);
     return check_summary("test_queue_claim");

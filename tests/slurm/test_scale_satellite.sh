@@ -7,8 +7,8 @@
 # the rerun reads the desired count back from the queue's control hash and submits a new satellite, which
 # `cpt-scale rollout=1` drains the same way. Last, a satellite whose main job is gone drains by itself.
 # The run finishes with every group trained exactly once (the trainer's data cursor and outstanding ids).
-# queue.claim_idle_ms=3000: a drained rollout worker leaves the prompt groups it held for the next weight version
-# unacked (sync mode), and the other worker claims them only after this idle time (60 s by default).
+# queue.claim_idle_ms=3000 keeps it short: after the requeue, messages left pending by the first attempt's workers
+# are claimed only after this idle time (60 s by default), and a sync-mode step may wait for one of them.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
