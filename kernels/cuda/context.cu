@@ -1,28 +1,8 @@
 /* The CUDA context (stream, cuBLASLt, scratch), device memory helpers and host-side bf16 conversion. */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
-
-/* Local, so the backend does not depend on core/error.c being linked after it. */
-static int set_err(cpt_err *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-#define CALL_OR_ERR(call, what)                                                                                \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess)                                                                                 \
-            return set_err(err, "%s failed for %s: %s (%s)", #call, what, cudaGetErrorString(e_),             \
-                           cudaGetErrorName(e_));                                                              \
-    } while (0)
 
 static const char *dtname(cpt_dtype dt) {
     switch (dt) {
@@ -63,12 +43,12 @@ static int load_cublaslt(cpt_cublaslt_api *api, cpt_err *err) {
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !api->lib; i++)
         if (names[i] && *names[i]) api->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!api->lib)
-        return set_err(err, "cannot load cuBLASLt (libcublasLt.so.13; set CPT_CUBLASLT_LIB to its path): %s",
-                       dlerror());
+        return cpt_cuda_err(err, "cannot load cuBLASLt (libcublasLt.so.13; set CPT_CUBLASLT_LIB to its path): %s",
+                            dlerror());
 #define SYM(field, name)                                                                      \
     do {                                                                                      \
         *(void **)&api->field = dlsym(api->lib, name);                                        \
-        if (!api->field) return set_err(err, "cuBLASLt has no symbol %s", name);              \
+        if (!api->field) return cpt_cuda_err(err, "cuBLASLt has no symbol %s", name);         \
     } while (0)
     SYM(create, "cublasLtCreate");
     SYM(destroy, "cublasLtDestroy");
@@ -89,34 +69,34 @@ static int load_cublaslt(cpt_cublaslt_api *api, cpt_err *err) {
 cpt_cuda_ctx *cpt_cuda_ctx_new(int device, cpt_err *err) {
     cpt_cuda_ctx *ctx = (cpt_cuda_ctx *)calloc(1, sizeof *ctx);
     if (!ctx) {
-        set_err(err, "out of memory for the CUDA context");
+        cpt_cuda_err(err, "out of memory for the CUDA context");
         return NULL;
     }
     ctx->device = device;
     cudaError_t e;
     int dev_count = 0;
     if ((e = cudaGetDeviceCount(&dev_count)) != cudaSuccess || device < 0 || device >= dev_count) {
-        set_err(err, "cudaGetDeviceCount: %s; device %d requested, %d present", cudaGetErrorString(e), device,
-                dev_count);
+        cpt_cuda_err(err, "cudaGetDeviceCount: %s; device %d requested, %d present", cudaGetErrorString(e), device,
+                     dev_count);
         goto fail;
     }
     if ((e = cudaSetDevice(device)) != cudaSuccess) {
-        set_err(err, "cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(e));
+        cpt_cuda_err(err, "cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(e));
         goto fail;
     }
     if ((e = cudaDeviceGetAttribute(&ctx->num_sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
-        set_err(err, "cudaDeviceGetAttribute(MultiProcessorCount) failed: %s", cudaGetErrorString(e));
+        cpt_cuda_err(err, "cudaDeviceGetAttribute(MultiProcessorCount) failed: %s", cudaGetErrorString(e));
         goto fail;
     }
     if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        set_err(err, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
+        cpt_cuda_err(err, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
         goto fail;
     }
     if (load_cublaslt(&ctx->lt, err)) goto fail;
     {
         cublasStatus_t st = ctx->lt.create(&ctx->lt_handle);
         if (st != CUBLAS_STATUS_SUCCESS) {
-            set_err(err, "cublasLtCreate failed: status %d", (int)st);
+            cpt_cuda_err(err, "cublasLtCreate failed: status %d", (int)st);
             goto fail;
         }
     }
@@ -140,8 +120,8 @@ void cpt_cuda_ctx_free(cpt_cuda_ctx *ctx) {
 }
 
 int cpt_cuda_sync(cpt_cuda_ctx *ctx, cpt_err *err) {
-    CALL_OR_ERR(cudaStreamSynchronize(ctx->stream), "the op stream");
-    CALL_OR_ERR(cudaGetLastError(), "the last launch");
+    CUDA_OR_ERR(cudaStreamSynchronize(ctx->stream), "the op stream");
+    CUDA_OR_ERR(cudaGetLastError(), "the last launch");
     return 0;
 }
 
@@ -161,7 +141,7 @@ void *cpt_cuda_malloc(size_t bytes, const char *what, cpt_err *err) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
-        set_err(err, "cudaMalloc of %zu bytes for %s failed: %s", bytes, what, cudaGetErrorString(e));
+        cpt_cuda_err(err, "cudaMalloc of %zu bytes for %s failed: %s", bytes, what, cudaGetErrorString(e));
         cudaGetLastError(); /* an allocation failure is not sticky: clear it so no later check blames another call */
         return NULL;
     }
@@ -173,24 +153,24 @@ void cpt_cuda_free(void *p) {
 }
 
 int cpt_cuda_memcpy_h2d(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err) {
-    CALL_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "a host-to-device copy");
-    CALL_OR_ERR(cudaStreamSynchronize(ctx->stream), "a host-to-device copy");
+    CUDA_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "a host-to-device copy");
+    CUDA_OR_ERR(cudaStreamSynchronize(ctx->stream), "a host-to-device copy");
     return 0;
 }
 
 int cpt_cuda_memcpy_d2h(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err) {
-    CALL_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "a device-to-host copy");
-    CALL_OR_ERR(cudaStreamSynchronize(ctx->stream), "a device-to-host copy");
+    CUDA_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "a device-to-host copy");
+    CUDA_OR_ERR(cudaStreamSynchronize(ctx->stream), "a device-to-host copy");
     return 0;
 }
 
 int cpt_cuda_memcpy_d2d(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err) {
-    CALL_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream), "a device-to-device copy");
+    CUDA_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream), "a device-to-device copy");
     return 0;
 }
 
 int cpt_cuda_memset(cpt_cuda_ctx *ctx, void *dst, int byte, size_t bytes, cpt_err *err) {
-    CALL_OR_ERR(cudaMemsetAsync(dst, byte, bytes, ctx->stream), "a device fill");
+    CUDA_OR_ERR(cudaMemsetAsync(dst, byte, bytes, ctx->stream), "a device fill");
     return 0;
 }
 
@@ -212,7 +192,7 @@ static float bf16_to_f32(uint16_t b) {
 
 int cpt_cuda_upload_bf16(cpt_cuda_ctx *ctx, void *dst, const float *src, size_t n, cpt_err *err) {
     uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
-    if (!h) return set_err(err, "out of memory converting %zu values to bf16", n);
+    if (!h) return cpt_cuda_err(err, "out of memory converting %zu values to bf16", n);
     for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
     int rc = cpt_cuda_memcpy_h2d(ctx, dst, h, n * 2, err);
     free(h);
@@ -221,7 +201,7 @@ int cpt_cuda_upload_bf16(cpt_cuda_ctx *ctx, void *dst, const float *src, size_t 
 
 int cpt_cuda_download_bf16(cpt_cuda_ctx *ctx, float *dst, const void *src, size_t n, cpt_err *err) {
     uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
-    if (!h) return set_err(err, "out of memory converting %zu bf16 values", n);
+    if (!h) return cpt_cuda_err(err, "out of memory converting %zu bf16 values", n);
     int rc = cpt_cuda_memcpy_d2h(ctx, h, src, n * 2, err);
     if (rc == 0)
         for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(h[i]);

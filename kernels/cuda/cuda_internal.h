@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -69,6 +70,29 @@ struct cpt_cuda_ctx {
                     __LINE__);                                                                                \
             abort();                                                                                          \
         }                                                                                                     \
+    } while (0)
+
+/* Fill err (when given) and return -1, so `return cpt_cuda_err(err, ...)` reads naturally. The backend's own,
+ * so it does not depend on core/error.c being linked after it. */
+static inline int cpt_cuda_err(cpt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int cpt_cuda_err(cpt_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* A CUDA call in a function that reports through `cpt_err *err`: on failure fill err (the call, what it was for,
+ * the error's text and name) and return -1. */
+#define CUDA_OR_ERR(call, what)                                                                                \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess)                                                                                 \
+            return cpt_cuda_err(err, "%s failed for %s: %s (%s)", #call, what, cudaGetErrorString(e_),        \
+                                cudaGetErrorName(e_));                                                         \
     } while (0)
 
 /* The operand must be a present CUDA tensor of dtype dt and ndim dims. */

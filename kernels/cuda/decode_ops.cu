@@ -2,26 +2,9 @@
  * with fp32 logits, device-side random weights (benches), pinned host memory, asynchronous copies and CUDA
  * graphs of the decode step. */
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
-
-static int derr(cpt_err *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-#define DCALL(call, what)                                                                                      \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) return derr(err, "%s failed for %s: %s", #call, what, cudaGetErrorString(e_)); \
-    } while (0)
 
 /* ---- rows -------------------------------------------------------------------------------------------------- */
 
@@ -140,7 +123,7 @@ void *cpt_cuda_host_alloc(size_t bytes, const char *what, cpt_err *err) {
     void *p = NULL;
     cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
-        derr(err, "cudaMallocHost of %zu bytes for %s failed: %s", bytes, what, cudaGetErrorString(e));
+        cpt_cuda_err(err, "cudaMallocHost of %zu bytes for %s failed: %s", bytes, what, cudaGetErrorString(e));
         cudaGetLastError();
         return NULL;
     }
@@ -152,17 +135,17 @@ void cpt_cuda_host_free(void *p) {
 }
 
 int cpt_cuda_memcpy_h2d_async(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err) {
-    DCALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "an async host-to-device copy");
+    CUDA_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "an async host-to-device copy");
     return 0;
 }
 
 int cpt_cuda_memcpy_d2h_async(cpt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, cpt_err *err) {
-    DCALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "an async device-to-host copy");
+    CUDA_OR_ERR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "an async device-to-host copy");
     return 0;
 }
 
 int cpt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, cpt_err *err) {
-    DCALL(cudaMemGetInfo(free_bytes, total_bytes), "device memory info");
+    CUDA_OR_ERR(cudaMemGetInfo(free_bytes, total_bytes), "device memory info");
     return 0;
 }
 
@@ -176,7 +159,7 @@ struct cpt_cuda_graph {
 };
 
 int cpt_cuda_graph_begin(cpt_cuda_ctx *ctx, cpt_err *err) {
-    DCALL(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), "the decode graph capture");
+    CUDA_OR_ERR(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), "the decode graph capture");
     return 0;
 }
 
@@ -184,14 +167,14 @@ cpt_cuda_graph *cpt_cuda_graph_end(cpt_cuda_ctx *ctx, cpt_err *err) {
     cpt_cuda_graph *g = (cpt_cuda_graph *)calloc(1, sizeof *g);
     cudaError_t e = cudaStreamEndCapture(ctx->stream, g ? &g->graph : NULL);
     if (!g || e != cudaSuccess) {
-        derr(err, "cudaStreamEndCapture failed: %s", g ? cudaGetErrorString(e) : "out of memory");
+        cpt_cuda_err(err, "cudaStreamEndCapture failed: %s", g ? cudaGetErrorString(e) : "out of memory");
         free(g);
         cudaGetLastError();
         return NULL;
     }
     e = cudaGraphInstantiate(&g->exec, g->graph, 0);
     if (e != cudaSuccess) {
-        derr(err, "cudaGraphInstantiate failed: %s", cudaGetErrorString(e));
+        cpt_cuda_err(err, "cudaGraphInstantiate failed: %s", cudaGetErrorString(e));
         cudaGraphDestroy(g->graph);
         free(g);
         cudaGetLastError();
@@ -201,7 +184,7 @@ cpt_cuda_graph *cpt_cuda_graph_end(cpt_cuda_ctx *ctx, cpt_err *err) {
 }
 
 int cpt_cuda_graph_launch(cpt_cuda_ctx *ctx, cpt_cuda_graph *g, cpt_err *err) {
-    DCALL(cudaGraphLaunch(g->exec, ctx->stream), "a decode graph launch");
+    CUDA_OR_ERR(cudaGraphLaunch(g->exec, ctx->stream), "a decode graph launch");
     return 0;
 }
 
