@@ -9,107 +9,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/kernels.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_check.h"
 
 static cpt_cuda_ctx *ctx;
 static cpt_rng rng;
-static cpt_err err;
-
-#define OK(call)                                                                    \
-    do {                                                                            \
-        if ((call) != 0) {                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err.msg); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
-
-static void *xmalloc(size_t bytes) {
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static float *rand_bf16(size_t n, float std) {
-    float *p = xmalloc(n * sizeof(float));
-    cpt_rng_fill_normal(&rng, p, n, 0.0f, std);
-    for (size_t i = 0; i < n; i++) p[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(p[i]));
-    return p;
-}
-
-static void *dev(size_t bytes, const char *what) {
-    void *p = cpt_cuda_malloc(bytes, what, &err);
-    if (!p) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return p;
-}
-
-static void *dev_bf16(const float *x, size_t n, const char *what) {
-    void *p = dev(n * 2, what);
-    OK(cpt_cuda_upload_bf16(ctx, p, x, n, &err));
-    return p;
-}
-
-static float *get_bf16(const void *d, size_t n) {
-    float *h = xmalloc(n * sizeof(float));
-    OK(cpt_cuda_sync(ctx, &err));
-    OK(cpt_cuda_download_bf16(ctx, h, d, n, &err));
-    return h;
-}
-
-static void *get_raw(const void *d, size_t bytes) {
-    void *h = xmalloc(bytes);
-    OK(cpt_cuda_sync(ctx, &err));
-    OK(cpt_cuda_memcpy_d2h(ctx, h, d, bytes, &err));
-    return h;
-}
-
-static cpt_tensor D2(void *p, cpt_dtype dt, int64_t a, int64_t b) { return cpt_cuda_tensor(p, dt, 2, a, b); }
-static cpt_tensor D1(void *p, cpt_dtype dt, int64_t a) { return cpt_cuda_tensor(p, dt, 1, a, 0); }
 
 /* ---- comparison and the table ---- */
 
-static int nrows_table = 0;
-static char table[128][200];
+static gpu_table table = {.echo = 1};
 
 /* relative L2 of got against ref over the columns c0 .. c0+w of rows of width ld; NaN/inf fails */
 static void compare_cols(const char *ocase, const char *out, const float *got, const float *ref, int64_t rows,
                          int64_t ld, int64_t c0, int64_t w, double tol) {
-    double num = 0, den = 0, maxabs = 0;
-    size_t nans = 0;
+    l2_acc a = {0};
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = c0; c < c0 + w; c++) {
-            double g = got[r * ld + c], f = ref[r * ld + c];
-            if (isnan(g) || isinf(g)) {
-                nans++;
-                continue;
-            }
-            num += (g - f) * (g - f);
-            den += f * f;
-            if (fabs(g - f) > maxabs) maxabs = fabs(g - f);
-        }
+        for (int64_t c = c0; c < c0 + w; c++) l2_add(&a, got[r * ld + c], ref[r * ld + c]);
     /* a reference RMS floor of 1e-2: where the exact gradient is 0 (one token: dq = dk = 0) both sides hold only
      * rounding noise, and relative error would compare noise with noise */
     double cnt = (double)rows * (double)w, floor2 = cnt * 1e-4;
-    double rel = sqrt(num / (den > floor2 ? den : floor2));
-    int pass = nans == 0 && rel <= tol;
-    CHECK_MSG(pass, "%s %s: rel L2 %.3e (tol %.0e), %zu NaN/inf", ocase, out, rel, tol, nans);
-    if (nrows_table < 128) {
-        snprintf(table[nrows_table], sizeof table[0], "%-38s %-5s %.3e  %.3e  %.0e  %5zu  %s", ocase, out, rel, maxabs,
-                 tol, nans, pass ? "ok" : "FAIL");
-        printf("%s\n", table[nrows_table++]);
-        fflush(stdout);
-    }
+    double rel = sqrt(a.num / (a.den > floor2 ? a.den : floor2));
+    int pass = a.nans == 0 && rel <= tol;
+    CHECK_MSG(pass, "%s %s: rel L2 %.3e (tol %.0e), %zu NaN/inf", ocase, out, rel, tol, a.nans);
+    table_add(&table, "%-38s %-5s %.3e  %.3e  %.0e  %5zu  %s", ocase, out, rel, a.maxabs, tol, a.nans,
+              pass ? "ok" : "FAIL");
 }
 
 /* ---- one case ---- */
@@ -129,15 +57,15 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
     cpt_attn_shape shp = {H, KV, Dh};
 
     /* q and k a little wider than unit so the softmax is peaked somewhere, not flat */
-    float *qkv = rand_bf16((size_t)(N * row), 1.5f), *dout = rand_bf16((size_t)(N * HD), 1.0f);
+    float *qkv = rand_bf16(&rng, (size_t)(N * row), 1.5f), *dout = rand_bf16(&rng, (size_t)(N * HD), 1.0f);
     float *out = xmalloc(sizeof(float) * (size_t)(N * HD)), *lse = xmalloc(sizeof(float) * (size_t)(N * H));
     cpt_k_attention_fwd(cpt_tensor_f32_2d(out, N, HD), cpt_tensor_f32_2d(lse, N, H), cpt_tensor_f32_2d(qkv, N, row),
                         cpt_tensor_i32_1d(cu, nseq + 1), shp);
 
-    void *d_qkv = dev_bf16(qkv, (size_t)(N * row), "qkv"), *d_cu = dev((size_t)(nseq + 1) * 4, "cu_seqlens");
+    void *d_qkv = dev_bf16(ctx, qkv, (size_t)(N * row), "qkv"), *d_cu = dev((size_t)(nseq + 1) * 4, "cu_seqlens");
     OK(cpt_cuda_memcpy_h2d(ctx, d_cu, cu, (size_t)(nseq + 1) * 4, &err));
     void *d_out = dev((size_t)(N * HD) * 2, "out"), *d_lse = dev((size_t)(N * H) * 4, "lse");
-    void *d_dout = dev_bf16(dout, (size_t)(N * HD), "dout"), *d_dqkv = dev((size_t)(N * row) * 2, "dqkv");
+    void *d_dout = dev_bf16(ctx, dout, (size_t)(N * HD), "dout"), *d_dqkv = dev((size_t)(N * row) * 2, "dqkv");
     cpt_tensor t_qkv = D2(d_qkv, CPT_DT_BF16, N, row), t_cu = D1(d_cu, CPT_DT_I32, nseq + 1);
     cpt_tensor t_out = D2(d_out, CPT_DT_BF16, N, HD), t_lse = D2(d_lse, CPT_DT_F32, N, H);
 
@@ -147,7 +75,7 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
         OK(cpt_cuda_memset(ctx, d_out, 0xFF, (size_t)(N * HD) * 2, &err));
         OK(cpt_cuda_memset(ctx, d_lse, 0xFF, (size_t)(N * H) * 4, &err));
         cpt_cuda_attention_fwd(ctx, t_out, t_lse, t_qkv, t_cu, nseq, maxlen, shp);
-        void *raw = get_raw(d_out, (size_t)(N * HD) * 2);
+        void *raw = get_raw(ctx, d_out, (size_t)(N * HD) * 2);
         if (rep == 0) raw1 = raw;
         else {
             CHECK_MSG(memcmp(raw, raw1, (size_t)(N * HD) * 2) == 0, "%s: forward differs between two runs", name);
@@ -155,7 +83,7 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
         }
     }
     free(raw1);
-    float *g_out = get_bf16(d_out, (size_t)(N * HD)), *g_lse = xmalloc(sizeof(float) * (size_t)(N * H));
+    float *g_out = get_bf16(ctx, d_out, (size_t)(N * HD)), *g_lse = xmalloc(sizeof(float) * (size_t)(N * H));
     OK(cpt_cuda_memcpy_d2h(ctx, g_lse, d_lse, (size_t)(N * H) * 4, &err));
     compare_cols(name, "out", g_out, out, N, HD, 0, HD, 1e-2);
     compare_cols(name, "lse", g_lse, lse, N, H, 0, H, 1e-4);
@@ -173,7 +101,7 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
         OK(cpt_cuda_memset(ctx, d_dqkv, 0xFF, (size_t)(N * row) * 2, &err));
         cpt_cuda_attention_bwd(ctx, D2(d_dqkv, CPT_DT_BF16, N, row), D2(d_dout, CPT_DT_BF16, N, HD), t_out, t_lse,
                                t_qkv, t_cu, nseq, maxlen, shp);
-        void *raw = get_raw(d_dqkv, (size_t)(N * row) * 2);
+        void *raw = get_raw(ctx, d_dqkv, (size_t)(N * row) * 2);
         if (rep == 0) raw1 = raw;
         else {
             CHECK_MSG(memcmp(raw, raw1, (size_t)(N * row) * 2) == 0, "%s: dqkv differs between two runs", name);
@@ -181,7 +109,7 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
         }
     }
     free(raw1);
-    float *g_dqkv = get_bf16(d_dqkv, (size_t)(N * row));
+    float *g_dqkv = get_bf16(ctx, d_dqkv, (size_t)(N * row));
     compare_cols(name, "dq", g_dqkv, dqkv, N, row, 0, HD, 1e-2);
     compare_cols(name, "dk", g_dqkv, dqkv, N, row, HD, (int64_t)KV * Dh, 1e-2);
     compare_cols(name, "dv", g_dqkv, dqkv, N, row, HD + (int64_t)KV * Dh, (int64_t)KV * Dh, 1e-2);
@@ -194,12 +122,6 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
 
 /* ---- timing: host clock around synchronised repeats, median of trials after a warm-up ---- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -211,8 +133,8 @@ static void bench_shape(int H, int KV, int Dh) {
     int32_t cu[S + 1];
     for (int s = 0; s <= S; s++) cu[s] = s * T;
     cpt_attn_shape shp = {H, KV, Dh};
-    float *qkv = rand_bf16((size_t)(N * row), 1.0f), *dout = rand_bf16((size_t)(N * HD), 1.0f);
-    void *d_qkv = dev_bf16(qkv, (size_t)(N * row), "qkv"), *d_dout = dev_bf16(dout, (size_t)(N * HD), "dout");
+    float *qkv = rand_bf16(&rng, (size_t)(N * row), 1.0f), *dout = rand_bf16(&rng, (size_t)(N * HD), 1.0f);
+    void *d_qkv = dev_bf16(ctx, qkv, (size_t)(N * row), "qkv"), *d_dout = dev_bf16(ctx, dout, (size_t)(N * HD), "dout");
     void *d_cu = dev(sizeof cu, "cu"), *d_out = dev((size_t)(N * HD) * 2, "out"), *d_lse = dev((size_t)(N * H) * 4, "lse");
     void *d_dqkv = dev((size_t)(N * row) * 2, "dqkv");
     OK(cpt_cuda_memcpy_h2d(ctx, d_cu, cu, sizeof cu, &err));
@@ -251,10 +173,7 @@ int main(void) {
         fprintf(stderr, "test_cuda_attention: no CUDA context: %s\n", err.msg);
         return 1;
     }
-    const char *seed_env = getenv("CPT_TEST_SEED");
-    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
-    printf("seed %llu (set CPT_TEST_SEED to repeat)\n", (unsigned long long)seed);
-    cpt_rng_seed(&rng, seed, 0);
+    seed_rng(&rng);
 
     static const int all[] = {1, 7, 64, 65, 300, 1000};
     static const int mix[] = {65, 1000, 7, 300, 1, 129};
@@ -271,7 +190,7 @@ int main(void) {
     check_case(one, 1, 2, 1, 64, 0);
 
     printf("\n%-38s %-5s %-9s  %-9s  %-5s  %5s\n", "case", "out", "rel L2", "max abs", "tol", "NaN");
-    for (int i = 0; i < nrows_table; i++) printf("%s\n", table[i]);
+    table_print(&table);
     const char *b = getenv("CPT_CUDA_BENCH");
     if (b && *b && strcmp(b, "0") != 0) {
         bench_shape(14, 2, 64);

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/rng.h"
 #include "core/safetensors.h"
@@ -29,23 +28,14 @@
 #include "rollout/cuda_engine.h"
 #include "rollout/engine.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_check.h"
 
-static cpt_err err;
-static char summary[64][200];
-static int n_summary;
-
-#define OK(call)                                                                     \
-    do {                                                                             \
-        if ((call) != 0) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err.msg);  \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+static gpu_table summary;
 
 /* bf16 activations against the fp32 CPU model: logprob (and argmax-gap) tolerance in nats */
 #define LP_TOL 0.15
 
-#define SUM(...) snprintf(summary[n_summary < 63 ? n_summary++ : 63], 200, __VA_ARGS__)
+#define SUM(...) table_add(&summary, __VA_ARGS__)
 
 static void round_model_bf16(cpt_model *m) {
     for (size_t i = 0; i < cpt_model_num_params(m); i++) {
@@ -371,11 +361,7 @@ static double kept_set(const float *l, int V, const cpt_sample_params *sp, int *
 }
 
 static void test_sampler_kernel(void) {
-    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
-    if (!ctx) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
+    cpt_cuda_ctx *ctx = ctx_or_exit();
     enum { V = 1000, N = 40000 };
     cpt_rng rng;
     cpt_rng_seed(&rng, 5, 0);
@@ -480,18 +466,8 @@ static void test_sampler_kernel(void) {
 
 /* ---- 5. skinny products (cpt_cuda_matmul_skinny) against fp64 and cuBLASLt ------------------------------------ */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void test_skinny(void) {
-    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
-    if (!ctx) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
+    cpt_cuda_ctx *ctx = ctx_or_exit();
     static const int shapes[][4] = {/* N, C, OC, bias: Qwen2.5-0.5B / 1.5B decode products and odd sizes */
                                     {1, 896, 1152, 1},  {1, 896, 896, 0},    {1, 896, 9728, 0},  {1, 4864, 896, 0},
                                     {4, 4864, 896, 0},  {8, 896, 9728, 0},   {1, 1536, 2048, 1}, {1, 8960, 1536, 0},
@@ -571,11 +547,7 @@ static void test_skinny(void) {
 /* ---- 6. the paged attention kernels (both versions) against fp64 ------------------------------------------- */
 
 static void test_attention_kernels(void) {
-    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
-    if (!ctx) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
+    cpt_cuda_ctx *ctx = ctx_or_exit();
     static const int cases[][4] = {/* H, KV, D, block_size */
                                    {14, 2, 64, 16}, {12, 2, 128, 16}, {4, 2, 16, 8}, {8, 8, 8, 8}, {16, 1, 32, 16},
                                    {7, 1, 64, 32}};
@@ -781,6 +753,6 @@ int main(void) {
     test_paged_churn("random-448x3", big);
     cpt_model_free(big);
     printf("\n== GPU decode summary ==\n");
-    for (int i = 0; i < n_summary; i++) printf("%s\n", summary[i]);
+    table_print(&summary);
     return check_summary("test_cuda_decode");
 }

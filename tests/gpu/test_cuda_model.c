@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/rng.h"
@@ -28,32 +27,8 @@
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_check.h"
 #include "trainer/optim.h"
-
-static cpt_err err;
-
-#define OK(call)                                                                    \
-    do {                                                                            \
-        if ((call) != 0) {                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err.msg); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
-
-static float *hbuf(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static float *poisoned(size_t n) {
-    float *p = hbuf(n);
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-    return p;
-}
 
 /* relative L2 error; any NaN gives +inf */
 static double rel_l2(const float *a, const float *b, size_t n) {
@@ -467,55 +442,6 @@ static void check_training(void) {
 
 /* ---- the model's own ops ---- */
 
-static void *dmem(size_t bytes, const char *what) {
-    void *p = cpt_cuda_malloc(bytes, what, &err);
-    OK(!p);
-    return p;
-}
-
-static void round_bf16(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(x[i]));
-}
-
-static float *rand_host(cpt_rng *rng, size_t n, float std) {
-    float *p = hbuf(n);
-    cpt_rng_fill_normal(rng, p, n, 0.0f, std);
-    round_bf16(p, n);
-    return p;
-}
-
-static void *up_bf16(cpt_cuda_ctx *ctx, const float *x, size_t n) {
-    void *d = dmem(n * 2, "bf16 input");
-    OK(cpt_cuda_upload_bf16(ctx, d, x, n, &err));
-    return d;
-}
-
-static void *up_raw(cpt_cuda_ctx *ctx, const void *x, size_t bytes) {
-    void *d = dmem(bytes, "input");
-    OK(cpt_cuda_memcpy_h2d(ctx, d, x, bytes, &err));
-    return d;
-}
-
-static void *poison_dev(cpt_cuda_ctx *ctx, size_t bytes) {
-    void *d = dmem(bytes, "output");
-    OK(cpt_cuda_memset(ctx, d, 0xFF, bytes, &err));
-    return d;
-}
-
-static float *down_f32(cpt_cuda_ctx *ctx, const void *d, size_t n) {
-    float *h = hbuf(n);
-    OK(cpt_cuda_sync(ctx, &err));
-    OK(cpt_cuda_memcpy_d2h(ctx, h, d, n * 4, &err));
-    return h;
-}
-
-static float *down_bf16(cpt_cuda_ctx *ctx, const void *d, size_t n) {
-    float *h = hbuf(n);
-    OK(cpt_cuda_sync(ctx, &err));
-    OK(cpt_cuda_download_bf16(ctx, h, d, n, &err));
-    return h;
-}
-
 static cpt_tensor DB(void *p, int64_t a, int64_t b) { return cpt_cuda_tensor(p, CPT_DT_BF16, b ? 2 : 1, a, b); }
 static cpt_tensor DF(void *p, int64_t a, int64_t b) { return cpt_cuda_tensor(p, CPT_DT_F32, b ? 2 : 1, a, b); }
 static cpt_tensor DI(void *p, int64_t a) { return cpt_cuda_tensor(p, CPT_DT_I32, 1, a, 0); }
@@ -529,12 +455,13 @@ static void check_ops(void) {
     /* embedding: ids drawn from a small range, so most repeat many times */
     int32_t *tok = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++) tok[i] = (int32_t)(i % 7 == 0 ? cpt_rng_below(&rng, V) : cpt_rng_below(&rng, 12));
-    float *wte = rand_host(&rng, (size_t)V * C, 1.0f), *dout = rand_host(&rng, (size_t)N * C, 1.0f);
-    float *dw0 = rand_host(&rng, (size_t)V * C, 1.0f);
-    void *d_wte = up_bf16(ctx, wte, (size_t)V * C), *d_tok = up_raw(ctx, tok, sizeof(int32_t) * N);
-    void *d_out = poison_dev(ctx, (size_t)N * C * 2);
+    float *wte = rand_bf16(&rng, (size_t)V * C, 1.0f), *dout = rand_bf16(&rng, (size_t)N * C, 1.0f);
+    float *dw0 = rand_bf16(&rng, (size_t)V * C, 1.0f);
+    void *d_wte = dev_bf16(ctx, wte, (size_t)V * C, "bf16 input");
+    void *d_tok = dev_raw(ctx, tok, sizeof(int32_t) * N, "input");
+    void *d_out = dev_poison(ctx, (size_t)N * C * 2, "output");
     cpt_cuda_embedding_fwd(ctx, DB(d_out, N, C), DI(d_tok, N), DB(d_wte, V, C));
-    float *got = down_bf16(ctx, d_out, (size_t)N * C), *ref = hbuf((size_t)N * C);
+    float *got = get_bf16(ctx, d_out, (size_t)N * C), *ref = hbuf((size_t)N * C);
     cpt_k_embedding_fwd(cpt_tensor_f32_2d(ref, N, C), cpt_tensor_i32_1d(tok, N), cpt_tensor_f32_2d(wte, V, C));
     row("ops", "embedding_fwd", (size_t)N * C, -1, rel_l2(got, ref, (size_t)N * C), 0);
     free(got), free(ref);
@@ -542,13 +469,15 @@ static void check_ops(void) {
             *order = malloc(sizeof(int32_t) * N);
     int U = cpt_cuda_embedding_plan(tok, N, ids, starts, order);
     CHECK(U > 0 && U <= 12 + N / 7 + 1);
-    void *d_ids = up_raw(ctx, ids, sizeof(int32_t) * U), *d_st = up_raw(ctx, starts, sizeof(int32_t) * (U + 1));
-    void *d_ord = up_raw(ctx, order, sizeof(int32_t) * N), *d_dout = up_bf16(ctx, dout, (size_t)N * C);
+    void *d_ids = dev_raw(ctx, ids, sizeof(int32_t) * U, "input");
+    void *d_st = dev_raw(ctx, starts, sizeof(int32_t) * (U + 1), "input");
+    void *d_ord = dev_raw(ctx, order, sizeof(int32_t) * N, "input");
+    void *d_dout = dev_bf16(ctx, dout, (size_t)N * C, "bf16 input");
     float *dws[2];
     for (int rep = 0; rep < 2; rep++) {
-        void *d_dw = up_raw(ctx, dw0, sizeof(float) * V * C);
+        void *d_dw = dev_raw(ctx, dw0, sizeof(float) * V * C, "input");
         cpt_cuda_embedding_bwd(ctx, DF(d_dw, V, C), DB(d_dout, N, C), DI(d_ids, U), DI(d_st, U + 1), DI(d_ord, N));
-        dws[rep] = down_f32(ctx, d_dw, (size_t)V * C);
+        dws[rep] = get_f32(ctx, d_dw, (size_t)V * C);
         cpt_cuda_free(d_dw);
     }
     ref = hbuf((size_t)V * C);
@@ -558,10 +487,10 @@ static void check_ops(void) {
     CHECK_MSG(!memcmp(dws[0], dws[1], sizeof(float) * V * C), "embedding_bwd is not bitwise reproducible");
     free(dws[0]), free(dws[1]), free(ref);
     /* bias grad and value head over the same dout [N, C] */
-    float *db0 = rand_host(&rng, C, 1.0f);
-    void *d_db = up_raw(ctx, db0, sizeof(float) * C);
+    float *db0 = rand_bf16(&rng, C, 1.0f);
+    void *d_db = dev_raw(ctx, db0, sizeof(float) * C, "input");
     cpt_cuda_bias_grad(ctx, DF(d_db, C, 0), DB(d_dout, N, C));
-    got = down_f32(ctx, d_db, C);
+    got = get_f32(ctx, d_db, C);
     ref = hbuf(C);
     for (int c = 0; c < C; c++) {
         double acc = db0[c];
@@ -570,10 +499,10 @@ static void check_ops(void) {
     }
     row("ops", "bias_grad (f32, +=)", C, -1, rel_l2(got, ref, C), 1e-5);
     free(got), free(ref);
-    float *w = rand_host(&rng, C, 1.0f), *dv = rand_host(&rng, N, 1.0f);
-    void *d_w = up_bf16(ctx, w, C), *d_v = poison_dev(ctx, sizeof(float) * N);
+    float *w = rand_bf16(&rng, C, 1.0f), *dv = rand_bf16(&rng, N, 1.0f);
+    void *d_w = dev_bf16(ctx, w, C, "bf16 input"), *d_v = dev_poison(ctx, sizeof(float) * N, "output");
     cpt_cuda_rowdot_fwd(ctx, DF(d_v, N, 0), DB(d_dout, N, C), DB(d_w, C, 0));
-    got = down_f32(ctx, d_v, N);
+    got = get_f32(ctx, d_v, N);
     ref = hbuf(N);
     for (int n = 0; n < N; n++) {
         double acc = 0;
@@ -582,18 +511,18 @@ static void check_ops(void) {
     }
     row("ops", "rowdot_fwd (value head)", N, -1, rel_l2(got, ref, N), 1e-5);
     free(got), free(ref);
-    void *d_dv = up_raw(ctx, dv, sizeof(float) * N);
-    float *x0 = rand_host(&rng, (size_t)N * C, 1.0f);
-    void *d_dx = up_bf16(ctx, x0, (size_t)N * C);
-    void *d_dwv = up_raw(ctx, db0, sizeof(float) * C);
+    void *d_dv = dev_raw(ctx, dv, sizeof(float) * N, "input");
+    float *x0 = rand_bf16(&rng, (size_t)N * C, 1.0f);
+    void *d_dx = dev_bf16(ctx, x0, (size_t)N * C, "bf16 input");
+    void *d_dwv = dev_raw(ctx, db0, sizeof(float) * C, "input");
     cpt_cuda_rowdot_bwd(ctx, DB(d_dx, N, C), DF(d_dwv, C, 0), DF(d_dv, N, 0), DB(d_dout, N, C), DB(d_w, C, 0));
-    got = down_bf16(ctx, d_dx, (size_t)N * C);
+    got = get_bf16(ctx, d_dx, (size_t)N * C);
     ref = hbuf((size_t)N * C);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) ref[(size_t)n * C + c] = x0[(size_t)n * C + c] + dv[n] * w[c];
     row("ops", "rowdot_bwd dx (bf16, +=)", (size_t)N * C, -1, rel_l2(got, ref, (size_t)N * C), 1e-2);
     free(got), free(ref);
-    got = down_f32(ctx, d_dwv, C);
+    got = get_f32(ctx, d_dwv, C);
     ref = hbuf(C);
     for (int c = 0; c < C; c++) {
         double acc = db0[c];
@@ -606,7 +535,7 @@ static void check_ops(void) {
     size_t n = 1234567;
     float *g = hbuf(n);
     cpt_rng_fill_normal(&rng, g, n, 0.0f, 1.0f);
-    void *d_g = up_raw(ctx, g, sizeof(float) * n), *d_s = poison_dev(ctx, sizeof(double) * 2);
+    void *d_g = dev_raw(ctx, g, sizeof(float) * n, "input"), *d_s = dev_poison(ctx, sizeof(double) * 2, "output");
     cpt_cuda_sumsq(ctx, (double *)d_s, DF(d_g, (int64_t)n, 0));
     cpt_cuda_sumsq(ctx, (double *)d_s + 1, DF(d_g, (int64_t)n, 0));
     double s2[2], want = 0;
@@ -616,25 +545,25 @@ static void check_ops(void) {
     row("ops", "sumsq (fp64)", n, -1, fabs(s2[0] - want) / want, 1e-9);
     CHECK_MSG(s2[0] == s2[1], "sumsq is not bitwise reproducible");
     cpt_cuda_scale(ctx, DF(d_g, (int64_t)n, 0), 0.37f);
-    got = down_f32(ctx, d_g, n);
+    got = get_f32(ctx, d_g, n);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) off += got[i] != g[i] * 0.37f;
     CHECK_MSG(off == 0, "scale: %zu elements differ from x * c", off);
     row("ops", "scale (exact)", n, -1, off ? 1.0 : 0.0, 0);
     free(got);
     /* casts and copy_cols */
-    void *d_b = poison_dev(ctx, n * 2), *d_f = poison_dev(ctx, n * 4);
+    void *d_b = dev_poison(ctx, n * 2, "output"), *d_f = dev_poison(ctx, n * 4, "output");
     cpt_cuda_cast_bf16(ctx, DB(d_b, (int64_t)n, 0), DF(d_g, (int64_t)n, 0));
     cpt_cuda_cast_f32(ctx, DF(d_f, (int64_t)n, 0), DB(d_b, (int64_t)n, 0));
-    got = down_f32(ctx, d_f, n);
-    float *sc = down_f32(ctx, d_g, n);
+    got = get_f32(ctx, d_f, n);
+    float *sc = get_f32(ctx, d_g, n);
     round_bf16(sc, n);
     CHECK_MSG(!memcmp(got, sc, n * 4), "cast_bf16 / cast_f32 differ from round-to-nearest-even");
     row("ops", "cast_bf16 + cast_f32 (exact rne)", n, -1, memcmp(got, sc, n * 4) ? 1.0 : 0.0, 0);
     free(got), free(sc);
-    void *d_c = poison_dev(ctx, (size_t)N * 64 * 2);
+    void *d_c = dev_poison(ctx, (size_t)N * 64 * 2, "output");
     cpt_cuda_copy_cols(ctx, DB(d_c, N, 64), 0, DB(d_dout, N, C), 100, 64);
-    got = down_bf16(ctx, d_c, (size_t)N * 64);
+    got = get_bf16(ctx, d_c, (size_t)N * 64);
     ref = hbuf((size_t)N * 64);
     cpt_k_copy_cols(cpt_tensor_f32_2d(ref, N, 64), 0, cpt_tensor_f32_2d(dout, N, C), 100, 64);
     row("ops", "copy_cols", (size_t)N * 64, -1, rel_l2(got, ref, (size_t)N * 64), 0);
@@ -647,12 +576,6 @@ static void check_ops(void) {
 }
 
 /* ---- timing at real shapes (CPT_CUDA_MODEL_BENCH=1) ---- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void bench_shape(const char *name, int C, int I, int L, int H, int KV, int D, int seqs, int T) {
     cpt_model_config c;
