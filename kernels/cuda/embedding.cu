@@ -121,25 +121,25 @@ __global__ void cast_f32_kernel(float *dst, const __nv_bfloat16 *src, int64_t n)
     if (i < n) dst[i] = __bfloat162float(src[i]);
 }
 
-void cpt_cuda_cast_bf16(cpt_cuda_ctx *ctx, cpt_tensor dst, cpt_tensor src) {
-    const char *op = "cast_bf16";
-    cpt_cuda_check(op, "dst", dst, CPT_DT_BF16, dst.ndim);
-    cpt_cuda_check(op, "src", src, CPT_DT_F32, src.ndim);
+/* The checks of a cast: dst of dtype ddt, src of sdt, any shape with the same element count; returns it. */
+static int64_t cast_numel(const char *op, cpt_tensor dst, cpt_dtype ddt, cpt_tensor src, cpt_dtype sdt) {
+    cpt_cuda_check(op, "dst", dst, ddt, dst.ndim);
+    cpt_cuda_check(op, "src", src, sdt, src.ndim);
     int64_t n = cpt_tensor_numel(src);
     CKCHECK(cpt_tensor_numel(dst) == n, op, "dst has %lld elements, src %lld", (long long)cpt_tensor_numel(dst),
             (long long)n);
+    return n;
+}
+
+void cpt_cuda_cast_bf16(cpt_cuda_ctx *ctx, cpt_tensor dst, cpt_tensor src) {
+    int64_t n = cast_numel("cast_bf16", dst, CPT_DT_BF16, src, CPT_DT_F32);
     if (n == 0) return;
     cast_bf16_kernel<<<cdiv(n, 256), 256, 0, ctx->stream>>>(BF(dst), FP(src), n);
     LAUNCH_OK("cast_bf16_kernel");
 }
 
 void cpt_cuda_cast_f32(cpt_cuda_ctx *ctx, cpt_tensor dst, cpt_tensor src) {
-    const char *op = "cast_f32";
-    cpt_cuda_check(op, "dst", dst, CPT_DT_F32, dst.ndim);
-    cpt_cuda_check(op, "src", src, CPT_DT_BF16, src.ndim);
-    int64_t n = cpt_tensor_numel(src);
-    CKCHECK(cpt_tensor_numel(dst) == n, op, "dst has %lld elements, src %lld", (long long)cpt_tensor_numel(dst),
-            (long long)n);
+    int64_t n = cast_numel("cast_f32", dst, CPT_DT_F32, src, CPT_DT_BF16);
     if (n == 0) return;
     cast_f32_kernel<<<cdiv(n, 256), 256, 0, ctx->stream>>>(FP(dst), BF(src), n);
     LAUNCH_OK("cast_f32_kernel");

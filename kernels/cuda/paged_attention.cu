@@ -84,6 +84,72 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
 
 /* ---- decode attention ------------------------------------------------------------------------------------- */
 
+/* ---- decode attention: pieces of both versions --------------------------------------------------------------- */
+
+/* The (unnormalised o, m, l) partial of an empty split: m = -inf, l = 0, which the combine skips. */
+static __device__ __forceinline__ void empty_split_partials(float *partial, int64_t i, int H, int kvh, int G,
+                                                            int n_splits, int sp, int D, int tid) {
+    for (int g = tid; g < G; g += blockDim.x) {
+        float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
+        pp[D] = -INFINITY;
+        pp[D + 1] = 0.0f;
+    }
+}
+
+/* 8 bf16 (16 bytes) to fp32 */
+static __device__ __forceinline__ void bf16x8_to_f32(uint4 raw, float f[8]) {
+    const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        float2 v = __bfloat1622float2(k2[u]);
+        f[2 * u] = v.x;
+        f[2 * u + 1] = v.y;
+    }
+}
+
+/* Phase 2 of a tile: one warp per head takes the tile's scores s_s[g][0 .. tn) to e^(s - m_new) in place and
+ * updates the running max m_s and sum l_s; a_s = e^(m_old - m_new) rescales the head's accumulators (0 on the
+ * first tile). */
+static __device__ __forceinline__ void tile_online_softmax(float *s_s, float *m_s, float *l_s, float *a_s, int G,
+                                                           int tn, int tid) {
+    int lane = tid & 31, warp = tid >> 5;
+    for (int g = warp; g < G; g += blockDim.x >> 5) {
+        float mx = -INFINITY;
+        for (int j = lane; j < tn; j += 32) mx = fmaxf(mx, s_s[g * ATT_TILE + j]);
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+        float sum = 0.0f;
+        for (int j = lane; j < tn; j += 32) {
+            float e = expf(s_s[g * ATT_TILE + j] - m_new);
+            s_s[g * ATT_TILE + j] = e;
+            sum += e;
+        }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            float a = expf(m_old - m_new);
+            a_s[g] = a;
+            l_s[g] = l_s[g] * a + sum;
+            m_s[g] = m_new;
+        }
+    }
+}
+
+/* Element d of head h's result o: with one split the normalised bf16 output, else the split's partial (o, and m, l
+ * once per head). */
+static __device__ __forceinline__ void store_head(__nv_bfloat16 *out, float *partial, int64_t i, int H, int h,
+                                                  int n_splits, int sp, int D, int d, float o, float m, float l) {
+    if (n_splits == 1) {
+        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(o / l);
+    } else {
+        float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
+        pp[d] = o;
+        if (d == 0) {
+            pp[D] = m;
+            pp[D + 1] = l;
+        }
+    }
+}
+
 /* Block (row i, kv head, split): the G = H / KV query heads of the group over positions [start, end) of the
  * split, a tile of ATT_TILE positions at a time with an online softmax. Phase 1: one thread per position scores
  * it against the G queries (16-byte key loads). Phase 2: one warp per head updates max and sum. Phase 3: thread
@@ -108,11 +174,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     int start = sp * split_len, end = min(len, start + split_len);
     int QKV = (H + 2 * KV) * D;
     if (start >= end) { /* an empty split: the combine skips l == 0 */
-        for (int g = tid; g < G; g += blockDim.x) {
-            float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
-            pp[D] = -INFINITY;
-            pp[D + 1] = 0.0f;
-        }
+        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
         return;
     }
     const float scale = rsqrtf((float)D);
@@ -140,14 +202,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
             for (int g = 0; g < MAXG; g++) s[g] = 0.0f;
             for (int c = 0; c < D; c += 8) {
                 uint4 raw = *(const uint4 *)(k + c);
-                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw;
                 float kf[8];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    float2 f = __bfloat1622float2(k2[u]);
-                    kf[2 * u] = f.x;
-                    kf[2 * u + 1] = f.y;
-                }
+                bf16x8_to_f32(raw, kf);
 #pragma unroll
                 for (int g = 0; g < MAXG; g++) {
                     if (g < G) {
@@ -163,26 +219,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
         }
         __syncthreads();
         /* phase 2: online max / sum per head */
-        int lane = tid & 31, warp = tid >> 5;
-        for (int g = warp; g < G; g += blockDim.x >> 5) {
-            float mx = -INFINITY;
-            for (int j = lane; j < tn; j += 32) mx = fmaxf(mx, s_s[g * ATT_TILE + j]);
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            float m_old = m_s[g], m_new = fmaxf(m_old, mx);
-            float sum = 0.0f;
-            for (int j = lane; j < tn; j += 32) {
-                float e = expf(s_s[g * ATT_TILE + j] - m_new);
-                s_s[g * ATT_TILE + j] = e;
-                sum += e;
-            }
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (lane == 0) {
-                float a = expf(m_old - m_new); /* 0 on the first tile */
-                a_s[g] = a;
-                l_s[g] = l_s[g] * a + sum;
-                m_s[g] = m_new;
-            }
-        }
+        tile_online_softmax(s_s, m_s, l_s, a_s, G, tn, tid);
         __syncthreads();
         /* phase 3: p * v */
         if (part < nparts) {
@@ -209,17 +246,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
         int g = x / D, dd = x % D;
         float o = 0.0f;
         for (int pp = 0; pp < nparts; pp++) o += red[(pp * G + g) * D + dd];
-        int h = kvh * G + g;
-        if (n_splits == 1) {
-            out[i * (int64_t)H * D + (int64_t)h * D + dd] = __float2bfloat16(o / l_s[g]);
-        } else {
-            float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
-            pp[dd] = o;
-            if (dd == 0) {
-                pp[D] = m_s[g];
-                pp[D + 1] = l_s[g];
-            }
-        }
+        store_head(out, partial, i, H, kvh * G + g, n_splits, sp, D, dd, o, m_s[g], l_s[g]);
     }
 }
 
@@ -310,11 +337,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     int start = sp * split_len, end = min(len, start + split_len);
     int QKV = (H + 2 * KV) * D;
     if (start >= end) {
-        for (int g = tid; g < G; g += blockDim.x) {
-            float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
-            pp[D] = -INFINITY;
-            pp[D + 1] = 0.0f;
-        }
+        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
         return;
     }
     const float scale = rsqrtf((float)D);
@@ -350,14 +373,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
 #pragma unroll
             for (int c = 0; c < MAXD / 8; c++) {
                 if (c * 8 >= D) break;
-                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&kr[c];
                 float kf[8];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    float2 f = __bfloat1622float2(k2[u]);
-                    kf[2 * u] = f.x;
-                    kf[2 * u + 1] = f.y;
-                }
+                bf16x8_to_f32(kr[c], kf);
 #pragma unroll
                 for (int g = 0; g < MAXG; g++) {
                     if (g < G) {
@@ -372,27 +389,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
                 if (g < G) s_s[g * ATT_TILE + j] = s[g];
         }
         __syncthreads();
-        /* phase 2: online max / sum per head (as the first version) */
-        int lane = tid & 31, warp = tid >> 5;
-        for (int g = warp; g < G; g += blockDim.x >> 5) {
-            float mx = -INFINITY;
-            for (int j = lane; j < tn; j += 32) mx = fmaxf(mx, s_s[g * ATT_TILE + j]);
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            float m_old = m_s[g], m_new = fmaxf(m_old, mx);
-            float sum = 0.0f;
-            for (int j = lane; j < tn; j += 32) {
-                float e = expf(s_s[g * ATT_TILE + j] - m_new);
-                s_s[g * ATT_TILE + j] = e;
-                sum += e;
-            }
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (lane == 0) {
-                float a = expf(m_old - m_new);
-                a_s[g] = a;
-                l_s[g] = l_s[g] * a + sum;
-                m_s[g] = m_new;
-            }
-        }
+        /* phase 2: online max / sum per head */
+        tile_online_softmax(s_s, m_s, l_s, a_s, G, tn, tid);
         __syncthreads();
         /* phase 3: thread (position group pr, dims dv..dv+3) over the tile's positions pr, pr + rows_par, ... */
 #pragma unroll
@@ -431,16 +429,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
         for (int x = tid; x < D; x += blockDim.x) {
             float o = 0.0f;
             for (int p = 0; p < rows_par; p++) o += red[p * D + x];
-            if (n_splits == 1) {
-                out[i * (int64_t)H * D + (int64_t)h * D + x] = __float2bfloat16(o / l_s[g]);
-            } else {
-                float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
-                pp[x] = o;
-                if (x == 0) {
-                    pp[D] = m_s[g];
-                    pp[D + 1] = l_s[g];
-                }
-            }
+            store_head(out, partial, i, H, h, n_splits, sp, D, x, o, m_s[g], l_s[g]);
         }
         __syncthreads();
     }
