@@ -8,32 +8,6 @@
 
 #include "core/tokenizer_internal.h"
 
-/* The length of the well-formed sequence at s (1-4), or -(length of its maximal ill-formed subpart). */
-static int utf8_step(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return -1;
-    size_t k = 1;
-    for (; k <= need && k < n; k++) {
-        uint8_t b = s[k];
-        uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-        if (b < l || b > h) break;
-    }
-    return k == need + 1 ? (int)k : -(int)k;
-}
-
 char *cpt_tokenizer_decode(const cpt_tokenizer *tok, const int32_t *ids, size_t n, int skip_special, size_t *len,
                            cpt_err *err) {
     size_t total = 0;
@@ -64,7 +38,7 @@ char *cpt_tokenizer_decode(const cpt_tokenizer *tok, const int32_t *ids, size_t 
     }
     size_t o = 0;
     for (size_t i = 0; i < r;) {
-        int k = utf8_step((const uint8_t *)raw + i, r - i);
+        int k = tok_utf8_step((const uint8_t *)raw + i, r - i);
         if (k > 0) {
             memcpy(out + o, raw + i, (size_t)k);
             o += (size_t)k;

@@ -95,7 +95,10 @@ struct cpt_tokenizer {
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not in the alphabet */
 
-/* UTF-8. tok_utf8_check returns -1 if valid, else the byte offset of the first invalid sequence. */
+/* UTF-8. tok_utf8_step: the length of the well-formed sequence at s (1-4; n > 0), or -(length of its maximal
+ * ill-formed subpart), as Unicode's U+FFFD substitution counts it. tok_utf8_check returns -1 if valid, else the byte
+ * offset of the first invalid sequence. */
+int tok_utf8_step(const uint8_t *s, size_t n);
 long tok_utf8_check(const uint8_t *s, size_t n);
 /* Decodes one code point of valid UTF-8 at s (n > 0); returns its byte length. */
 int tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp);

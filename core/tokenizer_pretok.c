@@ -9,32 +9,37 @@
 /* ---- UTF-8 ---- */
 
 /* Well-formed UTF-8 per Unicode table 3-7: no overlongs, no surrogates, nothing above U+10FFFF. */
+int tok_utf8_step(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c < 0x80) return 1;
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return -1;
+    size_t k = 1;
+    for (; k <= need && k < n; k++) {
+        uint8_t b = s[k];
+        uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+        if (b < l || b > h) break;
+    }
+    return k == need + 1 ? (int)k : -(int)k;
+}
+
 long tok_utf8_check(const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) need = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else
-            return (long)i;
-        if (i + need >= n) return (long)i; /* truncated at the end */
-        if (s[i + 1] < lo || s[i + 1] > hi) return (long)i;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return (long)i;
-        i += need + 1;
+        int k = tok_utf8_step(s + i, n - i);
+        if (k < 0) return (long)i; /* ill-formed or truncated at the end */
+        i += (size_t)k;
     }
     return -1;
 }
