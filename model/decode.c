@@ -10,7 +10,6 @@
 
 static cpt_tensor T1(float *p, int64_t a) { return cpt_tensor_f32_1d(p, a); }
 static cpt_tensor T2(float *p, int64_t a, int64_t b) { return cpt_tensor_f32_2d(p, a, b); }
-static cpt_tensor OPT1(float *p, int64_t a) { return p ? T1(p, a) : cpt_tensor_none(); }
 
 /* ---- the cache -------------------------------------------------------------------------------------------- */
 
@@ -175,39 +174,25 @@ int cpt_model_decode(cpt_model *m, cpt_kv_cache *c, const int32_t *tokens, int N
             w->slot_of[g->start + k] = g->slot;
         }
     }
-    int64_t C = cf->hidden_size, H = cf->num_heads, KV = cf->num_kv_heads, D = cf->head_dim, I = cf->intermediate_size;
+    int64_t C = cf->hidden_size, H = cf->num_heads, KV = cf->num_kv_heads, D = cf->head_dim;
     int64_t V = cf->vocab_size, QKV = qkv_dim(cf), HD = H * D, KD = KV * D;
     cpt_tensor pos = cpt_tensor_i32_1d(w->pos, N);
 
     cpt_k_embedding_fwd(T2(w->x, N, C), cpt_tensor_i32_1d((int32_t *)tokens, N), T2(mp(m, m->off_embed), V, C));
+    /* The layer's buffers: decode keeps nothing for backward, so the norms share h / rstd and the raw q / k heads
+     * share qk_tmp. */
+    layer_acts la = {.x_in = w->x, .h1 = w->h, .rstd1 = w->rstd, .qkv = w->qkv, .q_raw = w->qk_tmp,
+                     .k_raw = w->qk_tmp, .q_rstd = w->rstd, .k_rstd = w->rstd, .att = w->att, .x_mid = w->x_mid,
+                     .h2 = w->h, .rstd2 = w->rstd, .gu = w->gu, .act = w->act};
     for (int l = 0; l < cf->num_layers; l++) {
-        const layer_offsets *lo = &m->layer[l];
-        cpt_k_rmsnorm_fwd(T2(w->h, N, C), T1(w->rstd, N), T2(w->x, N, C), T1(mp(m, lo->ln1), C), cf->rms_norm_eps);
-        cpt_k_matmul_fwd(T2(w->qkv, N, QKV), T2(w->h, N, C), T2(mp(m, lo->wqkv), QKV, C), OPT1(mp(m, lo->bqkv), QKV));
-        if (cf->qk_norm) {
-            cpt_k_copy_cols(T2(w->qk_tmp, N, HD), 0, T2(w->qkv, N, QKV), 0, HD);
-            cpt_k_rmsnorm_fwd(T2(w->att, N * H, D), T1(w->rstd, N * H), T2(w->qk_tmp, N * H, D),
-                              T1(mp(m, lo->q_norm), D), cf->rms_norm_eps);
-            cpt_k_copy_cols(T2(w->qkv, N, QKV), 0, T2(w->att, N, HD), 0, HD);
-            cpt_k_copy_cols(T2(w->qk_tmp, N, KD), 0, T2(w->qkv, N, QKV), HD, KD);
-            cpt_k_rmsnorm_fwd(T2(w->att, N * KV, D), T1(w->rstd, N * KV), T2(w->qk_tmp, N * KV, D),
-                              T1(mp(m, lo->k_norm), D), cf->rms_norm_eps);
-            cpt_k_copy_cols(T2(w->qkv, N, QKV), HD, T2(w->att, N, KD), 0, KD);
-        }
-        cpt_k_rope_fwd(T2(w->qkv, N, QKV), (int)(H + KV), (int)D, pos, T1(m->inv_freq, D / 2));
+        cpt_layer_fwd_qkv(m, l, N, &la, pos);
         for (int i = 0; i < N; i++) {
             const float *row = w->qkv + (size_t)i * QKV;
             memcpy(cpt_kv_k(c, w->slot_of[i], w->pos[i], l), row + HD, sizeof(float) * (size_t)KD);
             memcpy(cpt_kv_v(c, w->slot_of[i], w->pos[i], l), row + HD + KD, sizeof(float) * (size_t)KD);
         }
         cache_attention(c, l, N, w->qkv, (int)QKV, w->pos, w->slot_of, (int)H, (int)KV, (int)D, w->att);
-        cpt_k_matmul_fwd(T2(w->x_mid, N, C), T2(w->att, N, HD), T2(mp(m, lo->wo), C, HD), OPT1(mp(m, lo->bo), C));
-        cpt_k_add(T2(w->x_mid, N, C), T2(w->x_mid, N, C), T2(w->x, N, C));
-        cpt_k_rmsnorm_fwd(T2(w->h, N, C), T1(w->rstd, N), T2(w->x_mid, N, C), T1(mp(m, lo->ln2), C), cf->rms_norm_eps);
-        cpt_k_matmul_fwd(T2(w->gu, N, 2 * I), T2(w->h, N, C), T2(mp(m, lo->wgu), 2 * I, C), cpt_tensor_none());
-        cpt_k_swiglu_fwd(T2(w->act, N, I), T2(w->gu, N, 2 * I));
-        cpt_k_matmul_fwd(T2(w->x, N, C), T2(w->act, N, I), T2(mp(m, lo->wdown), C, I), cpt_tensor_none());
-        cpt_k_add(T2(w->x, N, C), T2(w->x, N, C), T2(w->x_mid, N, C));
+        cpt_layer_fwd_out(m, l, N, &la, w->x);
     }
     for (int i = 0; i < S; i++) c->slots[segs[i].slot].len += segs[i].count;
     cpt_tensor lm = T2(mp(m, m->off_lm_head), V, C);

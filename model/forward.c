@@ -139,12 +139,10 @@ static int check_batch(const cpt_model *m, const cpt_batch *b, cpt_err *err) {
     return 0;
 }
 
-/* One decoder layer on N tokens: reads a->x_in, writes x_out (which must not be a->x_mid). Positions are explicit
- * (rope) and sequences come from cu, so the same code serves packed training batches and later decode steps. */
-static void layer_forward(cpt_model *m, int l, int N, layer_acts *a, float *x_out, cpt_tensor pos, cpt_tensor cu) {
+void cpt_layer_fwd_qkv(cpt_model *m, int l, int N, const layer_acts *a, cpt_tensor pos) {
     const cpt_model_config *c = &m->cfg;
     const layer_offsets *lo = &m->layer[l];
-    int64_t C = c->hidden_size, H = c->num_heads, KV = c->num_kv_heads, D = c->head_dim, I = c->intermediate_size;
+    int64_t C = c->hidden_size, H = c->num_heads, KV = c->num_kv_heads, D = c->head_dim;
     int64_t QKV = qkv_dim(c), HD = H * D, KD = KV * D;
     cpt_k_rmsnorm_fwd(T2(a->h1, N, C), T1(a->rstd1, N), T2(a->x_in, N, C), T1(mp(m, lo->ln1), C), c->rms_norm_eps);
     cpt_k_matmul_fwd(T2(a->qkv, N, QKV), T2(a->h1, N, C), T2(mp(m, lo->wqkv), QKV, C), OPT1(mp(m, lo->bqkv), QKV));
@@ -160,8 +158,12 @@ static void layer_forward(cpt_model *m, int l, int N, layer_acts *a, float *x_ou
         cpt_k_copy_cols(T2(a->qkv, N, QKV), HD, T2(a->att, N, KD), 0, KD);
     }
     cpt_k_rope_fwd(T2(a->qkv, N, QKV), (int)(H + KV), (int)D, pos, T1(m->inv_freq, D / 2));
-    cpt_attn_shape as = {(int)H, (int)KV, (int)D};
-    cpt_k_attention_fwd(T2(a->att, N, HD), T2(a->lse, N, H), T2(a->qkv, N, QKV), cu, as);
+}
+
+void cpt_layer_fwd_out(cpt_model *m, int l, int N, const layer_acts *a, float *x_out) {
+    const cpt_model_config *c = &m->cfg;
+    const layer_offsets *lo = &m->layer[l];
+    int64_t C = c->hidden_size, HD = (int64_t)c->num_heads * c->head_dim, I = c->intermediate_size;
     cpt_k_matmul_fwd(T2(a->x_mid, N, C), T2(a->att, N, HD), T2(mp(m, lo->wo), C, HD), OPT1(mp(m, lo->bo), C));
     cpt_k_add(T2(a->x_mid, N, C), T2(a->x_mid, N, C), T2(a->x_in, N, C));
     cpt_k_rmsnorm_fwd(T2(a->h2, N, C), T1(a->rstd2, N), T2(a->x_mid, N, C), T1(mp(m, lo->ln2), C), c->rms_norm_eps);
@@ -169,6 +171,17 @@ static void layer_forward(cpt_model *m, int l, int N, layer_acts *a, float *x_ou
     cpt_k_swiglu_fwd(T2(a->act, N, I), T2(a->gu, N, 2 * I));
     cpt_k_matmul_fwd(T2(x_out, N, C), T2(a->act, N, I), T2(mp(m, lo->wdown), C, I), NONE());
     cpt_k_add(T2(x_out, N, C), T2(x_out, N, C), T2(a->x_mid, N, C));
+}
+
+/* One decoder layer on N tokens: reads a->x_in, writes x_out (which must not be a->x_mid). Positions are explicit
+ * (rope) and sequences come from cu (attention within each packed sequence). */
+static void layer_forward(cpt_model *m, int l, int N, layer_acts *a, float *x_out, cpt_tensor pos, cpt_tensor cu) {
+    const cpt_model_config *c = &m->cfg;
+    int64_t H = c->num_heads, KV = c->num_kv_heads, D = c->head_dim, QKV = qkv_dim(c);
+    cpt_layer_fwd_qkv(m, l, N, a, pos);
+    cpt_attn_shape as = {(int)H, (int)KV, (int)D};
+    cpt_k_attention_fwd(T2(a->att, N, H * D), T2(a->lse, N, H), T2(a->qkv, N, QKV), cu, as);
+    cpt_layer_fwd_out(m, l, N, a, x_out);
 }
 
 /* dres holds d/dx_out on entry and d/dx_in on return; parameter gradients accumulate. */

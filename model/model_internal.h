@@ -85,6 +85,16 @@ int cpt_model_config_write(const cpt_model_config *cfg, const char *path, const 
 int cpt_model_build_params(cpt_model *m, int with_value_head, cpt_err *err);
 void cpt_model_free_acts(cpt_model *m);
 
+/* model/forward.c: one decoder layer in two halves around its attention, shared by the packed forward and the
+ * KV-cache decode (model/decode.c) so that both run the same kernels in the same order. Buffers come from a (decode
+ * points several fields at one scratch buffer: it keeps nothing for backward).
+ * Before attention: h1 = rmsnorm(x_in) (rstd1), qkv = h1 Wqkv^T (+b); with qk_norm each q and k head through its
+ * norm (raw heads in q_raw / k_raw, rstds in q_rstd / k_rstd, a->att as scratch); rope on q and k at pos. */
+void cpt_layer_fwd_qkv(cpt_model *m, int l, int N, const layer_acts *a, cpt_tensor pos);
+/* After attention (a->att): x_mid = x_in + att Wo^T (+b); h2 = rmsnorm(x_mid) (rstd2);
+ * x_out = x_mid + (silu(h2 Wg^T) * h2 Wu^T) Wd^T (gu, act kept). x_out may be x_in, not x_mid. */
+void cpt_layer_fwd_out(cpt_model *m, int l, int N, const layer_acts *a, float *x_out);
+
 /* Shorthands. */
 static inline float *mp(cpt_model *m, int64_t off) { return off < 0 ? NULL : m->data + off; }
 static inline float *mg(cpt_model *m, int64_t off) { return off < 0 ? NULL : m->grad + off; }
