@@ -62,6 +62,17 @@ static int check_count = 0;
         }                                                                                          \
     } while (0)
 
+/* ||a - b|| / ||b|| accumulated in double: the error measure of the parity tests against reference tensors. */
+static inline double check_rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
 static inline int check_summary(const char *name) {
     if (check_failures)
         fprintf(stderr, "%s: %d of %d checks failed\n", name, check_failures, check_count);

@@ -1,32 +1,11 @@
 /* Fuzzes the scored decoder: any bytes must decode or be refused with a reason, never crash or leak; what decodes
  * must re-encode and decode to the same values (the encoder accepts everything the decoder accepts). */
+#include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "queue/schema.h"
+#include "fuzz_schema_group.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    cpt_err err;
-    cpt_msg_header h;
-    (void)cpt_msg_peek_header(data, size, &h, &err);
-    cpt_rollout_group m;
-    if (cpt_rollout_group_decode(data, size, CPT_MSG_SCORED_GROUP, &m, &err) == 0) {
-        cpt_buf b;
-        if (cpt_rollout_group_encode(&m, &b, &err) != 0)
-            abort();
-        cpt_rollout_group m2;
-        if (cpt_rollout_group_decode(b.data, b.len, CPT_MSG_SCORED_GROUP, &m2, &err) != 0)
-            abort();
-        if (m2.n_completions != m.n_completions || m2.weight_version != m.weight_version)
-            abort();
-        for (uint32_t c = 0; c < m.n_completions; c++)
-            if (m2.completions[c].n_tokens != m.completions[c].n_tokens ||
-                memcmp(m2.completions[c].logprobs, m.completions[c].logprobs, (size_t)m.completions[c].n_tokens * 4))
-                abort();
-        cpt_rollout_group_free(&m2);
-        cpt_buf_free(&b);
-        cpt_rollout_group_free(&m);
-    }
+    fuzz_group_roundtrip(data, size, CPT_MSG_SCORED_GROUP);
     return 0;
 }

@@ -11,6 +11,7 @@
 #include "reward/teacher.h"
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
+#include "tests/tiny_model.h"
 
 static const char *build_dir(void) { return getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build"; }
 
@@ -192,25 +193,8 @@ static void test_crash(test_redis *t, const cpt_tokenizer *tok, const char *dir)
 }
 
 static cpt_model *tiny_model(int vocab, uint64_t seed, int value_head) {
-    cpt_model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = CPT_ARCH_QWEN2;
-    c.vocab_size = vocab;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_layers = 1;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.rms_norm_eps = 1e-6f;
-    c.rope_theta = 10000;
-    c.tie_word_embeddings = 1;
-    c.qkv_bias = 1;
-    c.max_position_embeddings = 256;
-    c.bos_token_id = c.eos_token_id = -1;
-    cpt_err err;
-    cpt_model *m = cpt_model_new_random(&c, seed, &err);
-    if (!m || (value_head && cpt_model_add_value_head(m, seed + 1, &err))) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    cpt_model *m = tiny_model_new(vocab, 1, seed);
+    if (value_head) tiny_model_add_value_head(m, seed + 1);
     return m;
 }
 

@@ -8,23 +8,12 @@
 
 #include "check.h"
 #include "model/model.h"
+#include "tests/tiny_model.h"
 
 int main(void) {
-    cpt_model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = CPT_ARCH_QWEN2;
-    c.vocab_size = 64;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_layers = 1;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.rms_norm_eps = 1e-6f;
-    c.rope_theta = 10000.0f;
-    c.tie_word_embeddings = 1;
+    cpt_model_config c = tiny_model_config(64, 1);
+    c.qkv_bias = 0;
     c.max_position_embeddings = 64;
-    c.bos_token_id = c.eos_token_id = -1;
     cpt_err err;
     cpt_model *m = cpt_model_new_random(&c, 5, &err);
     CHECK(m != NULL);

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "reward/eval.h"
 #include "tests/check.h"
+#include "tests/tiny_model.h"
 #include "trainer/greedy.h"
 
 /* 1 when the completion equals extra.want, else 0. */
@@ -47,28 +48,6 @@ static int odd_score(void *st, int n, const cpt_reward_item *items, cpt_reward_r
 }
 static const cpt_reward_ops odd_ops = {.score_batch = odd_score, .free = no_free};
 
-static cpt_model *tiny_model(int vocab) {
-    cpt_model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = CPT_ARCH_QWEN2;
-    c.vocab_size = vocab;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.rms_norm_eps = 1e-6f;
-    c.rope_theta = 10000;
-    c.tie_word_embeddings = 1;
-    c.qkv_bias = 1;
-    c.max_position_embeddings = 256;
-    c.bos_token_id = c.eos_token_id = -1;
-    cpt_err err;
-    cpt_model *m = cpt_model_new_random(&c, 5, &err);
-    if (!m) { fprintf(stderr, "%s\n", err.msg); exit(1); }
-    return m;
-}
 
 static void test_pass_at_k(void) {
     CHECK_NEAR(cpt_pass_at_k(4, 1, 2), 0.5, 1e-12);
@@ -87,7 +66,7 @@ int main(void) {
     if (!tok) { fprintf(stderr, "%s\n", err.msg); return 1; }
     cpt_chat_template tpl;
     CHECK_EQ_INT(cpt_chat_template_by_name("chatml", &tpl, &err), 0);
-    cpt_model *m = tiny_model(cpt_tokenizer_vocab_size(tok));
+    cpt_model *m = tiny_model_new(cpt_tokenizer_vocab_size(tok), 2, 5);
     const char *qs[4] = {"What is 1 + 1?", "What is 7 * 3?", "What is 9 - 4?", "What is 50 + 50?"};
     int32_t stops[2] = {cpt_tokenizer_token_id(tok, "<|im_end|>"), cpt_tokenizer_token_id(tok, "<|endoftext|>")};
     int n_stops = stops[1] >= 0 ? 2 : 1;

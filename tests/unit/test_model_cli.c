@@ -13,16 +13,6 @@
 
 static char tmpdir[256];
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
 static float *get(cpt_st_file *f, const char *name, size_t *n) {
     const cpt_st_tensor *t = cpt_st_find(f, name);
     if (!t) return NULL;
@@ -83,7 +73,7 @@ static void compare_fixture(const char *fx) {
         float *a = get(e, n, &ne), *b = get(o, n, &no);
         CHECK(a && b && ne == no);
         if (a && b && ne == no) {
-            double r = rel_l2(b, a, ne);
+            double r = check_rel_l2(b, a, ne);
             CHECK_MSG(r <= (is_grad ? 1e-3 : 1e-4), "%s %s: rel L2 %g", fx, n, r);
         }
         grads += is_grad;

@@ -17,16 +17,6 @@ typedef struct worst {
     char grad_name[200];
 } worst;
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
 static float *read_tensor(cpt_st_file *f, const char *name, size_t *n_out) {
     const cpt_st_tensor *t = cpt_st_find(f, name);
     if (!t) {
@@ -62,7 +52,7 @@ static void compare(const char *fixture, cpt_model *m, cpt_st_file *f, const cpt
     float *e = read_tensor(f, name, &n);
     CHECK(e && n == (size_t)N * V);
     if (e) {
-        double r = rel_l2(logits, e, n);
+        double r = check_rel_l2(logits, e, n);
         w->logits = fmax(w->logits, r);
         CHECK_MSG(r <= 1e-4, "%s %s: rel L2 %g", fixture, name, r);
     }
@@ -78,7 +68,7 @@ static void compare(const char *fixture, cpt_model *m, cpt_st_file *f, const cpt
     for (int i = 0; i < N; i++)
         if (b->targets[i] >= 0) total -= lp[i], count++;
     if (e) {
-        double r = rel_l2(mine, e, n_lp);
+        double r = check_rel_l2(mine, e, n_lp);
         w->logprobs = fmax(w->logprobs, r);
         CHECK_MSG(r <= 1e-4, "%s %s: rel L2 %g", fixture, name, r);
     }
@@ -88,7 +78,7 @@ static void compare(const char *fixture, cpt_model *m, cpt_st_file *f, const cpt
     e = read_tensor(f, name, &n);
     CHECK(e && n == (size_t)N);
     if (e) {
-        double r = rel_l2(ent, e, n);
+        double r = check_rel_l2(ent, e, n);
         w->entropy = fmax(w->entropy, r);
         CHECK_MSG(r <= 1e-4, "%s %s: rel L2 %g", fixture, name, r);
     }
@@ -122,7 +112,7 @@ static void compare(const char *fixture, cpt_model *m, cpt_st_file *f, const cpt
             free(e);
             continue;
         }
-        double r = rel_l2(p->grad, e, n);
+        double r = check_rel_l2(p->grad, e, n);
         if (r > w->grad) {
             w->grad = r;
             snprintf(w->grad_name, sizeof w->grad_name, "%s %s", fixture, name);

@@ -15,28 +15,11 @@
 #include "reward/teacher.h"
 #include "reward/worker.h"
 #include "tests/check.h"
+#include "tests/tiny_model.h"
 
 static cpt_model *tiny_model(int vocab, int value_head) {
-    cpt_model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = CPT_ARCH_QWEN2;
-    c.vocab_size = vocab;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.rms_norm_eps = 1e-6f;
-    c.rope_theta = 10000;
-    c.tie_word_embeddings = 1;
-    c.qkv_bias = 1;
-    c.max_position_embeddings = 256;
-    c.bos_token_id = c.eos_token_id = -1;
-    cpt_err err;
-    cpt_model *m = cpt_model_new_random(&c, 42, &err);
-    if (!m) { fprintf(stderr, "%s\n", err.msg); exit(1); }
-    if (value_head && cpt_model_add_value_head(m, 7, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    cpt_model *m = tiny_model_new(vocab, 2, 42);
+    if (value_head) tiny_model_add_value_head(m, 7);
     return m;
 }
 
