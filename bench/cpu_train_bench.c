@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/fs.h"
+#include "bench/train_batch.h"
 #include "model/model.h"
 
 static int arg_int(int argc, char **argv, const char *name, int dflt) {
@@ -40,36 +41,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cpu_train_bench: %s\n", err.msg);
         return 1;
     }
-    int N = B * T;
-    int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N),
-            *ss = malloc(sizeof(int32_t) * (B + 1));
-    float *lp = malloc(sizeof(float) * N), *d = malloc(sizeof(float) * N);
-    uint64_t x = 12345;
-    for (int i = 0; i < N; i++) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        tok[i] = (int32_t)((x >> 33) % (uint64_t)c.vocab_size);
+    train_batch tb;
+    if (train_batch_init(&tb, B, T, c.vocab_size)) {
+        fprintf(stderr, "cpu_train_bench: out of memory\n");
+        return 1;
     }
-    for (int b = 0; b <= B; b++) ss[b] = b * T;
-    for (int i = 0; i < N; i++) tgt[i] = (i % T) + 1 < T ? tok[i + 1] : -1;
-    int count = B * (T - 1);
-    for (int i = 0; i < N; i++) d[i] = tgt[i] >= 0 ? -1.0f / count : 0.0f;
-    cpt_batch batch = {N, B, tok, ss, tgt};
-    cpt_forward_out out = {lp, NULL, NULL, NULL};
+    int N = tb.batch.n_tokens, count = tb.count;
+    cpt_forward_out out = {tb.lp, NULL, NULL, NULL};
     double t0 = 0, loss = 0;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) t0 = cpt_now();
         cpt_model_zero_grad(m);
-        if (cpt_model_forward(m, &batch, &out, 1, &err) || cpt_model_backward(m, &batch, d, NULL, NULL, &err)) {
+        if (cpt_model_forward(m, &tb.batch, &out, 1, &err) ||
+            cpt_model_backward(m, &tb.batch, tb.d, NULL, NULL, &err)) {
             fprintf(stderr, "cpu_train_bench: %s\n", err.msg);
             return 1;
         }
-        loss = 0;
-        for (int i = 0; i < N; i++) loss -= tgt[i] >= 0 ? lp[i] : 0;
+        loss = train_batch_nll(&tb);
     }
     double dt = (cpt_now() - t0) / steps;
     printf("cpt threads=%d params=%zu tokens_per_step=%d step_ms=%.1f tokens_per_s=%.0f loss=%.4f\n",
            omp_get_max_threads(), cpt_model_numel(m), N, dt * 1e3, N / dt, loss / count);
     cpt_model_free(m);
-    free(tok), free(tgt), free(ss), free(lp), free(d);
+    train_batch_free(&tb);
     return 0;
 }

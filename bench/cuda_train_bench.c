@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "bench/train_batch.h"
 #include "core/fs.h"
 #include "model/model.h"
 #include "trainer/optim.h"
@@ -107,34 +108,22 @@ int main(int argc, char **argv) {
     cpt_adamw *opt = cpt_adamw_new(params, np, &hp, &err);
     if (!opt) die("AdamW", &err);
 
-    int N = B * T;
-    int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N),
-            *ss = malloc(sizeof(int32_t) * (B + 1));
-    float *lp = malloc(sizeof(float) * N), *d = malloc(sizeof(float) * N);
+    train_batch tb;
     double *times = malloc(sizeof(double) * steps);
-    if (!tok || !tgt || !ss || !lp || !d || !times) {
+    if (!times || train_batch_init(&tb, B, T, c.vocab_size)) {
         fprintf(stderr, "cuda_train_bench: out of memory\n");
         return 1;
     }
-    uint64_t x = 12345;
-    for (int i = 0; i < N; i++) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        tok[i] = (int32_t)((x >> 33) % (uint64_t)c.vocab_size);
-    }
-    for (int b = 0; b <= B; b++) ss[b] = b * T;
-    for (int i = 0; i < N; i++) tgt[i] = (i % T) + 1 < T ? tok[i + 1] : -1;
-    int count = B * (T - 1);
-    for (int i = 0; i < N; i++) d[i] = tgt[i] >= 0 ? -1.0f / (float)count : 0.0f;
-    cpt_batch batch = {N, B, tok, ss, tgt};
-    cpt_forward_out out = {lp, NULL, NULL, NULL};
+    int N = tb.batch.n_tokens, count = tb.count;
+    cpt_forward_out out = {tb.lp, NULL, NULL, NULL};
     double peak = 0, loss = 0, first_loss = 0;
     for (int s = 0; s < warmup + steps; s++) {
         double ts = cpt_now();
         cpt_model_zero_grad(m);
-        if (cpt_model_forward(m, &batch, &out, 1, &err)) die("forward", &err);
+        if (cpt_model_forward(m, &tb.batch, &out, 1, &err)) die("forward", &err);
         double u = used_gib();
         if (u - base > peak) peak = u - base;
-        if (cpt_model_backward(m, &batch, d, NULL, NULL, &err)) die("backward", &err);
+        if (cpt_model_backward(m, &tb.batch, tb.d, NULL, NULL, &err)) die("backward", &err);
         u = used_gib();
         if (u - base > peak) peak = u - base;
         cpt_adamw_step(opt, 1e-5);
@@ -143,9 +132,7 @@ int main(int argc, char **argv) {
         u = used_gib();
         if (u - base > peak) peak = u - base;
         if (s >= warmup) times[s - warmup] = te - ts;
-        loss = 0;
-        for (int i = 0; i < N; i++) loss -= tgt[i] >= 0 ? lp[i] : 0;
-        loss /= count;
+        loss = train_batch_nll(&tb) / count;
         if (s == 0) first_loss = loss;
     }
     qsort(times, (size_t)steps, sizeof *times, cmp_double);
@@ -159,7 +146,8 @@ int main(int argc, char **argv) {
     cpt_adamw_free(opt);
     free(params);
     cpt_model_free(m);
-    free(tok), free(tgt), free(ss), free(lp), free(d), free(times);
+    train_batch_free(&tb);
+    free(times);
     return 0;
 #endif
 }
