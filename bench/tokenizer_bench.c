@@ -70,6 +70,17 @@ static void report(const char *mode, int threads, size_t bytes, size_t docs, siz
     fflush(stdout);
 }
 
+/* The id count and checksum of one pass over the documents (what report() prints); frees the ids. */
+static void tally(const docs_t *docs, int32_t **ids, const size_t *counts, size_t *total, uint32_t *sum) {
+    *total = 0;
+    *sum = 0;
+    for (size_t i = 0; i < docs->n; i++) {
+        *total += counts[i];
+        for (size_t k = 0; k < counts[i]; k++) *sum += (uint32_t)ids[i][k];
+        free(ids[i]);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *tok_path = NULL, *corpus = NULL, *dump = NULL;
     double mb = 20;
@@ -140,13 +151,7 @@ int main(int argc, char **argv) {
             }
             double dt = cpt_now() - t0;
             if (dt < best) best = dt;
-            total = 0;
-            sum = 0;
-            for (size_t i = 0; i < docs.n; i++) {
-                total += counts[i];
-                for (size_t k = 0; k < counts[i]; k++) sum += (uint32_t)ids[i][k];
-                free(ids[i]);
-            }
+            tally(&docs, ids, counts, &total, &sum);
         }
         report("encode", 1, bytes, docs.n, total, sum, best);
     }
@@ -162,13 +167,7 @@ int main(int argc, char **argv) {
         }
         double dt = cpt_now() - t0;
         if (dt < best) best = dt;
-        total = 0;
-        sum = 0;
-        for (size_t i = 0; i < docs.n; i++) {
-            total += counts[i];
-            for (size_t k = 0; k < counts[i]; k++) sum += (uint32_t)ids[i][k];
-            free(ids[i]);
-        }
+        tally(&docs, ids, counts, &total, &sum);
     }
     report("encode_batch", threads, bytes, docs.n, total, sum, best);
     for (size_t i = 0; i < base.n; i++) free(base.texts[i]);
