@@ -29,11 +29,11 @@ static cpt_err err;
         }                                                                           \
     } while (0)
 
-/* The context on device 0, or exit with why not. */
-static inline cpt_cuda_ctx *ctx_or_exit(void) {
+/* The context on device 0, or exit 1 saying why not. */
+static inline cpt_cuda_ctx *ctx_or_exit(const char *test) {
     cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err);
     if (!ctx) {
-        fprintf(stderr, "%s\n", err.msg);
+        fprintf(stderr, "%s: no CUDA context: %s\n", test, err.msg);
         exit(1);
     }
     return ctx;

@@ -89,7 +89,7 @@ static void check_case(const int *lens, int nseq, int H, int KV, int Dh, int sim
     compare_cols(name, "lse", g_lse, lse, N, H, 0, H, 1e-4);
 
     /* backward from the same out (the CPU's, rounded to bf16) and lse on both sides */
-    for (int64_t i = 0; i < N * HD; i++) out[i] = cpt_bf16_to_f32(cpt_f32_to_bf16(out[i]));
+    round_bf16(out, (size_t)(N * HD));
     OK(cpt_cuda_upload_bf16(ctx, d_out, out, (size_t)(N * HD), &err));
     OK(cpt_cuda_memcpy_h2d(ctx, d_lse, lse, (size_t)(N * H) * 4, &err));
     float *dqkv = xmalloc(sizeof(float) * (size_t)(N * row)); /* zeros: the CPU op accumulates */
@@ -168,11 +168,7 @@ static void bench_shape(int H, int KV, int Dh) {
 }
 
 int main(void) {
-    ctx = cpt_cuda_ctx_new(0, &err);
-    if (!ctx) {
-        fprintf(stderr, "test_cuda_attention: no CUDA context: %s\n", err.msg);
-        return 1;
-    }
+    ctx = ctx_or_exit("test_cuda_attention");
     seed_rng(&rng);
 
     static const int all[] = {1, 7, 64, 65, 300, 1000};

@@ -361,7 +361,7 @@ static double kept_set(const float *l, int V, const cpt_sample_params *sp, int *
 }
 
 static void test_sampler_kernel(void) {
-    cpt_cuda_ctx *ctx = ctx_or_exit();
+    cpt_cuda_ctx *ctx = ctx_or_exit("test_cuda_decode");
     enum { V = 1000, N = 40000 };
     cpt_rng rng;
     cpt_rng_seed(&rng, 5, 0);
@@ -467,7 +467,7 @@ static void test_sampler_kernel(void) {
 /* ---- 5. skinny products (cpt_cuda_matmul_skinny) against fp64 and cuBLASLt ------------------------------------ */
 
 static void test_skinny(void) {
-    cpt_cuda_ctx *ctx = ctx_or_exit();
+    cpt_cuda_ctx *ctx = ctx_or_exit("test_cuda_decode");
     static const int shapes[][4] = {/* N, C, OC, bias: Qwen2.5-0.5B / 1.5B decode products and odd sizes */
                                     {1, 896, 1152, 1},  {1, 896, 896, 0},    {1, 896, 9728, 0},  {1, 4864, 896, 0},
                                     {4, 4864, 896, 0},  {8, 896, 9728, 0},   {1, 1536, 2048, 1}, {1, 8960, 1536, 0},
@@ -547,7 +547,7 @@ static void test_skinny(void) {
 /* ---- 6. the paged attention kernels (both versions) against fp64 ------------------------------------------- */
 
 static void test_attention_kernels(void) {
-    cpt_cuda_ctx *ctx = ctx_or_exit();
+    cpt_cuda_ctx *ctx = ctx_or_exit("test_cuda_decode");
     static const int cases[][4] = {/* H, KV, D, block_size */
                                    {14, 2, 64, 16}, {12, 2, 128, 16}, {4, 2, 16, 8}, {8, 8, 8, 8}, {16, 1, 32, 16},
                                    {7, 1, 64, 32}};

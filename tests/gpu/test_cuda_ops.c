@@ -294,11 +294,7 @@ static void bench(void) {
 }
 
 int main(void) {
-    ctx = cpt_cuda_ctx_new(0, &err);
-    if (!ctx) {
-        fprintf(stderr, "test_cuda_ops: no CUDA context: %s\n", err.msg);
-        return 1;
-    }
+    ctx = ctx_or_exit("test_cuda_ops");
     seed_rng(&rng);
 
     check_rmsnorm(300, 896);
