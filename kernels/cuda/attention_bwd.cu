@@ -113,12 +113,10 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16
         /* dV += P^T dO, dK += dS^T Q (k index = queries) */
 #pragma unroll
         for (int kc = 0; kc < BQ / 16; kc++) {
-            uint32_t ap[4] = {pack_bf16(p[2 * kc][0], p[2 * kc][1]), pack_bf16(p[2 * kc][2], p[2 * kc][3]),
-                              pack_bf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
-                              pack_bf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-            uint32_t as[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]), pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
-                              pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-                              pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+            uint32_t ap[4];
+            acc_to_a(ap, p[2 * kc], p[2 * kc + 1]);
+            uint32_t as[4];
+            acc_to_a(as, dp[2 * kc], dp[2 * kc + 1]);
 #pragma unroll
             for (int dd = 0; dd < D / 16; dd++) {
                 uint32_t bo[4], bq[4];
@@ -229,9 +227,8 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dq_mma_kernel(__nv_bfloat16 
         /* dQ += dS K (k index = keys) */
 #pragma unroll
         for (int kc = 0; kc < BN / 16; kc++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                             pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                             pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+            uint32_t a[4];
+            acc_to_a(a, s[2 * kc], s[2 * kc + 1]);
 #pragma unroll
             for (int dd = 0; dd < D / 16; dd++) {
                 uint32_t bk[4];

@@ -105,9 +105,8 @@ __global__ void __launch_bounds__(NW * 32, D == 64 ? 2 : 1) attn_fwd_mma_kernel(
         /* O += P V */
 #pragma unroll
         for (int kc = 0; kc < BN / 16; kc++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                             pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                             pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+            uint32_t a[4];
+            acc_to_a(a, s[2 * kc], s[2 * kc + 1]);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t b[4];

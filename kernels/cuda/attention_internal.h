@@ -59,6 +59,15 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
+/* The A fragment (16 x 16, bf16) of the next product from the fp32 accumulators of two adjacent n-tiles c0, c1
+ * (see the layouts above: P = softmax(S) feeds P V without going through shared memory) */
+__device__ inline void acc_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+    a[0] = pack_bf16(c0[0], c0[1]);
+    a[1] = pack_bf16(c0[2], c0[3]);
+    a[2] = pack_bf16(c1[0], c1[1]);
+    a[3] = pack_bf16(c1[2], c1[3]);
+}
+
 /* A fragment (16 rows x 16 columns at column c0) of a row-major tile in shared memory, rows r0 .. r0+15 */
 template <int D>
 __device__ inline void lds_a(uint32_t a[4], const __nv_bfloat16 *tile, int r0, int c0, int lane) {
