@@ -15,21 +15,13 @@
 #include "trainer/checkpoint.h"
 #include "trainer/dpo_data.h"
 #include "trainer/objective.h"
+#include "trainer/offline_loop.h"
 #include "trainer/optim.h"
 #include "trainer/sft.h"
 
 typedef struct dpo_ctx {
-    const cpt_config *cfg;
+    cpt_offline o; /* tokenizer, model, optimizer, state, checkpoints, metrics */
     volatile sig_atomic_t *stop;
-    char tok_path[CPT_CKPT_PATH_MAX];
-    cpt_tokenizer *tok;
-    cpt_chat_template tpl;
-    int have_tpl;
-    cpt_model *model;
-    cpt_param **params;
-    size_t n_params;
-    cpt_adamw *opt;
-    cpt_lr_schedule sched;
     cpt_objective_config oc;
     cpt_dpo_data train, eval;
     cpt_data_order order;
@@ -38,10 +30,6 @@ typedef struct dpo_ctx {
     cpt_dpo_batch mb;
     float *lp, *dlp;
     int cap;
-    cpt_metrics *metrics;
-    cpt_train_state st;
-    int64_t last_saved_step;
-    char *config_text;
 } dpo_ctx;
 
 /* Weighted sums of the objective's per-call metrics (each call's means weighted by its pair count). */
@@ -51,22 +39,13 @@ typedef struct dpo_sums {
 } dpo_sums;
 
 static int setup(dpo_ctx *c, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
+    const cpt_config *cfg = c->o.cfg;
     if (cpt_objective_from_config(cfg, &c->oc, err)) return -1;
     if (c->oc.type != CPT_OBJ_DPO) return cpt_errf(err, "cpt_dpo_run: algo.type is \"%s\", not dpo", cpt_obj_type_name(c->oc.type));
-    const char *tp = cpt_cfg_str(cfg, "tokenizer.path");
-    if (!*tp) tp = cpt_cfg_str(cfg, "model.path");
-    if (!*tp) return cpt_errf(err, "tokenizer.path is empty and there is no model.path to take it from");
-    snprintf(c->tok_path, sizeof c->tok_path, "%s", tp);
-    if (!(c->tok = cpt_tokenizer_load(tp, err))) return cpt_err_prefix(err, "tokenizer %s", tp);
-    const char *tn = cpt_cfg_str(cfg, "data.chat_template");
-    if (strcmp(tn, "none")) {
-        if (cpt_chat_template_load(tp, tn, &c->tpl, err)) return cpt_err_prefix(err, "data.chat_template");
-        c->have_tpl = 1;
-    }
-    int32_t eos = cpt_tokenizer_eos_id(c->tok);
-    if (eos < 0) eos = cpt_tokenizer_token_id(c->tok, "<|endoftext|>");
-    cpt_dpo_data_opts o = {.tok = c->tok, .tpl = c->have_tpl ? &c->tpl : NULL, .eos_id = eos,
+    if (cpt_offline_tokenizer(&c->o, err)) return -1;
+    int32_t eos = cpt_tokenizer_eos_id(c->o.tok);
+    if (eos < 0) eos = cpt_tokenizer_token_id(c->o.tok, "<|endoftext|>");
+    cpt_dpo_data_opts o = {.tok = c->o.tok, .tpl = c->o.have_tpl ? &c->o.tpl : NULL, .eos_id = eos,
                            .max_seq_len = (int)cpt_cfg_int(cfg, "train.max_seq_len"),
                            .max_pairs = (size_t)cpt_cfg_int(cfg, "data.max_records")};
     const char *train = cpt_cfg_str(cfg, "data.train");
@@ -88,15 +67,8 @@ static int setup(dpo_ctx *c, cpt_err *err) {
 
 /* The initial model (model.path or the random init of run.seed): the policy's start and the frozen reference. */
 static cpt_model *initial_model(dpo_ctx *c, cpt_err *err) {
-    cpt_model *m = cpt_trainer_model_from_config(c->cfg, cpt_tokenizer_vocab_size(c->tok), cpt_tokenizer_bos_id(c->tok),
-                                                 cpt_tokenizer_eos_id(c->tok), err);
-    if (m && cpt_model_cfg(m)->vocab_size < cpt_tokenizer_vocab_size(c->tok)) {
-        cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)", cpt_model_cfg(m)->vocab_size,
-                 cpt_tokenizer_vocab_size(c->tok));
-        cpt_model_free(m);
-        return NULL;
-    }
-    if (m && cpt_trainer_place_model(c->cfg, m, "dpo model", err)) {
+    cpt_model *m = cpt_offline_new_model(&c->o, err);
+    if (m && cpt_trainer_place_model(c->o.cfg, m, "dpo model", err)) {
         cpt_model_free(m);
         return NULL;
     }
@@ -131,7 +103,7 @@ static int run_mb(dpo_ctx *c, int train, double weight, dpo_sums *s, cpt_err *er
     cpt_batch mb = {.n_tokens = b->n_tokens, .n_seqs = b->n_seqs, .tokens = b->tokens, .seq_start = b->seq_start,
                     .targets = b->targets};
     cpt_forward_out fo = {.logprobs = c->lp};
-    if (cpt_model_forward(c->model, &mb, &fo, train, err)) return -1;
+    if (cpt_model_forward(c->o.model, &mb, &fo, train, err)) return -1;
     cpt_obj_inputs in = {.n_tokens = b->n_tokens, .n_seqs = b->n_seqs, .seq_start = b->seq_start, .mask = b->mask,
                          .logprobs = c->lp, .ref_logprobs = b->ref};
     cpt_obj_grads g = {.d_logprobs = c->dlp};
@@ -154,7 +126,7 @@ static int run_mb(dpo_ctx *c, int train, double weight, dpo_sums *s, cpt_err *er
     }
     if (!train) return 0;
     for (int t = 0; t < b->n_tokens; t++) c->dlp[t] = (float)(c->dlp[t] * weight);
-    return cpt_model_backward(c->model, &mb, c->dlp, NULL, NULL, err);
+    return cpt_model_backward(c->o.model, &mb, c->dlp, NULL, NULL, err);
 }
 
 typedef struct step_stats {
@@ -164,7 +136,7 @@ typedef struct step_stats {
 
 static int train_step(dpo_ctx *c, step_stats *ss, cpt_err *err) {
     memset(ss, 0, sizeof *ss);
-    cpt_model_zero_grad(c->model);
+    cpt_model_zero_grad(c->o.model);
     int P = c->pairs_per_step, taken = 0;
     size_t *idx = malloc((size_t)P * sizeof *idx);
     if (!idx) return cpt_errf(err, "out of memory");
@@ -182,15 +154,15 @@ static int train_step(dpo_ctx *c, step_stats *ss, cpt_err *err) {
     if (rc) return -1;
     double loss = ss->s.loss / ss->s.pairs;
     if (!isfinite(loss))
-        return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->st.step, loss);
-    ss->grad_norm = cpt_clip_grad_norm(c->params, c->n_params, cpt_cfg_float(c->cfg, "optim.grad_clip"));
-    ss->lr = cpt_lr_at(&c->sched, c->st.step);
-    cpt_adamw_step(c->opt, ss->lr);
-    c->st.step++;
-    c->st.weight_version = c->st.step;
+        return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->o.st.step, loss);
+    ss->grad_norm = cpt_clip_grad_norm(c->o.params, c->o.n_params, cpt_cfg_float(c->o.cfg, "optim.grad_clip"));
+    ss->lr = cpt_lr_at(&c->o.sched, c->o.st.step);
+    cpt_adamw_step(c->o.opt, ss->lr);
+    c->o.st.step++;
+    c->o.st.weight_version = c->o.st.step;
     cpt_data_cursor cur = cpt_data_order_tell(&c->order);
-    c->st.data_epoch = (int64_t)cur.epoch;
-    c->st.data_index = (int64_t)cur.index;
+    c->o.st.data_epoch = (int64_t)cur.epoch;
+    c->o.st.data_index = (int64_t)cur.index;
     return 0;
 }
 
@@ -209,45 +181,10 @@ static int eval_pairs(dpo_ctx *c, dpo_sums *s, cpt_err *err) {
 static int log_eval(dpo_ctx *c, const dpo_sums *s, cpt_err *err) {
     double n = s->pairs > 0 ? s->pairs : 1;
     fprintf(stderr, "dpo step %" PRId64 " | eval loss %.4f | eval margin %.4f | eval accuracy %.3f | logp margin %.3f\n",
-            c->st.step, s->loss / n, s->margin / n, s->acc / n, s->logp_margin / n);
-    cpt_metrics_begin(c->metrics, c->st.step);
-    cpt_metrics_add(c->metrics, "eval/dpo_loss", s->loss / n);
-    cpt_metrics_add(c->metrics, "eval/dpo_margin", s->margin / n);
-    cpt_metrics_add(c->metrics, "eval/dpo_accuracy", s->acc / n);
-    cpt_metrics_add(c->metrics, "eval/logp_margin", s->logp_margin / n);
-    return cpt_metrics_end(c->metrics, err);
-}
-
-static int save_checkpoint(dpo_ctx *c, cpt_err *err) {
-    cpt_ckpt_save_args a = {
-        .run_dir = cpt_cfg_str(c->cfg, "run.dir"),
-        .model = c->model,
-        .opt = c->opt,
-        .state = &c->st,
-        .tokenizer_path = c->tok_path,
-        .config_text = c->config_text,
-        .keep_last = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last"),
-    };
-    char dir[CPT_CKPT_PATH_MAX + 64];
-    if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
-    c->last_saved_step = c->st.step;
-    cpt_info("dpo: checkpoint %s", dir);
-    return 0;
-}
-
-static int setup_optimizer(dpo_ctx *c, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
-    if (!(c->params = cpt_model_param_list(c->model, &c->n_params, err))) return -1;
-    cpt_adamw_hparams hp = {.beta1 = cpt_cfg_float(cfg, "optim.beta1"), .beta2 = cpt_cfg_float(cfg, "optim.beta2"),
-                            .eps = cpt_cfg_float(cfg, "optim.eps"),
-                            .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay")};
-    if (!(c->opt = cpt_adamw_new(c->params, c->n_params, &hp, err))) return -1;
-    if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &c->sched.kind, err)) return -1;
-    c->sched.base_lr = cpt_cfg_float(cfg, "optim.lr");
-    c->sched.warmup_steps = cpt_cfg_int(cfg, "optim.warmup_steps");
-    c->sched.total_steps = cpt_cfg_int(cfg, "train.steps");
-    c->sched.min_lr_ratio = cpt_cfg_float(cfg, "optim.min_lr_ratio");
-    return 0;
+            c->o.st.step, s->loss / n, s->margin / n, s->acc / n, s->logp_margin / n);
+    const char *k[] = {"eval/dpo_loss", "eval/dpo_margin", "eval/dpo_accuracy", "eval/logp_margin"};
+    double v[] = {s->loss / n, s->margin / n, s->acc / n, s->logp_margin / n};
+    return cpt_offline_log(&c->o, k, v, 4, err);
 }
 
 static void ctx_free(dpo_ctx *c) {
@@ -257,19 +194,11 @@ static void ctx_free(dpo_ctx *c) {
     if (c->have_order) cpt_data_order_free(&c->order);
     cpt_dpo_data_free(&c->train);
     cpt_dpo_data_free(&c->eval);
-    cpt_adamw_free(c->opt);
-    free(c->params);
-    cpt_model_free(c->model);
-    if (c->have_tpl) cpt_chat_template_free(&c->tpl);
-    cpt_tokenizer_free(c->tok);
-    cpt_metrics_close(c->metrics);
-    cpt_train_state_free(&c->st);
-    free(c->config_text);
+    cpt_offline_free(&c->o);
 }
 
 static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
-    const char *run_dir = cpt_cfg_str(cfg, "run.dir");
+    const cpt_config *cfg = c->o.cfg;
     const int64_t total = cpt_cfg_int(cfg, "train.steps"), this_run = cpt_cfg_int(cfg, "train.max_steps_this_run");
     c->pairs_per_step = (int)cpt_cfg_int(cfg, "dpo.pairs_per_step");
     c->budget = (int)cpt_cfg_int(cfg, "train.tokens_per_micro_batch");
@@ -279,33 +208,21 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
     if (setup(c, err)) return -1;
     if (compute_reference(c, err)) return -1;
-    if (!(c->model = initial_model(c, err))) return -1;
-    if (setup_optimizer(c, err)) return -1;
-    if (!(c->config_text = cpt_config_dump(cfg))) return cpt_errf(err, "out of memory");
+    if (!(c->o.model = initial_model(c, err))) return -1;
+    if (cpt_offline_optimizer(&c->o, err)) return -1;
+    if (!(c->o.config_text = cpt_config_dump(cfg))) return cpt_errf(err, "out of memory");
 
-    c->last_saved_step = -1;
-    uint64_t hash = cpt_config_hash(cfg);
     char ckpt[CPT_CKPT_PATH_MAX];
-    int found = cpt_cfg_bool(cfg, "train.resume") ? cpt_ckpt_find_latest(run_dir, ckpt, sizeof ckpt, err) : 0;
-    if (found < 0) return cpt_err_prefix(err, "resume");
-    if (found) {
-        if (cpt_ckpt_load(ckpt, c->model, c->opt, &c->st, err)) return -1;
-        if (c->st.config_hash != hash)
-            cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
-        c->last_saved_step = c->st.step;
-        cpt_info("dpo: resumed from %s at step %" PRId64, ckpt, c->st.step);
-    }
-    c->st.config_hash = hash;
+    int found = cpt_offline_resume(&c->o, ckpt, sizeof ckpt, err);
+    if (found < 0) return -1;
+    if (found) cpt_info("dpo: resumed from %s at step %" PRId64, ckpt, c->o.st.step);
     if (cpt_data_order_init(&c->order, c->train.n, (uint64_t)cpt_cfg_int(cfg, "run.seed"), cpt_cfg_bool(cfg, "data.shuffle"), err))
         return -1;
     c->have_order = 1;
-    cpt_data_cursor cur = {.epoch = (uint64_t)c->st.data_epoch, .index = (uint64_t)c->st.data_index};
+    cpt_data_cursor cur = {.epoch = (uint64_t)c->o.st.data_epoch, .index = (uint64_t)c->o.st.data_index};
     if (cpt_data_order_seek(&c->order, cur, err)) return cpt_err_prefix(err, "resume: data cursor");
 
-    char mpath[CPT_CKPT_PATH_MAX + 32];
-    if (cpt_mkdir_p(run_dir, 0755, err)) return -1;
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
-    if (!(c->metrics = cpt_metrics_open(mpath, err))) return -1;
+    if (cpt_offline_open_metrics(&c->o, 1, err)) return -1;
 
     res->eval_margin_start = res->eval_margin = res->eval_accuracy = res->eval_loss = res->eval_logp_margin = NAN;
     res->last_loss = NAN;
@@ -315,41 +232,36 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
         res->eval_margin_start = es.margin / es.pairs;
     }
     const int64_t log_every = cpt_cfg_int(cfg, "train.log_every"), eval_every = cpt_cfg_int(cfg, "train.eval_every");
-    const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every"), first_step = c->st.step;
+    const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every"), first_step = c->o.st.step;
     double t0 = cpt_now(), t_log = t0;
     long tok_since = 0;
-    while (c->st.step < total && !*c->stop && !(this_run > 0 && c->st.step - first_step >= this_run)) {
+    while (c->o.st.step < total && !*c->stop && !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
         step_stats ss;
         if (train_step(c, &ss, err)) return -1;
         double n = ss.s.pairs;
         res->last_loss = ss.s.loss / n;
         tok_since += ss.s.tokens;
-        int64_t s = c->st.step;
+        int64_t s = c->o.st.step;
         if (s % log_every == 0 || s == total) {
             double now = cpt_now(), tok_s = tok_since / fmax(now - t_log, 1e-9);
             fprintf(stderr, "dpo step %" PRId64 "/%" PRId64 " | loss %.4f | margin %.4f | accuracy %.3f | lr %.3e | grad_norm %.3f | %.0f tok/s\n",
                     s, total, ss.s.loss / n, ss.s.margin / n, ss.s.acc / n, ss.lr, ss.grad_norm, tok_s);
-            cpt_metrics_begin(c->metrics, s);
-            cpt_metrics_add(c->metrics, "dpo/loss", ss.s.loss / n);
-            cpt_metrics_add(c->metrics, "dpo/margin", ss.s.margin / n);
-            cpt_metrics_add(c->metrics, "dpo/accuracy", ss.s.acc / n);
-            cpt_metrics_add(c->metrics, "dpo/reward_chosen", ss.s.chosen / n);
-            cpt_metrics_add(c->metrics, "dpo/reward_rejected", ss.s.rejected / n);
-            cpt_metrics_add(c->metrics, "lr", ss.lr);
-            cpt_metrics_add(c->metrics, "grad_norm", ss.grad_norm);
-            cpt_metrics_add(c->metrics, "perf/train_tok_s", tok_s);
-            if (cpt_metrics_end(c->metrics, err)) return -1;
+            const char *k[] = {"dpo/loss", "dpo/margin", "dpo/accuracy", "dpo/reward_chosen", "dpo/reward_rejected",
+                               "lr", "grad_norm", "perf/train_tok_s"};
+            double v[] = {ss.s.loss / n, ss.s.margin / n, ss.s.acc / n, ss.s.chosen / n, ss.s.rejected / n,
+                          ss.lr, ss.grad_norm, tok_s};
+            if (cpt_offline_log(&c->o, k, v, 8, err)) return -1;
             t_log = now;
             tok_since = 0;
         }
         if (c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total)
             if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
-        if (ck_every > 0 && s % ck_every == 0 && s != total && save_checkpoint(c, err)) return -1;
+        if (ck_every > 0 && s % ck_every == 0 && s != total && cpt_offline_save(&c->o, err)) return -1;
     }
-    res->steps_done = c->st.step;
+    res->steps_done = c->o.st.step;
     res->interrupted = *c->stop != 0;
-    if (res->interrupted) cpt_warn("dpo: stopping at step %" PRId64 " on signal %d", c->st.step, (int)*c->stop);
-    if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
+    if (res->interrupted) cpt_warn("dpo: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)*c->stop);
+    if (c->o.last_saved_step != c->o.st.step && cpt_offline_save(&c->o, err)) return -1;
     if (c->eval.n) {
         if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
         res->eval_loss = es.loss / es.pairs;
@@ -368,7 +280,8 @@ int cpt_dpo_run(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_dpo_resu
     memset(res, 0, sizeof *res);
     dpo_ctx c;
     memset(&c, 0, sizeof c);
-    c.cfg = cfg;
+    c.o.cfg = cfg;
+    c.o.name = "dpo";
     c.stop = stop ? stop : &never;
     int rc = run(&c, res, err);
     ctx_free(&c);

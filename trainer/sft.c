@@ -18,6 +18,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/dp.h"
 #include "trainer/greedy.h"
+#include "trainer/offline_loop.h"
 #include "trainer/optim.h"
 #include "trainer/sft_data.h"
 
@@ -27,31 +28,18 @@ static volatile sig_atomic_t stop_requested;
 static void on_stop_signal(int sig) { stop_requested = sig; }
 
 typedef struct sft_ctx {
-    const cpt_config *cfg;
-    char tok_path[CPT_CKPT_PATH_MAX];
-    cpt_tokenizer *tok;
-    cpt_chat_template tpl;
-    int have_tpl;
+    cpt_offline o; /* tokenizer, model, optimizer, state, checkpoints, metrics (rank 0) */
     int32_t stop_ids[4];
     int n_stop;
-    cpt_model *model;
-    cpt_param **params;
-    size_t n_params;
-    cpt_adamw *opt;
     cpt_dp *dp;      /* data parallel group (one rank: bookkeeping only) */
     int rank, world; /* every rank packs the step's world * accum micro-batches and trains on its share */
     int stop_all;    /* some rank was asked to stop: every rank stops after the same step */
-    cpt_lr_schedule sched;
     cpt_sft_dataset train, eval;
     cpt_sft_cursor cur;
     int accum, budget;
     cpt_sft_batch *mbs;
     cpt_sft_batch eval_mb;
     float *logprobs, *d_logprobs;
-    cpt_metrics *metrics;
-    cpt_train_state st;
-    int64_t last_saved_step;
-    char *config_text;
 } sft_ctx;
 
 /* ---------------- setup ---------------- */
@@ -108,32 +96,22 @@ static void add_stop(sft_ctx *c, int32_t id) {
 }
 
 static int setup_tokenizer(sft_ctx *c, cpt_err *err) {
-    const char *tp = cpt_cfg_str(c->cfg, "tokenizer.path");
-    if (!*tp) tp = cpt_cfg_str(c->cfg, "model.path");
-    if (!*tp) return cpt_errf(err, "tokenizer.path is empty and there is no model.path to take it from");
-    snprintf(c->tok_path, sizeof c->tok_path, "%s", tp);
-    c->tok = cpt_tokenizer_load(tp, err);
-    if (!c->tok) return cpt_err_prefix(err, "tokenizer %s", tp);
-    const char *tn = cpt_cfg_str(c->cfg, "data.chat_template");
-    if (strcmp(tn, "none")) {
-        if (cpt_chat_template_load(tp, tn, &c->tpl, err)) return cpt_err_prefix(err, "data.chat_template");
-        c->have_tpl = 1;
-    }
-    add_stop(c, cpt_tokenizer_eos_id(c->tok));
-    add_stop(c, find_token(c->tok, "<|im_end|>"));
-    add_stop(c, find_token(c->tok, "<|eot_id|>"));
-    add_stop(c, find_token(c->tok, "<|endoftext|>"));
+    if (cpt_offline_tokenizer(&c->o, err)) return -1;
+    add_stop(c, cpt_tokenizer_eos_id(c->o.tok));
+    add_stop(c, find_token(c->o.tok, "<|im_end|>"));
+    add_stop(c, find_token(c->o.tok, "<|eot_id|>"));
+    add_stop(c, find_token(c->o.tok, "<|endoftext|>"));
     return 0;
 }
 
 static int setup_data(sft_ctx *c, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
-    int32_t eos = cpt_tokenizer_eos_id(c->tok);
-    if (eos < 0) eos = find_token(c->tok, "<|endoftext|>");
+    const cpt_config *cfg = c->o.cfg;
+    int32_t eos = cpt_tokenizer_eos_id(c->o.tok);
+    if (eos < 0) eos = find_token(c->o.tok, "<|endoftext|>");
     cpt_sft_data_opts o = {
         .format = cpt_cfg_str(cfg, "data.format"),
-        .tok = c->tok,
-        .tpl = c->have_tpl ? &c->tpl : NULL,
+        .tok = c->o.tok,
+        .tpl = c->o.have_tpl ? &c->o.tpl : NULL,
         .max_seq_len = (int)cpt_cfg_int(cfg, "train.max_seq_len"),
         .skip_bad_lines = cpt_cfg_bool(cfg, "data.skip_bad_lines"),
         .eos_id = eos,
@@ -151,31 +129,11 @@ static int setup_data(sft_ctx *c, cpt_err *err) {
     return 0;
 }
 
-static int setup_optimizer(sft_ctx *c, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
-    c->params = cpt_model_param_list(c->model, &c->n_params, err);
-    if (!c->params) return -1;
-    cpt_adamw_hparams hp = {
-        .beta1 = cpt_cfg_float(cfg, "optim.beta1"),
-        .beta2 = cpt_cfg_float(cfg, "optim.beta2"),
-        .eps = cpt_cfg_float(cfg, "optim.eps"),
-        .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay"),
-    };
-    c->opt = cpt_adamw_new(c->params, c->n_params, &hp, err);
-    if (!c->opt) return -1;
-    if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &c->sched.kind, err)) return -1;
-    c->sched.base_lr = cpt_cfg_float(cfg, "optim.lr");
-    c->sched.warmup_steps = cpt_cfg_int(cfg, "optim.warmup_steps");
-    c->sched.total_steps = cpt_cfg_int(cfg, "train.steps");
-    c->sched.min_lr_ratio = cpt_cfg_float(cfg, "optim.min_lr_ratio");
-    return 0;
-}
-
 /* Data parallel: ranks from the bootstrap (PMIx under `srun --mpi=pmix`, else CPT_RANK / CPT_WORLD_SIZE), each
  * rank on its own GPU, gradients averaged by NCCL all-reduces that overlap the backward (trainer/dp.h). One rank
  * places the model as train.device says and never touches NCCL. */
 static int setup_dp_and_place(sft_ctx *c, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
+    const cpt_config *cfg = c->o.cfg;
     char boot[CPT_CKPT_PATH_MAX + 16];
     snprintf(boot, sizeof boot, "%s/bootstrap", cpt_cfg_str(cfg, "run.dir"));
     cpt_dp_opts o = {.bootstrap = cpt_cfg_str(cfg, "train.dp_bootstrap"), .boot_dir = boot,
@@ -184,7 +142,7 @@ static int setup_dp_and_place(sft_ctx *c, cpt_err *err) {
     if (!c->dp) return cpt_err_prefix(err, "data parallel");
     c->rank = cpt_dp_rank(c->dp);
     c->world = cpt_dp_size(c->dp);
-    if (c->world == 1) return cpt_trainer_place_model(cfg, c->model, "sft model", err);
+    if (c->world == 1) return cpt_trainer_place_model(cfg, c->o.model, "sft model", err);
     if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
         return cpt_errf(err, "data parallel over %d ranks needs train.device = \"cuda\" (NCCL averages GPU gradients)",
                         c->world);
@@ -193,9 +151,9 @@ static int setup_dp_and_place(sft_ctx *c, cpt_err *err) {
 #else
     int dev = 0;
 #endif
-    if (cpt_model_use_cuda(c->model, dev, err)) return cpt_err_prefix(err, "sft model, rank %d", c->rank);
-    if (cpt_dp_attach_model(c->dp, c->model, err)) return -1;
-    cpt_model_set_grads_ready(c->model, cpt_dp_grads_ready_cb, c->dp);
+    if (cpt_model_use_cuda(c->o.model, dev, err)) return cpt_err_prefix(err, "sft model, rank %d", c->rank);
+    if (cpt_dp_attach_model(c->dp, c->o.model, err)) return -1;
+    cpt_model_set_grads_ready(c->o.model, cpt_dp_grads_ready_cb, c->dp);
     cpt_info("sft: data parallel rank %d/%d on CUDA device %d (bootstrap %s)", c->rank, c->world, dev,
              cpt_dp_bootstrap_name(c->dp));
     return 0;
@@ -208,14 +166,14 @@ static int forward_loss(sft_ctx *c, const cpt_sft_batch *mb, int train, double s
     cpt_batch b = {.n_tokens = mb->n_tokens, .n_seqs = mb->n_seqs, .tokens = mb->tokens,
                    .seq_start = mb->seq_start, .targets = mb->targets};
     cpt_forward_out fo = {.logprobs = c->logprobs};
-    if (cpt_model_forward(c->model, &b, &fo, train, err)) return -1;
+    if (cpt_model_forward(c->o.model, &b, &fo, train, err)) return -1;
     double s = 0;
     for (int i = 0; i < mb->n_tokens; i++) {
         if (mb->targets[i] >= 0) s -= c->logprobs[i];
         if (train) c->d_logprobs[i] = mb->targets[i] >= 0 ? (float)-scale : 0.0f;
     }
     *loss_sum += s;
-    if (train && cpt_model_backward(c->model, &b, c->d_logprobs, NULL, NULL, err)) return -1;
+    if (train && cpt_model_backward(c->o.model, &b, c->d_logprobs, NULL, NULL, err)) return -1;
     return 0;
 }
 
@@ -237,7 +195,7 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
         n_loss += c->mbs[k].n_loss;
         n_tok += c->mbs[k].n_tokens;
     }
-    cpt_model_zero_grad(c->model);
+    cpt_model_zero_grad(c->o.model);
     double loss_sum = 0;
     for (int k = c->rank; k < n_mb; k += c->world) {
         cpt_dp_set_sync(c->dp, k + c->world >= n_mb); /* all-reduce during the last micro-batch's backward only */
@@ -253,13 +211,13 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     ss->tokens = n_tok;
     ss->loss_tokens = n_loss;
     if (!isfinite(ss->loss))
-        return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->st.step, ss->loss);
-    ss->grad_norm = cpt_clip_grad_norm(c->params, c->n_params, cpt_cfg_float(c->cfg, "optim.grad_clip"));
-    ss->lr = cpt_lr_at(&c->sched, c->st.step);
-    cpt_adamw_step(c->opt, ss->lr);
-    c->st.step++;
-    c->st.weight_version = c->st.step;
-    cpt_sft_cursor_tell(&c->cur, &c->st.data_epoch, &c->st.data_index);
+        return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->o.st.step, ss->loss);
+    ss->grad_norm = cpt_clip_grad_norm(c->o.params, c->o.n_params, cpt_cfg_float(c->o.cfg, "optim.grad_clip"));
+    ss->lr = cpt_lr_at(&c->o.sched, c->o.st.step);
+    cpt_adamw_step(c->o.opt, ss->lr);
+    c->o.st.step++;
+    c->o.st.weight_version = c->o.st.step;
+    cpt_sft_cursor_tell(&c->cur, &c->o.st.data_epoch, &c->o.st.data_index);
     return 0;
 }
 
@@ -294,17 +252,17 @@ static char *trimmed_decode(const cpt_tokenizer *tok, const int32_t *ids, int n,
  * equals the decoded reference completion. */
 static int eval_exact_match(sft_ctx *c, int n, double *out, cpt_err *err) {
     if ((size_t)n > c->eval.n) n = (int)c->eval.n;
-    int max_new = (int)cpt_cfg_int(c->cfg, "train.eval_max_new_tokens"), hits = 0;
-    if (cpt_model_sync_to_host(c->model, err)) return -1; /* greedy decoding runs on the host weights */
+    int max_new = (int)cpt_cfg_int(c->o.cfg, "train.eval_max_new_tokens"), hits = 0;
+    if (cpt_model_sync_to_host(c->o.model, err)) return -1; /* greedy decoding runs on the host weights */
     int32_t *gen = malloc((size_t)max_new * sizeof *gen);
     if (!gen) return cpt_errf(err, "out of memory");
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         const cpt_sft_example *e = &c->eval.ex[i];
-        int g = cpt_greedy_generate(c->model, e->ids, e->n_prompt, max_new, c->stop_ids, c->n_stop, gen, err);
+        int g = cpt_greedy_generate(c->o.model, e->ids, e->n_prompt, max_new, c->stop_ids, c->n_stop, gen, err);
         if (g < 0) { rc = -1; break; }
-        char *got = trimmed_decode(c->tok, gen, g, err);
-        char *want = got ? trimmed_decode(c->tok, e->ids + e->n_prompt, e->n_answer, err) : NULL;
+        char *got = trimmed_decode(c->o.tok, gen, g, err);
+        char *want = got ? trimmed_decode(c->o.tok, e->ids + e->n_prompt, e->n_answer, err) : NULL;
         if (!got || !want) rc = -1;
         else hits += !strcmp(got, want);
         if (i < 3 && got && want) cpt_info("sft eval: example %d: want \"%s\", got \"%s\"", i, want, got);
@@ -318,23 +276,10 @@ static int eval_exact_match(sft_ctx *c, int n, double *out, cpt_err *err) {
 
 static int save_checkpoint(sft_ctx *c, cpt_err *err) {
     if (c->rank != 0) { /* every rank holds the same weights and optimizer state: rank 0 writes them */
-        c->last_saved_step = c->st.step;
+        c->o.last_saved_step = c->o.st.step;
         return 0;
     }
-    cpt_ckpt_save_args a = {
-        .run_dir = cpt_cfg_str(c->cfg, "run.dir"),
-        .model = c->model,
-        .opt = c->opt,
-        .state = &c->st,
-        .tokenizer_path = c->tok_path,
-        .config_text = c->config_text,
-        .keep_last = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last"),
-    };
-    char dir[CPT_CKPT_PATH_MAX + 64];
-    if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
-    c->last_saved_step = c->st.step;
-    cpt_info("sft: checkpoint %s", dir);
-    return 0;
+    return cpt_offline_save(&c->o, err);
 }
 
 static void fmt_duration(double s, char *buf, size_t cap) {
@@ -343,13 +288,6 @@ static void fmt_duration(double s, char *buf, size_t cap) {
     if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
     else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
     else snprintf(buf, cap, "%lds", t);
-}
-
-static int log_metrics(sft_ctx *c, const char *const *keys, const double *vals, int n, cpt_err *err) {
-    if (!c->metrics) return 0; /* ranks other than 0 */
-    cpt_metrics_begin(c->metrics, c->st.step);
-    for (int i = 0; i < n; i++) cpt_metrics_add(c->metrics, keys[i], vals[i]);
-    return cpt_metrics_end(c->metrics, err);
 }
 
 /* ---------------- the run ---------------- */
@@ -364,20 +302,12 @@ static void ctx_free(sft_ctx *c) {
     cpt_sft_cursor_free(&c->cur);
     cpt_sft_dataset_free(&c->train);
     cpt_sft_dataset_free(&c->eval);
-    cpt_adamw_free(c->opt);
-    free(c->params);
-    cpt_model_free(c->model);
+    cpt_offline_free(&c->o); /* the model before its data-parallel group */
     cpt_dp_free(c->dp);
-    if (c->have_tpl) cpt_chat_template_free(&c->tpl);
-    cpt_tokenizer_free(c->tok);
-    cpt_metrics_close(c->metrics);
-    cpt_train_state_free(&c->st);
-    free(c->config_text);
 }
 
 static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
-    const cpt_config *cfg = c->cfg;
-    const char *run_dir = cpt_cfg_str(cfg, "run.dir");
+    const cpt_config *cfg = c->o.cfg;
     const int64_t total = cpt_cfg_int(cfg, "train.steps");
     const int64_t this_run = cpt_cfg_int(cfg, "train.max_steps_this_run");
     c->accum = (int)cpt_cfg_int(cfg, "train.grad_accum");
@@ -388,59 +318,40 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
 
     if (setup_tokenizer(c, err) || setup_data(c, err)) return -1;
-    c->model = cpt_trainer_model_from_config(cfg, cpt_tokenizer_vocab_size(c->tok), cpt_tokenizer_bos_id(c->tok),
-                                             cpt_tokenizer_eos_id(c->tok), err);
-    if (!c->model) return -1;
-    if (cpt_model_cfg(c->model)->vocab_size < cpt_tokenizer_vocab_size(c->tok))
-        return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
-                        cpt_model_cfg(c->model)->vocab_size, cpt_tokenizer_vocab_size(c->tok));
+    if (!(c->o.model = cpt_offline_new_model(&c->o, err))) return -1;
     if (setup_dp_and_place(c, err)) return -1;
-    if (setup_optimizer(c, err)) return -1;
+    if (cpt_offline_optimizer(&c->o, err)) return -1;
     c->mbs = calloc((size_t)c->accum * (size_t)c->world, sizeof *c->mbs);
     c->logprobs = malloc((size_t)c->budget * sizeof *c->logprobs);
     c->d_logprobs = malloc((size_t)c->budget * sizeof *c->d_logprobs);
-    c->config_text = cpt_config_dump(cfg);
-    if (!c->mbs || !c->logprobs || !c->d_logprobs || !c->config_text) return cpt_errf(err, "out of memory");
+    c->o.config_text = cpt_config_dump(cfg);
+    if (!c->mbs || !c->logprobs || !c->d_logprobs || !c->o.config_text) return cpt_errf(err, "out of memory");
 
     /* Resume from the newest good checkpoint, or start fresh. */
-    c->last_saved_step = -1;
-    uint64_t hash = cpt_config_hash(cfg);
     char ckpt[CPT_CKPT_PATH_MAX];
-    int found = cpt_cfg_bool(cfg, "train.resume") ? cpt_ckpt_find_latest(run_dir, ckpt, sizeof ckpt, err) : 0;
-    if (found < 0) return cpt_err_prefix(err, "resume");
-    if (found) {
-        if (cpt_ckpt_load(ckpt, c->model, c->opt, &c->st, err)) return -1;
-        if (c->st.config_hash != hash)
-            cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
-        c->last_saved_step = c->st.step;
+    int found = cpt_offline_resume(&c->o, ckpt, sizeof ckpt, err);
+    if (found < 0) return -1;
+    if (found)
         cpt_info("sft: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", example %" PRId64 ")", ckpt,
-                 c->st.step, c->st.data_epoch, c->st.data_index);
-    }
-    c->st.config_hash = hash;
+                 c->o.st.step, c->o.st.data_epoch, c->o.st.data_index);
     if (cpt_sft_cursor_init(&c->cur, &c->train, (uint64_t)cpt_cfg_int(cfg, "run.seed"), cpt_cfg_bool(cfg, "data.shuffle"),
-                            c->st.data_epoch, c->st.data_index, err))
+                            c->o.st.data_epoch, c->o.st.data_index, err))
         return -1;
 
-    char mpath[CPT_CKPT_PATH_MAX + 32];
-    if (cpt_mkdir_p(run_dir, 0755, err)) return -1;
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
-    if (c->rank == 0) {
-        c->metrics = cpt_metrics_open(mpath, err);
-        if (!c->metrics) return -1;
-    }
+    if (cpt_offline_open_metrics(&c->o, c->rank == 0, err)) return -1;
 
     const int64_t log_every = cpt_cfg_int(cfg, "train.log_every"), eval_every = cpt_cfg_int(cfg, "train.eval_every");
     const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every");
-    const int64_t first_step = c->st.step;
+    const int64_t first_step = c->o.st.step;
     double t0 = cpt_now(), t_log = t0;
     long tok_since_log = 0;
     res->last_loss = NAN;
-    while (c->st.step < total && !c->stop_all && !stop_requested && !(this_run > 0 && c->st.step - first_step >= this_run)) {
+    while (c->o.st.step < total && !c->stop_all && !stop_requested && !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
         step_stats ss = {0};
         if (train_step(c, &ss, err)) return -1;
         res->last_loss = ss.loss;
         tok_since_log += ss.tokens;
-        int64_t s = c->st.step;
+        int64_t s = c->o.st.step;
         if (c->rank == 0 && (s % log_every == 0 || s == total)) {
             double now = cpt_now(), tok_s = tok_since_log / fmax(now - t_log, 1e-9);
             double eta = (now - t0) / (double)(s - first_step) * (double)(total - s);
@@ -450,7 +361,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
                     s, total, ss.loss, ss.lr, ss.grad_norm, tok_s, eta_s);
             const char *k[] = {"train/loss", "lr", "grad_norm", "perf/train_tok_s", "train/loss_tokens"};
             double v[] = {ss.loss, ss.lr, ss.grad_norm, tok_s, (double)ss.loss_tokens};
-            if (log_metrics(c, k, v, 5, err)) return -1;
+            if (cpt_offline_log(&c->o, k, v, 5, err)) return -1;
             t_log = now;
             tok_since_log = 0;
         }
@@ -459,25 +370,25 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
             if (eval_loss(c, &el, err)) return -1;
             fprintf(stderr, "sft step %" PRId64 "/%" PRId64 " | eval loss %.4f\n", s, total, el);
             const char *k[] = {"eval/loss"};
-            if (log_metrics(c, k, &el, 1, err)) return -1;
+            if (cpt_offline_log(&c->o, k, &el, 1, err)) return -1;
         }
         if (ck_every > 0 && s % ck_every == 0 && s != total && save_checkpoint(c, err)) return -1;
     }
-    res->steps_done = c->st.step;
+    res->steps_done = c->o.st.step;
     res->interrupted = c->stop_all || stop_requested != 0;
     if (res->interrupted)
-        cpt_warn("sft: stopping at step %" PRId64 " on signal %d", c->st.step, (int)stop_requested);
-    if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
+        cpt_warn("sft: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)stop_requested);
+    if (c->o.last_saved_step != c->o.st.step && save_checkpoint(c, err)) return -1;
 
     res->eval_loss = res->exact_match = NAN;
-    if (c->rank == 0 && c->st.step >= total && c->eval.n) {
+    if (c->rank == 0 && c->o.st.step >= total && c->eval.n) {
         if (eval_loss(c, &res->eval_loss, err)) return -1;
         int ng = (int)cpt_cfg_int(cfg, "train.eval_generate");
         if (ng > 0 && eval_exact_match(c, ng, &res->exact_match, err)) return -1;
         const char *k[] = {"eval/loss", "eval/exact_match"};
         double v[] = {res->eval_loss, res->exact_match};
-        if (log_metrics(c, k, v, ng > 0 ? 2 : 1, err)) return -1;
-        fprintf(stderr, "sft done: step %" PRId64 " | eval loss %.4f", c->st.step, res->eval_loss);
+        if (cpt_offline_log(&c->o, k, v, ng > 0 ? 2 : 1, err)) return -1;
+        fprintf(stderr, "sft done: step %" PRId64 " | eval loss %.4f", c->o.st.step, res->eval_loss);
         if (ng > 0) fprintf(stderr, " | exact match %.3f (%d examples)", res->exact_match, ng < (int)c->eval.n ? ng : (int)c->eval.n);
         fprintf(stderr, "\n");
     }
@@ -489,7 +400,8 @@ int cpt_sft_run(const cpt_config *cfg, cpt_sft_result *res, cpt_err *err) {
     memset(res, 0, sizeof *res);
     sft_ctx c;
     memset(&c, 0, sizeof c);
-    c.cfg = cfg;
+    c.o.cfg = cfg;
+    c.o.name = "sft";
     struct sigaction sa, old_usr1, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;

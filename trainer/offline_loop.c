@@ -1,0 +1,118 @@
+#include "trainer/offline_loop.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "trainer/sft.h"
+
+int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
+    const char *tp = cpt_cfg_str(o->cfg, "tokenizer.path");
+    if (!*tp) tp = cpt_cfg_str(o->cfg, "model.path");
+    if (!*tp) return cpt_errf(err, "tokenizer.path is empty and there is no model.path to take it from");
+    snprintf(o->tok_path, sizeof o->tok_path, "%s", tp);
+    o->tok = cpt_tokenizer_load(tp, err);
+    if (!o->tok) return cpt_err_prefix(err, "tokenizer %s", tp);
+    const char *tn = cpt_cfg_str(o->cfg, "data.chat_template");
+    if (strcmp(tn, "none")) {
+        if (cpt_chat_template_load(tp, tn, &o->tpl, err)) return cpt_err_prefix(err, "data.chat_template");
+        o->have_tpl = 1;
+    }
+    return 0;
+}
+
+cpt_model *cpt_offline_new_model(const cpt_offline *o, cpt_err *err) {
+    int vocab = cpt_tokenizer_vocab_size(o->tok);
+    cpt_model *m = cpt_trainer_model_from_config(o->cfg, vocab, cpt_tokenizer_bos_id(o->tok),
+                                                 cpt_tokenizer_eos_id(o->tok), err);
+    if (m && cpt_model_cfg(m)->vocab_size < vocab) {
+        cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)", cpt_model_cfg(m)->vocab_size,
+                 vocab);
+        cpt_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int cpt_offline_optimizer(cpt_offline *o, cpt_err *err) {
+    const cpt_config *cfg = o->cfg;
+    o->params = cpt_model_param_list(o->model, &o->n_params, err);
+    if (!o->params) return -1;
+    cpt_adamw_hparams hp = {
+        .beta1 = cpt_cfg_float(cfg, "optim.beta1"),
+        .beta2 = cpt_cfg_float(cfg, "optim.beta2"),
+        .eps = cpt_cfg_float(cfg, "optim.eps"),
+        .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay"),
+    };
+    o->opt = cpt_adamw_new(o->params, o->n_params, &hp, err);
+    if (!o->opt) return -1;
+    if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &o->sched.kind, err)) return -1;
+    o->sched.base_lr = cpt_cfg_float(cfg, "optim.lr");
+    o->sched.warmup_steps = cpt_cfg_int(cfg, "optim.warmup_steps");
+    o->sched.total_steps = cpt_cfg_int(cfg, "train.steps");
+    o->sched.min_lr_ratio = cpt_cfg_float(cfg, "optim.min_lr_ratio");
+    return 0;
+}
+
+int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err) {
+    o->last_saved_step = -1;
+    uint64_t hash = cpt_config_hash(o->cfg);
+    int found = cpt_cfg_bool(o->cfg, "train.resume")
+                    ? cpt_ckpt_find_latest(cpt_cfg_str(o->cfg, "run.dir"), ckpt, ckpt_cap, err)
+                    : 0;
+    if (found < 0) return cpt_err_prefix(err, "resume");
+    if (found) {
+        if (cpt_ckpt_load(ckpt, o->model, o->opt, &o->st, err)) return -1;
+        if (o->st.config_hash != hash)
+            cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
+        o->last_saved_step = o->st.step;
+    }
+    o->st.config_hash = hash;
+    return found;
+}
+
+int cpt_offline_open_metrics(cpt_offline *o, int write, cpt_err *err) {
+    const char *run_dir = cpt_cfg_str(o->cfg, "run.dir");
+    char mpath[CPT_CKPT_PATH_MAX + 32];
+    if (cpt_mkdir_p(run_dir, 0755, err)) return -1;
+    if (!write) return 0;
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
+    o->metrics = cpt_metrics_open(mpath, err);
+    return o->metrics ? 0 : -1;
+}
+
+int cpt_offline_log(cpt_offline *o, const char *const *keys, const double *vals, int n, cpt_err *err) {
+    if (!o->metrics) return 0;
+    cpt_metrics_begin(o->metrics, o->st.step);
+    for (int i = 0; i < n; i++) cpt_metrics_add(o->metrics, keys[i], vals[i]);
+    return cpt_metrics_end(o->metrics, err);
+}
+
+int cpt_offline_save(cpt_offline *o, cpt_err *err) {
+    cpt_ckpt_save_args a = {
+        .run_dir = cpt_cfg_str(o->cfg, "run.dir"),
+        .model = o->model,
+        .opt = o->opt,
+        .state = &o->st,
+        .tokenizer_path = o->tok_path,
+        .config_text = o->config_text,
+        .keep_last = (int)cpt_cfg_int(o->cfg, "checkpoint.keep_last"),
+    };
+    char dir[CPT_CKPT_PATH_MAX + 64];
+    if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
+    o->last_saved_step = o->st.step;
+    cpt_info("%s: checkpoint %s", o->name, dir);
+    return 0;
+}
+
+void cpt_offline_free(cpt_offline *o) {
+    cpt_adamw_free(o->opt);
+    free(o->params);
+    cpt_model_free(o->model);
+    if (o->have_tpl) cpt_chat_template_free(&o->tpl);
+    cpt_tokenizer_free(o->tok);
+    cpt_metrics_close(o->metrics);
+    cpt_train_state_free(&o->st);
+    free(o->config_text);
+}

@@ -1,0 +1,56 @@
+/* What the offline loops (SFT: trainer/sft.h, DPO: trainer/dpo.h) share: the tokenizer and chat template, the model
+ * and its optimizer, the trainer state with its checkpoints and exact resume, and the metrics file. Each loop embeds
+ * a cpt_offline and keeps its data, batches and steps to itself. */
+#ifndef CPT_TRAINER_OFFLINE_LOOP_H
+#define CPT_TRAINER_OFFLINE_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/chat_template.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/metrics.h"
+#include "core/tokenizer.h"
+#include "model/model.h"
+#include "trainer/checkpoint.h"
+#include "trainer/optim.h"
+
+typedef struct cpt_offline {
+    const cpt_config *cfg;
+    const char *name; /* "sft", "dpo": the prefix of its log lines */
+    char tok_path[CPT_CKPT_PATH_MAX];
+    cpt_tokenizer *tok;
+    cpt_chat_template tpl;
+    int have_tpl;
+    cpt_model *model;
+    cpt_param **params;
+    size_t n_params;
+    cpt_adamw *opt;
+    cpt_lr_schedule sched;
+    cpt_metrics *metrics; /* NULL where this process does not write them (data-parallel ranks other than 0) */
+    cpt_train_state st;
+    int64_t last_saved_step;
+    char *config_text; /* the resolved config, saved with each checkpoint */
+} cpt_offline;
+
+/* tokenizer.path (else model.path) and data.chat_template ("none": no template). */
+int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err);
+/* The model of model.init (trainer/sft.h's cpt_trainer_model_from_config), checked to cover the tokenizer's
+ * vocabulary; not placed on a device. */
+cpt_model *cpt_offline_new_model(const cpt_offline *o, cpt_err *err);
+/* The param list of o->model, AdamW from optim.beta1/beta2/eps/weight_decay, and the optim.lr schedule. */
+int cpt_offline_optimizer(cpt_offline *o, cpt_err *err);
+/* With train.resume, loads the newest good checkpoint of run.dir into the model, optimizer and state (a config
+ * that differs is a warning). Returns 1 when it resumed (ckpt names the checkpoint), 0 for a fresh start, -1. Either
+ * way the state then carries this config's hash. */
+int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err);
+/* Creates run.dir and, when write is set, opens run.dir/metrics.jsonl. */
+int cpt_offline_open_metrics(cpt_offline *o, int write, cpt_err *err);
+/* One metrics line at the current step; nothing where the metrics are not open. */
+int cpt_offline_log(cpt_offline *o, const char *const *keys, const double *vals, int n, cpt_err *err);
+/* A checkpoint of the current step (checkpoint.keep_last retention), logged as "NAME: checkpoint DIR". */
+int cpt_offline_save(cpt_offline *o, cpt_err *err);
+void cpt_offline_free(cpt_offline *o);
+
+#endif
