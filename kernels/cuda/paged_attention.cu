@@ -97,7 +97,7 @@ static __device__ __forceinline__ void empty_split_partials(float *partial, int6
 }
 
 /* 8 bf16 (16 bytes) to fp32 */
-static __device__ __forceinline__ void bf16x8_to_f32(uint4 raw, float f[8]) {
+static __device__ __forceinline__ void bf16x8_to_f32(const uint4 &raw, float f[8]) {
     const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw;
 #pragma unroll
     for (int u = 0; u < 4; u++) {
@@ -134,18 +134,19 @@ static __device__ __forceinline__ void tile_online_softmax(float *s_s, float *m_
     }
 }
 
-/* Element d of head h's result o: with one split the normalised bf16 output, else the split's partial (o, and m, l
- * once per head). */
+/* Element d of head h's result o (running max m, sum l): with one split the normalised bf16 output, else the
+ * split's partial (o, and m, l once per head). */
 static __device__ __forceinline__ void store_head(__nv_bfloat16 *out, float *partial, int64_t i, int H, int h,
-                                                  int n_splits, int sp, int D, int d, float o, float m, float l) {
+                                                  int n_splits, int sp, int D, int d, float o, const float *m,
+                                                  const float *l) {
     if (n_splits == 1) {
-        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(o / l);
+        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(o / *l);
     } else {
         float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
         pp[d] = o;
         if (d == 0) {
-            pp[D] = m;
-            pp[D + 1] = l;
+            pp[D] = *m;
+            pp[D + 1] = *l;
         }
     }
 }
@@ -246,7 +247,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
         int g = x / D, dd = x % D;
         float o = 0.0f;
         for (int pp = 0; pp < nparts; pp++) o += red[(pp * G + g) * D + dd];
-        store_head(out, partial, i, H, kvh * G + g, n_splits, sp, D, dd, o, m_s[g], l_s[g]);
+        store_head(out, partial, i, H, kvh * G + g, n_splits, sp, D, dd, o, &m_s[g], &l_s[g]);
     }
 }
 
@@ -429,7 +430,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
         for (int x = tid; x < D; x += blockDim.x) {
             float o = 0.0f;
             for (int p = 0; p < rows_par; p++) o += red[p * D + x];
-            store_head(out, partial, i, H, h, n_splits, sp, D, x, o, m_s[g], l_s[g]);
+            store_head(out, partial, i, H, h, n_splits, sp, D, x, o, &m_s[g], &l_s[g]);
         }
         __syncthreads();
     }
