@@ -25,17 +25,8 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/nccl_dp.h"
 #include "tests/check.h"
+#include "tests/gpu/gpu_check.h"
 #include "trainer/dp.h"
-
-static cpt_err err;
-
-#define OK(call)                                                                            \
-    do {                                                                                    \
-        if ((call) != 0) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, err.msg);  \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 /* ---- a Qwen2.5-0.5B-shaped parameter list (cpt_model_param order, tied embeddings) ---- */
 
@@ -70,11 +61,7 @@ static int nccl_loaded(void) {
 }
 
 static float *host_values(size_t n, int rank) {
-    float *h = malloc(n * sizeof *h);
-    if (!h) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
+    float *h = hbuf(n);
     for (size_t i = 0; i < n; i++) h[i] = value_at(i, rank);
     return h;
 }
@@ -354,11 +341,7 @@ int main(int argc, char **argv) {
     char nds[16];
     snprintf(nds, sizeof nds, "%d", ndev);
     setenv("CPT_TEST_NDEV", nds, 1);
-    cpt_cuda_ctx *ctx = cpt_cuda_ctx_new(0, &err); /* last, so device 0 is the current one */
-    if (!ctx) {
-        fprintf(stderr, "test_nccl_dp: no CUDA context: %s\n", err.msg);
-        return 1;
-    }
+    cpt_cuda_ctx *ctx = ctx_or_exit("test_nccl_dp"); /* last, so device 0 is the current one */
     int nranks = ndev >= 2 ? ndev : 2;
     fflush(stdout);
     int rc4 = spawn_ranks(nranks, nranks, dir4, "60", 120);
