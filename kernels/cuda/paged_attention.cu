@@ -107,6 +107,23 @@ static __device__ __forceinline__ void bf16x8_to_f32(const uint4 &raw, float f[8
     }
 }
 
+/* s[g] += q_g . k over the 8 dimensions from c: k the 8 bf16 of raw, q_g at q + g * qstride (each thread scores
+ * one position against the group's G query heads) */
+template <int MAXG>
+static __device__ __forceinline__ void score8(float (&s)[MAXG], const float *q, int qstride, int c, const uint4 &raw,
+                                              int G) {
+    float kf[8];
+    bf16x8_to_f32(raw, kf);
+#pragma unroll
+    for (int g = 0; g < MAXG; g++) {
+        if (g < G) {
+            const float *qg = q + g * qstride + c;
+#pragma unroll
+            for (int u = 0; u < 8; u++) s[g] += qg[u] * kf[u];
+        }
+    }
+}
+
 /* Phase 2 of a tile: one warp per head takes the tile's scores s_s[g][0 .. tn) to e^(s - m_new) in place and
  * updates the running max m_s and sum l_s; a_s = e^(m_old - m_new) rescales the head's accumulators (0 on the
  * first tile). */
@@ -203,16 +220,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
             for (int g = 0; g < MAXG; g++) s[g] = 0.0f;
             for (int c = 0; c < D; c += 8) {
                 uint4 raw = *(const uint4 *)(k + c);
-                float kf[8];
-                bf16x8_to_f32(raw, kf);
-#pragma unroll
-                for (int g = 0; g < MAXG; g++) {
-                    if (g < G) {
-                        const float *q = q_s + g * D + c;
-#pragma unroll
-                        for (int u = 0; u < 8; u++) s[g] += q[u] * kf[u];
-                    }
-                }
+                score8<MAXG>(s, q_s, D, c, raw, G);
             }
 #pragma unroll
             for (int g = 0; g < MAXG; g++)
@@ -374,16 +382,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
 #pragma unroll
             for (int c = 0; c < MAXD / 8; c++) {
                 if (c * 8 >= D) break;
-                float kf[8];
-                bf16x8_to_f32(kr[c], kf);
-#pragma unroll
-                for (int g = 0; g < MAXG; g++) {
-                    if (g < G) {
-                        const float *q = q_s + g * MAXD + c * 8;
-#pragma unroll
-                        for (int u = 0; u < 8; u++) s[g] += q[u] * kf[u];
-                    }
-                }
+                score8<MAXG>(s, q_s, MAXD, c * 8, kr[c], G);
             }
 #pragma unroll
             for (int g = 0; g < MAXG; g++)
