@@ -150,8 +150,8 @@ static int check_rollout_group(const cpt_rollout_group *m, cpt_err *err) {
 
 static int check_weights(const cpt_weights_msg *m, cpt_err *err) {
     if (!cpt_run_id_valid(m->run)) return cpt_errf(err, "run: \"%.64s\" is not a valid run id", m->run);
-    if (strcmp(m->transport, "file") && strcmp(m->transport, "nccl"))
-        return cpt_errf(err, "transport = \"%s\": expected file or nccl", m->transport);
+    if (strcmp(m->transport, "file") && strcmp(m->transport, "nccl") && strcmp(m->transport, "cuda_ipc"))
+        return cpt_errf(err, "transport = \"%s\": expected file, nccl or cuda_ipc", m->transport);
     if (!m->location[0]) return cpt_errf(err, "location: empty");
     if (!m->checksum[0]) return cpt_errf(err, "checksum: empty");
     return 0;

@@ -69,6 +69,7 @@ struct cpt_cuda_engine {
     void *embed, *norm, *lm;
     dlayer *layers;
     float *inv_freq;
+    const uint16_t *dev_src; /* set only inside cpt_cuda_engine_load_weights_bf16: bf16 source in param order */
     /* paged KV cache */
     cpt_cuda_paged_kv kv;
     int32_t *tables_d, *tables_h; /* [n_slots + 1][max_blocks]; the last table is the padding rows' */
@@ -635,6 +636,9 @@ static int up(cpt_cuda_engine *e, cpt_model *m, void *dst, size_t at, const char
     cpt_param *p = cpt_model_find_param(m, name);
     if (!p) return cpt_errf(err, "cuda engine: the model has no parameter %s", name);
     if (p->numel != numel) return cpt_errf(err, "cuda engine: %s has %zu values, want %zu", name, p->numel, numel);
+    if (e->dev_src) /* the bf16 weights already on the device, at the param's offset in the model's flat order */
+        return cpt_cuda_memcpy_d2d(e->ctx, (uint16_t *)dst + at, e->dev_src + (p->data - cpt_model_data(m)),
+                                   numel * sizeof(uint16_t), err);
     return cpt_cuda_upload_bf16(e->ctx, (uint16_t *)dst + at, p->data, numel, err);
 }
 
@@ -675,6 +679,15 @@ int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err)
 #undef LN
     return 0;
 }
+
+int cpt_cuda_engine_load_weights_bf16(cpt_cuda_engine *e, cpt_model *m, const void *dev_bf16, cpt_err *err) {
+    e->dev_src = dev_bf16;
+    int rc = cpt_cuda_engine_load_weights(e, m, err);
+    e->dev_src = NULL;
+    return rc ? rc : cpt_cuda_sync(e->ctx, err);
+}
+
+void *cpt_cuda_engine_cuda_ctx(cpt_cuda_engine *e) { return e->ctx; }
 
 static void random_weights(cpt_cuda_engine *e, uint64_t seed, float std) {
     const cpt_model_config *c = &e->cfg;
@@ -1055,6 +1068,11 @@ cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_
     return NULL;
 }
 int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err) { (void)e, (void)m; return no_cuda(err); }
+int cpt_cuda_engine_load_weights_bf16(cpt_cuda_engine *e, cpt_model *m, const void *dev_bf16, cpt_err *err) {
+    (void)e, (void)m, (void)dev_bf16;
+    return no_cuda(err);
+}
+void *cpt_cuda_engine_cuda_ctx(cpt_cuda_engine *e) { (void)e; return NULL; }
 void cpt_cuda_engine_free(cpt_cuda_engine *e) { (void)e; }
 int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *r, cpt_err *err) { (void)e, (void)r; return no_cuda(err); }
 int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) { (void)e; return no_cuda(err); }

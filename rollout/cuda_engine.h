@@ -43,6 +43,12 @@ cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_
                                             const cpt_cuda_engine_opts *o, cpt_err *err);
 /* Uploads m's weights again (same shapes); call between steps, e.g. after a weight-version change. */
 int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err);
+/* The same from bf16 weights already on the engine's device (a cuda_ipc or nccl weight version): dev_bf16 holds
+ * m's parameters in cpt_model_param order, back to back (m gives names, sizes and offsets; its host values are not
+ * read); device-to-device copies, then a sync. Not run on a GPU yet. */
+int cpt_cuda_engine_load_weights_bf16(cpt_cuda_engine *e, cpt_model *m, const void *dev_bf16, cpt_err *err);
+/* The engine's cpt_cuda_ctx * (kernels/cuda/cuda_ops.h), for the weight receiver; NULL without CUDA. */
+void *cpt_cuda_engine_cuda_ctx(cpt_cuda_engine *e);
 void cpt_cuda_engine_free(cpt_cuda_engine *e);
 
 int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *r, cpt_err *err);

@@ -15,6 +15,7 @@
 #include "rollout/cuda_engine.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
+#include "rollout/weights_rx.h"
 #include "trainer/sft.h"
 
 /* A prompt group taken from the queue: generating (req >= 0) or waiting for a newer weight version (req < 0). */
@@ -37,6 +38,7 @@ typedef struct worker {
     cpt_tokenizer *tok;
     cpt_engine *e;
     cpt_cuda_engine *ge; /* rollout.device = cuda: the GPU engine instead of e */
+    cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (rollout/weights_rx.h) */
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
@@ -171,17 +173,23 @@ static int load_wanted(worker *w, cpt_err *err) {
     cpt_weights_msg *wm = &w->want;
     w->has_want = 0;
     cpt_err lerr;
-    int ok = strcmp(wm->transport, "file") == 0;
+    const int gpu_tr = cpt_weights_rx_handles(w->rx, wm); /* cuda_ipc / nccl: device to device */
+    int ok = strcmp(wm->transport, "file") == 0 || gpu_tr;
     if (!ok) cpt_errf(&lerr, "transport '%s' is not supported by the CPU worker (only file)", wm->transport);
-    if (ok && verify_checksum(wm, &lerr)) ok = 0;
+    if (ok && !gpu_tr && verify_checksum(wm, &lerr)) ok = 0;
     if (ok && !w->m) {
         w->m = model_for_weights(w, wm->location, &lerr);
         if (!w->m || make_engine(w, &lerr)) ok = 0;
     }
     double t0 = cpt_now();
-    if (ok && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
+    if (ok && gpu_tr) {
+        int lrc = cpt_weights_rx_load(w->rx, w->ge, w->m, wm, &lerr);
+        if (lrc == 0) return 0; /* superseded or not received in our epoch: wait for the next announcement */
+        if (lrc < 0) ok = 0;
+    }
+    if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
     /* the GPU engine's bf16 copy follows the host weights; a failed upload leaves it half old, half new: fatal */
-    if (ok && w->ge && cpt_cuda_engine_load_weights(w->ge, w->m, err)) return -1;
+    if (ok && !gpu_tr && w->ge && cpt_cuda_engine_load_weights(w->ge, w->m, err)) return -1;
     if (!ok) {
         w->bad_version = wm->version;
         cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
@@ -203,6 +211,8 @@ static void poll_weights(worker *w) {
         cpt_warn("cpt-rollout %s: reading weights: %s", w->me, err.msg);
         return;
     }
+    if (w->rx && cpt_weights_rx_poll(w->rx, w->ge, w->m, rc == 1 ? &wm : NULL, &err))
+        cpt_warn("cpt-rollout %s: weight group: %s", w->me, err.msg);
     if (rc == 0) return;
     /* Any version other than the one held is the trainer's current one: after a trainer resume from a checkpoint
      * the announced version can go down, and the weights of the lost steps must not be kept. */
@@ -376,6 +386,7 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         if (make_engine(w, err)) goto done;
     }
     if (open_queue(w, err)) goto done;
+    if (!(w->rx = cpt_weights_rx_new(cfg, worker_id, w->q, err))) goto done;
     cpt_info("cpt-rollout %s: run %s, %s, %d slots", worker_id, w->conn.run,
              random_init ? "model from the first weight version" : cpt_cfg_str(cfg, "model.path"),
              (int)cpt_cfg_int(cfg, "rollout.slots"));
@@ -455,6 +466,7 @@ done:
         cpt_info("cpt-rollout %s: handed back %d held group%s", worker_id, w->n_fl, w->n_fl == 1 ? "" : "s");
     while (w->n_fl) drop_flight(w, w->n_fl - 1); /* unacked: reclaimed by another worker */
     free(w->fl);
+    cpt_weights_rx_free(w->rx); /* leaves the nccl group: a new epoch without this worker */
     cpt_queue_close(w->q);
     cpt_engine_free(w->e);
     cpt_cuda_engine_free(w->ge);

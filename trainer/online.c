@@ -22,6 +22,7 @@
 #include "trainer/rl_data.h"
 #include "trainer/sft.h"
 #include "trainer/weights_pub.h"
+#include "trainer/weights_tx.h"
 
 #define EXIT_STOPPED 3 /* = CPT_EXIT_STOPPED (scheduler/launcher.h) = CPT_TRAIN_EXIT_INTERRUPTED */
 
@@ -45,6 +46,7 @@ typedef struct online_ctx {
     cpt_model *policy, *ref, *critic;
     cpt_online_learner L;
     cpt_queue *q;
+    cpt_weights_tx *tx; /* weights.transport (trainer/weights_tx.h) */
     cpt_online_book book;
     cpt_queue_item *held; /* accepted scored groups waiting to be trained on */
     size_t n_held, cap_held;
@@ -245,11 +247,8 @@ static int restore_outstanding(online_ctx *c, cpt_err *err) {
 
 static int publish(online_ctx *c, double *secs, cpt_err *err) {
     double t0 = cpt_now();
-    cpt_weights_msg w;
     uint64_t v = (uint64_t)c->st.weight_version;
-    if (cpt_weights_write(c->policy, c->run_dir, c->run, v, &w, err)) return -1;
-    if (cpt_queue_publish_weights(c->q, &w, err)) return cpt_err_prefix(err, "announcing weights v%" PRIu64, v);
-    if (cpt_weights_prune(c->run_dir, v, (int)cpt_cfg_int(c->cfg, "online.keep_weight_versions"), err) < 0) return -1;
+    if (cpt_weights_tx_publish(c->tx, c->policy, v, err)) return cpt_err_prefix(err, "weights v%" PRIu64, v);
     if (secs) *secs = cpt_now() - t0;
     return 0;
 }
@@ -536,6 +535,7 @@ static void ctx_free(online_ctx *c) {
     cpt_rl_batch_free(&c->batch);
     cpt_book_free(&c->book);
     cpt_online_learner_free(&c->L);
+    cpt_weights_tx_free(c->tx); /* before the policy: the cuda_ipc slots live on its device */
     cpt_model_free(c->policy);
     cpt_model_free(c->ref);
     cpt_model_free(c->critic);
@@ -562,6 +562,7 @@ static int run(online_ctx *c, cpt_err *err) {
     c->groups_per_step = cpt_cfg_int(cfg, "train.groups_per_step");
     c->total_steps = cpt_cfg_int(cfg, "train.steps");
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
+    if (cpt_weights_tx_check_config(cfg, err)) return -1; /* before any model is loaded */
     if (setup_data(c, err) || setup_models(c, err) || setup_validation(c, err)) return -1;
     c->config_text = cpt_config_dump(cfg);
     if (!c->config_text) return cpt_errf(err, "out of memory");
@@ -573,6 +574,7 @@ static int run(online_ctx *c, cpt_err *err) {
     if (!c->metrics) return -1;
     if (open_queue(c, err)) return -1;
     if (restore_outstanding(c, err)) return -1;
+    if (!(c->tx = cpt_weights_tx_new(cfg, c->q, c->run, c->run_dir, c->policy, err))) return -1;
     /* The current version (0 fresh, the checkpoint's after a resume) is announced before any prompt, so workers
      * that answer min_version can load it. */
     if (publish(c, NULL, err)) return -1;
@@ -593,6 +595,7 @@ static int run(online_ctx *c, cpt_err *err) {
         size_t before = c->n_held;
         if (receive(c, err)) return -1;
         if (c->n_held > before) last_progress = cpt_now();
+        else if (cpt_weights_tx_idle(c->tx, c->policy, (uint64_t)c->st.weight_version, err)) return -1;
         else if (cpt_now() - last_progress > idle_warn) {
             cpt_warn("online: no scored group for %.0f s at step %" PRId64 " (%zu in flight); are the rollout and "
                      "reward workers running?",

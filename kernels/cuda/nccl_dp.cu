@@ -31,6 +31,7 @@ typedef struct nccl_api {
     decltype(&ncclCommDestroy) destroy;
     decltype(&ncclCommAbort) abort_comm;
     decltype(&ncclAllReduce) all_reduce;
+    decltype(&ncclBroadcast) broadcast;
     decltype(&ncclGetErrorString) error_string;
     decltype(&ncclGetLastError) last_error;
 } nccl_api;
@@ -59,6 +60,7 @@ static int load_nccl(nccl_api *api, cpt_err *err) {
     SYM(destroy, "ncclCommDestroy");
     SYM(abort_comm, "ncclCommAbort");
     SYM(all_reduce, "ncclAllReduce");
+    SYM(broadcast, "ncclBroadcast");
     SYM(error_string, "ncclGetErrorString");
     SYM(last_error, "ncclGetLastError");
 #undef SYM
@@ -237,6 +239,17 @@ int cpt_nccl_allreduce_avg(cpt_nccl *c, float *buf, size_t count, cpt_err *err) 
         c->n_ops++;
     }
     return 0;
+}
+
+int cpt_nccl_broadcast(cpt_nccl *c, void *buf, size_t bytes, int root, cpt_err *err) {
+    cudaError_t e;
+    if ((e = cudaEventRecord(c->compute_done, c->ctx->stream)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(c->comm_stream, c->compute_done, 0)) != cudaSuccess)
+        return set_err(err, "%s: ordering the broadcast after the compute stream failed: %s", c->where,
+                       cudaGetErrorString(e));
+    ncclResult_t r = c->api.broadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->comm_stream);
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclBroadcast", r, err);
+    return settle(c, "ncclBroadcast", r, 600.0, err);
 }
 
 int cpt_nccl_join(cpt_nccl *c, cpt_err *err) {
