@@ -1,7 +1,6 @@
 /* NCCL through dlopen, one communicator and its comm stream (see nccl_dp.h). */
 #include <dlfcn.h>
 #include <nccl.h>
-#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
@@ -9,17 +8,6 @@
 #include "kernels/cuda/nccl_dp.h"
 
 static_assert(sizeof(ncclUniqueId) == CPT_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
-
-/* Local, so the backend does not depend on core/error.c being linked after it. */
-static int set_err(cpt_err *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 typedef struct nccl_api {
     void *lib;
@@ -45,12 +33,12 @@ static int load_nccl(nccl_api *api, cpt_err *err) {
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !api->lib; i++)
         if (names[i] && *names[i]) api->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!api->lib)
-        return set_err(err, "cannot load NCCL (libnccl.so.2; set CPT_NCCL_LIB to its path, e.g. from python's "
+        return cpt_cuda_err(err, "cannot load NCCL (libnccl.so.2; set CPT_NCCL_LIB to its path, e.g. from python's "
                             "nvidia-nccl-cu13 package): %s", dlerror());
 #define SYM(field, name)                                                              \
     do {                                                                              \
         *(void **)&api->field = dlsym(api->lib, name);                                \
-        if (!api->field) return set_err(err, "NCCL has no symbol %s", name);          \
+        if (!api->field) return cpt_cuda_err(err, "NCCL has no symbol %s", name);     \
     } while (0)
     SYM(get_version, "ncclGetVersion");
     SYM(get_unique_id, "ncclGetUniqueId");
@@ -65,8 +53,8 @@ static int load_nccl(nccl_api *api, cpt_err *err) {
     SYM(last_error, "ncclGetLastError");
 #undef SYM
     int v = 0;
-    if (api->get_version(&v) != ncclSuccess) return set_err(err, "ncclGetVersion failed");
-    if (v < NCCL_VERSION(2, 10, 0)) return set_err(err, "NCCL %d is too old: ncclAvg needs 2.10 or newer", v);
+    if (api->get_version(&v) != ncclSuccess) return cpt_cuda_err(err, "ncclGetVersion failed");
+    if (v < NCCL_VERSION(2, 10, 0)) return cpt_cuda_err(err, "NCCL %d is too old: ncclAvg needs 2.10 or newer", v);
     return 0;
 }
 
@@ -85,7 +73,7 @@ int cpt_nccl_unique_id(unsigned char id[CPT_NCCL_ID_BYTES], cpt_err *err) {
     ncclUniqueId uid;
     ncclResult_t r = api.get_unique_id(&uid);
     if (r != ncclSuccess)
-        return set_err(err, "ncclGetUniqueId failed: %s (%s)", api.error_string(r), api.last_error(NULL));
+        return cpt_cuda_err(err, "ncclGetUniqueId failed: %s (%s)", api.error_string(r), api.last_error(NULL));
     memcpy(id, uid.internal, CPT_NCCL_ID_BYTES);
     return 0;
 }
@@ -115,8 +103,8 @@ static double now_s(void) {
 
 static int nccl_fail(cpt_nccl *c, const char *call, ncclResult_t r, cpt_err *err) {
     const char *last = c->api.last_error(c->comm);
-    return set_err(err, "%s: %s failed: %s%s%s", c->where, call, c->api.error_string(r), last && *last ? ": " : "",
-                   last ? last : "");
+    return cpt_cuda_err(err, "%s: %s failed: %s%s%s", c->where, call, c->api.error_string(r), last && *last ? ": " : "",
+                        last ? last : "");
 }
 
 /* A non-blocking communicator answers ncclInProgress while it works in the background: poll until it settles. */
@@ -124,9 +112,9 @@ static int settle(cpt_nccl *c, const char *call, ncclResult_t r, double timeout_
     double deadline = now_s() + timeout_s;
     while (r == ncclInProgress) {
         if (now_s() > deadline) {
-            set_err(err, "%s: %s did not complete within %.0f s (are all %d ranks started, and can they reach "
+            cpt_cuda_err(err, "%s: %s did not complete within %.0f s (are all %d ranks started, and can they reach "
                          "rank 0's address in the unique id? NCCL_SOCKET_IFNAME picks the interface)",
-                    c->where, call, timeout_s, c->size);
+                         c->where, call, timeout_s, c->size);
             return -1;
         }
         struct timespec ts = {0, 1000 * 1000};
@@ -142,7 +130,7 @@ cpt_nccl *cpt_nccl_new(cpt_cuda_ctx *ctx, const unsigned char id[CPT_NCCL_ID_BYT
                        double timeout_s, const char *where, cpt_err *err) {
     cpt_nccl *c = (cpt_nccl *)calloc(1, sizeof *c);
     if (!c) {
-        set_err(err, "%s: out of memory", where);
+        cpt_cuda_err(err, "%s: out of memory", where);
         return NULL;
     }
     snprintf(c->where, sizeof c->where, "%s", where ? where : "nccl");
@@ -157,12 +145,12 @@ cpt_nccl *cpt_nccl_new(cpt_cuda_ctx *ctx, const unsigned char id[CPT_NCCL_ID_BYT
     if (load_nccl(&c->api, err)) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);
-        set_err(err, "%s: %s", c->where, m);
+        cpt_cuda_err(err, "%s: %s", c->where, m);
         free(c);
         return NULL;
     }
     if ((e = cudaSetDevice(ctx->device)) != cudaSuccess) {
-        set_err(err, "%s: cudaSetDevice(%d) failed: %s", c->where, ctx->device, cudaGetErrorString(e));
+        cpt_cuda_err(err, "%s: cudaSetDevice(%d) failed: %s", c->where, ctx->device, cudaGetErrorString(e));
         goto fail;
     }
     /* The comm stream gets the higher priority, so its small kernels start between the backward's large ones
@@ -171,7 +159,7 @@ cpt_nccl *cpt_nccl_new(cpt_cuda_ctx *ctx, const unsigned char id[CPT_NCCL_ID_BYT
     if ((e = cudaStreamCreateWithPriority(&c->comm_stream, cudaStreamNonBlocking, greatest)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->compute_done, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->comm_done, cudaEventDisableTiming)) != cudaSuccess) {
-        set_err(err, "%s: creating the comm stream and its events failed: %s", c->where, cudaGetErrorString(e));
+        cpt_cuda_err(err, "%s: creating the comm stream and its events failed: %s", c->where, cudaGetErrorString(e));
         goto fail;
     }
     memcpy(uid.internal, id, CPT_NCCL_ID_BYTES);
@@ -226,8 +214,8 @@ int cpt_nccl_allreduce_avg(cpt_nccl *c, float *buf, size_t count, cpt_err *err) 
     cudaError_t e;
     if ((e = cudaEventRecord(c->compute_done, c->ctx->stream)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(c->comm_stream, c->compute_done, 0)) != cudaSuccess)
-        return set_err(err, "%s: ordering the all-reduce after the compute stream failed: %s", c->where,
-                       cudaGetErrorString(e));
+        return cpt_cuda_err(err, "%s: ordering the all-reduce after the compute stream failed: %s", c->where,
+                            cudaGetErrorString(e));
     int start = stamp_on(c, c->comm_stream);
     ncclResult_t r = c->api.all_reduce(buf, buf, count, ncclFloat32, ncclAvg, c->comm, c->comm_stream);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclAllReduce", r, err);
@@ -245,8 +233,8 @@ int cpt_nccl_broadcast(cpt_nccl *c, void *buf, size_t bytes, int root, cpt_err *
     cudaError_t e;
     if ((e = cudaEventRecord(c->compute_done, c->ctx->stream)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(c->comm_stream, c->compute_done, 0)) != cudaSuccess)
-        return set_err(err, "%s: ordering the broadcast after the compute stream failed: %s", c->where,
-                       cudaGetErrorString(e));
+        return cpt_cuda_err(err, "%s: ordering the broadcast after the compute stream failed: %s", c->where,
+                            cudaGetErrorString(e));
     ncclResult_t r = c->api.broadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->comm_stream);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclBroadcast", r, err);
     return settle(c, "ncclBroadcast", r, 600.0, err);
@@ -256,7 +244,7 @@ int cpt_nccl_join(cpt_nccl *c, cpt_err *err) {
     cudaError_t e;
     if ((e = cudaEventRecord(c->comm_done, c->comm_stream)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(c->ctx->stream, c->comm_done, 0)) != cudaSuccess)
-        return set_err(err, "%s: joining the comm stream failed: %s", c->where, cudaGetErrorString(e));
+        return cpt_cuda_err(err, "%s: joining the comm stream failed: %s", c->where, cudaGetErrorString(e));
     return 0;
 }
 
@@ -265,7 +253,7 @@ int cpt_nccl_sync(cpt_nccl *c, cpt_err *err) {
     ncclResult_t a = ncclSuccess;
     if (c->api.get_async_error(c->comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress)
         return nccl_fail(c, "an all-reduce", a, err);
-    if (e != cudaSuccess) return set_err(err, "%s: comm stream: %s", c->where, cudaGetErrorString(e));
+    if (e != cudaSuccess) return cpt_cuda_err(err, "%s: comm stream: %s", c->where, cudaGetErrorString(e));
     return 0;
 }
 
@@ -282,7 +270,7 @@ int cpt_nccl_timing(cpt_nccl *c, int on, int max_stamps, cpt_err *err) {
     c->op_start = (int *)calloc((size_t)max_stamps / 2 + 1, sizeof(int));
     c->op_end = (int *)calloc((size_t)max_stamps / 2 + 1, sizeof(int));
     if (!c->stamps || !c->op_start || !c->op_end)
-        return set_err(err, "%s: out of memory for %d timing events", c->where, max_stamps);
+        return cpt_cuda_err(err, "%s: out of memory for %d timing events", c->where, max_stamps);
     c->max_stamps = max_stamps;
     return 0;
 }
