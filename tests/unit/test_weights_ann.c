@@ -9,6 +9,7 @@
 #include "tiny_model.h"
 #include "trainer/weights_ann.h"
 #include "trainer/weights_tx.h"
+#include "rollout/weights_rx.h"
 
 static void test_ipc_round_trip(void) {
     cpt_weights_ann a = {.transport = CPT_WT_CUDA_IPC, .slot = 1, .device = 3, .pid = 4242,
@@ -171,7 +172,48 @@ static void test_start_checks(void) {
     cpt_config_free(c);
 }
 
+/* The worker's side refuses bad combinations before touching the queue. */
+static void test_worker_checks(void) {
+    cpt_err err;
+    char *ov1[] = {"weights.transport=cuda_ipc", "rollout.device=cpu", "model.path=/nonexistent"};
+    cpt_config *c = cpt_config_load(NULL, 3, ov1, &err);
+    CHECK(c != NULL);
+    if (c) {
+        CHECK(cpt_weights_rx_new(c, "w1", NULL, &err) == NULL);
+#ifdef CPT_HAVE_CUDA
+        CHECK_MSG(strstr(err.msg, "rollout.device = \"cpu\"") != NULL, "%s", err.msg);
+#else
+        CHECK_MSG(strstr(err.msg, "built without") != NULL, "%s", err.msg);
+#endif
+        cpt_config_free(c);
+    }
+    char *ov2[] = {"weights.transport=nccl", "rollout.device=cuda", "model.init=random"};
+    c = cpt_config_load(NULL, 3, ov2, &err);
+    if (c) {
+        CHECK(cpt_weights_rx_new(c, "w1", NULL, &err) == NULL);
+#ifdef CPT_HAVE_CUDA
+        CHECK_MSG(strstr(err.msg, "model.path") != NULL, "%s", err.msg);
+#endif
+        cpt_config_free(c);
+    }
+    char *ov3[] = {"weights.transport=file"};
+    c = cpt_config_load(NULL, 1, ov3, &err);
+    if (c) {
+        cpt_weights_rx *rx = cpt_weights_rx_new(c, "w1", NULL, &err);
+        CHECK(rx != NULL);
+        cpt_weights_msg w = {.version = 1};
+        snprintf(w.transport, sizeof w.transport, "file");
+        CHECK(!cpt_weights_rx_handles(rx, &w)); /* the file transport stays in rollout/worker.c */
+        snprintf(w.transport, sizeof w.transport, "cuda_ipc");
+        CHECK(cpt_weights_rx_handles(rx, &w));
+        CHECK(cpt_weights_rx_poll(rx, NULL, NULL, &w, &err) == 0); /* not nccl: nothing to do */
+        cpt_weights_rx_free(rx);
+        cpt_config_free(c);
+    }
+}
+
 int main(void) {
+    test_worker_checks();
     test_ipc_round_trip();
     test_nccl_round_trip();
     test_parse_errors();
