@@ -60,6 +60,7 @@ int cpt_weights_tx_check_config(const cpt_config *cfg, cpt_err *err) {
 #endif
 }
 
+#ifdef CPT_HAVE_CUDA /* helpers of the GPU transports */
 static int64_t now_ms(void) { return (int64_t)(cpt_now() * 1000.0); }
 
 static void fill_msg(cpt_weights_tx *tx, cpt_weights_msg *w, uint64_t version, uint64_t sum, uint64_t epoch) {
@@ -71,6 +72,7 @@ static void fill_msg(cpt_weights_tx *tx, cpt_weights_msg *w, uint64_t version, u
     cpt_weights_sum64_str(sum, w->checksum, sizeof w->checksum);
     w->membership_epoch = epoch;
 }
+#endif
 
 cpt_weights_tx *cpt_weights_tx_new(const cpt_config *cfg, cpt_queue *q, const char *run, const char *run_dir,
                                    cpt_model *policy, cpt_err *err) {
