@@ -9,7 +9,7 @@
 #                                                   libraries) into DIR (git-ignored .carry-*), for the device tool
 #   tests/gpu/grpo_gpu_run.sh run DIR               on the device machine (no -dev packages, no redis-server there)
 #
-# Knobs (env): SFT_STEPS (1500), GRPO_STEPS (200), TRANSPORT (cuda_ipc; file works too), OUT (runs/gpu-grpo).
+# Knobs (env): SFT_STEPS (1500), SFT_LR (1e-3), GRPO_STEPS (200), TRANSPORT (cuda_ipc; file works too), OUT (runs/gpu-grpo).
 # NOT RUN on a GPU yet.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +28,7 @@ flow() {
   local sft=() grpo=()
   if [ "$mode" = gpu ]; then
     sft=(train.device=cuda model.hidden_size=768 model.intermediate_size=2048 model.num_layers=10 model.num_heads=12
-         model.num_kv_heads=4 train.steps="${SFT_STEPS:-1500}" train.tokens_per_micro_batch=16384 optim.lr=1e-3
+         model.num_kv_heads=4 train.steps="${SFT_STEPS:-1500}" train.tokens_per_micro_batch=16384 optim.lr="${SFT_LR:-1e-3}"
          train.log_every=100 train.eval_every=0 train.eval_generate=200)
     grpo=(train.steps="${GRPO_STEPS:-200}" weights.transport="${TRANSPORT:-cuda_ipc}")
   else
