@@ -12,21 +12,11 @@
 
 #include "core/chat_template.h"
 #include "core/tokenizer.h"
-
-static cpt_tokenizer *fuzz_tok; /* loaded once per process: the harness's only state */
+#include "fuzz_tokenizer_once.h"
 
 static cpt_tokenizer *load_once(void) {
-    if (fuzz_tok) return fuzz_tok;
-    const char *src = getenv("CPT_SRC");
-    char path[4096];
-    cpt_err err;
-    snprintf(path, sizeof path, "%s/examples/tiny-tokenizer", src && *src ? src : CPT_SOURCE_DIR);
-    fuzz_tok = cpt_tokenizer_load(path, &err);
-    if (!fuzz_tok) {
-        fprintf(stderr, "fuzz_chat_template: %s\n", err.msg);
-        abort();
-    }
-    return fuzz_tok;
+    static const char *const paths[] = {"examples/tiny-tokenizer"};
+    return fuzz_tokenizer_once("fuzz_chat_template", paths, 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -15,25 +15,12 @@
 #include "core/fs.h"
 #include "core/tokenizer.h"
 #include "core/tokenizer_internal.h"
-
-static cpt_tokenizer *fuzz_tok; /* loaded once per process: the harness's only state */
+#include "fuzz_tokenizer_once.h"
 
 static cpt_tokenizer *load_once(void) {
-    if (fuzz_tok) return fuzz_tok;
-    const char *src = getenv("CPT_SRC");
-    char path[4096];
-    cpt_err err;
-    snprintf(path, sizeof path, "%s/.deps/tokenizer-qwen3/models/tokenizer.json", src && *src ? src : CPT_SOURCE_DIR);
-    if (cpt_path_exists(path)) fuzz_tok = cpt_tokenizer_load(path, &err);
-    if (!fuzz_tok) {
-        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/tiny_tokenizer.json", src && *src ? src : CPT_SOURCE_DIR);
-        fuzz_tok = cpt_tokenizer_load(path, &err);
-    }
-    if (!fuzz_tok) {
-        fprintf(stderr, "fuzz_tokenizer: %s\n", err.msg);
-        abort();
-    }
-    return fuzz_tok;
+    static const char *const paths[] = {".deps/tokenizer-qwen3/models/tokenizer.json",
+                                        "tests/fixtures/tokenizer/tiny_tokenizer.json"};
+    return fuzz_tokenizer_once("fuzz_tokenizer", paths, 2);
 }
 
 static void fuzz_json(const uint8_t *data, size_t size) {
