@@ -1,4 +1,5 @@
 #include "scheduler/preflight.h"
+#include "trainer/weights_tx.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -195,6 +196,11 @@ static void check_roles(cpt_preflight *p) {
     if (reward < 1) line(p, "FAIL", "roles", "%s needs at least one reward worker (roles.reward = 0)", algo);
     check_program(p, "rollout", "cpt-rollout");
     check_program(p, "reward", "cpt-reward");
+    cpt_err werr;
+    if (cpt_weights_tx_check_config(c, &werr))
+        line(p, "FAIL", "weights", "%s", werr.msg);
+    else
+        line(p, "ok", "weights", "weights.transport = %s", cpt_cfg_str(c, "weights.transport"));
     if (!strcmp(algo, "opd")) {
         if (!cpt_cfg_str(c, "teacher.path")[0]) line(p, "FAIL", "roles", "opd needs a teacher: set teacher.path");
         else check_model_dir(p, "teacher", cpt_cfg_str(c, "teacher.path"));
