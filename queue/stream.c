@@ -75,6 +75,9 @@ cpt_queue *cpt_queue_open(const cpt_queue_opts *o, cpt_err *err) {
     q->add_timeout_s = o->add_timeout_s;
     q->read_count = o->read_count > 0 ? (o->read_count > CPT_QUEUE_READ_MAX ? CPT_QUEUE_READ_MAX : o->read_count) : 1;
     q->stop = o->stop;
+    q->orphan_before = o->orphan_before;
+    if (q->orphan_before <= 0 && getenv("CPT_QUEUE_ORPHAN_BEFORE"))
+        q->orphan_before = strtod(getenv("CPT_QUEUE_ORPHAN_BEFORE"), NULL);
     for (int i = 0; i < 3; i++) cpt_seen_init(&q->seen[i]);
     cpt_redis_opts ro = {.url = o->url, .password_file = o->password_file, .reconnect_ms = o->reconnect_ms};
     q->redis = cpt_redis_open(&ro, err);
@@ -289,11 +292,25 @@ static void free_msgs(cpt_queue_msg *m, int from, int to) {
     for (int i = from; i < to; i++) cpt_queue_msg_free(&m[i]);
 }
 
-/* XAUTOCLAIM of entries idle past claim_idle_ms, walking the pending list with a cursor across calls. */
+/* The idle time past which a pending entry is claimable. Normally claim_idle_ms. Early in an attempt that follows
+ * another (orphan_before set), an entry idle for longer than the time since the attempt started was delivered
+ * before it, to a consumer that no longer exists, so it is claimable at once; entries this attempt's consumers hold
+ * are younger than that and stay theirs. The margin covers clock skew between the launcher's host and ours (a
+ * misjudged entry is at worst delivered twice, and consumers drop duplicates by id). */
+static long claim_min_idle_ms(const cpt_queue *q) {
+    if (q->orphan_before <= 0) return q->claim_idle_ms;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double since_ms = ((double)now.tv_sec + now.tv_nsec / 1e9 - q->orphan_before) * 1000.0 + 500.0;
+    if (since_ms < 0) since_ms = 0;
+    return since_ms < q->claim_idle_ms ? (long)since_ms : q->claim_idle_ms;
+}
+
+/* XAUTOCLAIM of entries idle past claim_min_idle_ms, walking the pending list with a cursor across calls. */
 static int claim(cpt_queue *q, cpt_stream s, const char *group, const char *consumer, int count, cpt_queue_msg *out,
                  cpt_err *err) {
     char idle[24], cnt[16];
-    snprintf(idle, sizeof idle, "%d", q->claim_idle_ms);
+    snprintf(idle, sizeof idle, "%ld", claim_min_idle_ms(q));
     snprintf(cnt, sizeof cnt, "%d", count);
     const char *argv[] = {"XAUTOCLAIM", q->keys[s], group, consumer, idle, q->claim_cursor[s], "COUNT", cnt};
     redisReply *rep = cpt_redis_command(q->redis, 8, argv, NULL, q->keys[s], 0, err);

@@ -59,6 +59,10 @@ typedef struct cpt_queue_opts {
     int read_count;            /* messages cpt_queue_next takes per read (1..CPT_QUEUE_READ_MAX); 0: 1. A rollout
                                   worker keeps 1 so idle workers are not starved by one that hoards groups. */
     volatile sig_atomic_t *stop; /* optional: set (e.g. by a signal handler) to end waits with an error */
+    double orphan_before;      /* Unix time (s) this launch attempt started: entries delivered before it belong to
+                                  consumers of an earlier attempt, all gone (a requeue, cpt run --resume), and are
+                                  claimed at once instead of after claim_idle_ms. 0: from CPT_QUEUE_ORPHAN_BEFORE,
+                                  which the launchers set for the roles they start; unset: none. */
 } cpt_queue_opts;
 
 typedef struct cpt_queue_stats_local {
@@ -81,6 +85,7 @@ typedef struct cpt_queue {
     int claim_idle_ms, block_ms, max_deliveries;
     double add_timeout_s;
     volatile sig_atomic_t *stop;
+    double orphan_before;
     cpt_seen seen[3]; /* per stream of groups: ids this consumer finished */
     cpt_queue_stats_local stats;
     int read_count;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +92,14 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     memset(L, 0, sizeof *L);
     L->exec = exec;
     cpt_sup_init(&L->sup);
+    /* This launch attempt starts now: queue entries delivered before it belong to consumers of an earlier attempt
+     * (a requeue, a resume), which are all gone, so the roles started from here (inheriting the variable, as do the
+     * satellites' sbatch jobs) claim them at once instead of after queue.claim_idle_ms (queue/stream.h). */
+    struct timespec start;
+    clock_gettime(CLOCK_REALTIME, &start);
+    char start_s[48];
+    snprintf(start_s, sizeof start_s, "%.3f", (double)start.tv_sec + start.tv_nsec / 1e9);
+    setenv("CPT_QUEUE_ORPHAN_BEFORE", start_s, 1);
     if (cpt_find_bin_dir(L->bin_dir, sizeof L->bin_dir, err) != 0) return -1;
     if (resume_dir) {
         char path[2100];

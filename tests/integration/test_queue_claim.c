@@ -166,12 +166,50 @@ static void release(test_redis *t) {
     cpt_queue_close(q);
 }
 
+/* A new launch attempt (after a requeue): what consumers of the earlier attempt held is taken at once; what a
+ * consumer of this attempt holds stays its own for claim_idle_ms (60 s here). */
+static void orphans_of_earlier_attempt(test_redis *t) {
+    cpt_queue *old = test_queue_open(t, "claim", 1000, 60000);
+    cpt_err err = {{0}};
+    add_prompts(old, 300, 2);
+    cpt_queue_item held, mine, got;
+    CHECK_EQ_INT(cpt_queue_next(old, CPT_STREAM_PROMPTS, "rollout", "gone", &held, &err), 1);
+    CHECK_EQ_INT(held.prompt.id.index, 300);
+    usleep(1200 * 1000); /* more than the 0.5 s clock-skew margin between the two attempts */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    cpt_queue_opts o = {.url = t->srv.url, .run = "claim", .max_len = 1000, .claim_idle_ms = 60000, .block_ms = 200,
+                        .orphan_before = (double)now.tv_sec + now.tv_nsec / 1e9};
+    cpt_queue *a = cpt_queue_open(&o, &err), *b = cpt_queue_open(&o, &err);
+    CHECK_MSG(a && b, "%s", err.msg);
+    /* a's first read claims the orphan before reading anything new */
+    CHECK_EQ_INT(cpt_queue_next(a, CPT_STREAM_PROMPTS, "rollout", "a", &got, &err), 1);
+    CHECK(got.msg.claimed && got.prompt.id.index == 300);
+    /* b takes the new prompt 301; a's look for abandoned work must not take it from b (nor 300 back from a) */
+    CHECK_EQ_INT(cpt_queue_next(b, CPT_STREAM_PROMPTS, "rollout", "b", &mine, &err), 1);
+    CHECK(!mine.msg.claimed && mine.prompt.id.index == 301);
+    cpt_queue_item none;
+    a->last_claim[CPT_STREAM_PROMPTS] = 0;
+    snprintf(a->claim_cursor[CPT_STREAM_PROMPTS], sizeof a->claim_cursor[0], "0-0");
+    CHECK_EQ_INT(cpt_queue_next(a, CPT_STREAM_PROMPTS, "rollout", "a", &none, &err), 0);
+    CHECK_EQ_INT(cpt_queue_done(a, &got, &err), 0);
+    CHECK_EQ_INT(cpt_queue_done(b, &mine, &err), 0);
+    CHECK_EQ_INT(test_pending(a, CPT_STREAM_PROMPTS, "rollout"), 0);
+    cpt_queue_item_free(&got);
+    cpt_queue_item_free(&mine);
+    cpt_queue_item_free(&held);
+    cpt_queue_close(a);
+    cpt_queue_close(b);
+    cpt_queue_close(old);
+}
+
 int main(void) {
     test_redis t;
     test_redis_start(&t, "everysec");
     killed_consumer(&t);
     touch(&t);
     release(&t);
+    orphans_of_earlier_attempt(&t);
     poison(&t);
     test_redis_stop(&t);
     return check_summary("test_queue_claim");
