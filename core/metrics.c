@@ -33,7 +33,9 @@ cpt_metrics *cpt_metrics_open(const char *path, cpt_err *err) {
     if (m->fd < 0) { cpt_errno(err, "%s: open metrics", path); free(m->path); free(m); return NULL; }
     cpt_json_buf_init(&m->line);
     cpt_json_buf_init(&m->keys);
-    /* A torn last line from a crash: end it so the next record is a line of its own. */
+    /* A torn last line from a crash: end it so the next record is a line of its own. (With other processes
+     * appending at this moment the last byte may belong to a line still being written; the extra newline then
+     * makes an empty line, which readers skip.) */
     struct stat st;
     if (fstat(m->fd, &st) == 0 && st.st_size > 0) {
         int rfd = open(path, O_RDONLY | O_CLOEXEC);

@@ -15,11 +15,13 @@
 
 static char dir[] = "/tmp/cpt-test-metrics-XXXXXX";
 
+/* Non-empty lines: a writer that opens the file while another is appending may see a line in progress, take it for
+ * a torn one and start its first record on a new line; the empty line that leaves is skipped by every reader. */
 static int count_lines(const char *path) {
     size_t len;
     char *s = cpt_read_file(path, &len, NULL);
     int n = 0;
-    for (size_t i = 0; s && i < len; i++) n += s[i] == '\n';
+    for (size_t i = 0; s && i < len; i++) n += s[i] == '\n' && i > 0 && s[i - 1] != '\n';
     free(s);
     return n;
 }
