@@ -9,8 +9,8 @@ BUILD=${CPT_BUILD:-$SRC/build}
 CPT="$BUILD/cpt"
 T=$(mktemp -d /tmp/cpt-chaos-XXXXXX)
 pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; sleep 1; rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; tail -40 "$T/run.log" >&2 || true; exit 1; }
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; sleep 1; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; tail -40 "$T/run.log" >&2 || true; tail -30 "$T/run/logs/trainer.log" >&2 || true; exit 1; }
 source tests/e2e/grpo_small.sh
 export OMP_NUM_THREADS=1
 if ! grpo_supported "$T"; then echo "SKIP: this build's cpt-train does not train grpo yet"; exit 0; fi
