@@ -27,6 +27,8 @@ void cpt_model_set_grads_ready(cpt_model *m, cpt_grads_ready_fn fn, void *ud) {
     m->grads_ready_ud = ud;
 }
 
+void cpt_model_set_recompute(cpt_model *m, int on) { m->recompute = on != 0; }
+
 #ifndef CPT_HAVE_CUDA
 
 static int no_cuda(cpt_err *err) {
@@ -101,6 +103,7 @@ struct cpt_cuda_model {
     /* activations: one allocation */
     void *amem;
     int cap, slots, lrows; /* tokens, kept layers, rows of the logits buffer */
+    int inputs_only;       /* recompute: the kept layers share one set of buffers and own only x_in */
     cl_acts *layers;
     bf16 *x_final, *xf, *logits, *proj, *act;
     float *rstdf, *lse, *outs; /* outs [3 N]: logprob | entropy | value, copied back in one piece */
@@ -281,8 +284,9 @@ static int ensure_acts(cpt_model *m, int N, int keep, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     const cpt_model_config *c = &m->cfg;
     int slots = keep ? c->num_layers : 1, lrows = logits_rows(cm, N, c->vocab_size, keep);
+    int inputs_only = keep && m->recompute;
     if (ensure_host(cm, N, err)) return -1;
-    if (N <= cm->cap && slots <= cm->slots && lrows <= cm->lrows) return 0;
+    if (N <= cm->cap && slots <= cm->slots && lrows <= cm->lrows && inputs_only == cm->inputs_only) return 0;
     if (cm->amem) {
         if (cpt_cuda_sync(cm->ctx, err)) return -1;
         cpt_cuda_free(cm->amem);
@@ -302,6 +306,12 @@ static int ensure_acts(cpt_model *m, int N, int keep, cpt_err *err) {
         for (int l = 0; l < slots; l++) {
             cl_acts *a = &cm->layers[l];
             a->x_in = take(&cv, n * C * 2);
+            if (inputs_only && l > 0) { /* everything but x_in is layer 0's, reused while recomputing */
+                bf16 *x_in = a->x_in;
+                *a = cm->layers[0];
+                a->x_in = x_in;
+                continue;
+            }
             a->h1 = take(&cv, n * C * 2);
             a->qkv = take(&cv, n * QKV * 2);
             if (c->qk_norm) {
@@ -333,7 +343,7 @@ static int ensure_acts(cpt_model *m, int N, int keep, cpt_err *err) {
             if (!(cv.base = cm->amem = cpt_cuda_malloc(cv.off, what, err))) return -1;
         }
     }
-    cm->cap = N, cm->slots = slots, cm->lrows = lrows;
+    cm->cap = N, cm->slots = slots, cm->lrows = lrows, cm->inputs_only = inputs_only;
     return 0;
 }
 
@@ -380,8 +390,9 @@ static int zero_dev(cpt_cuda_model *cm, void *p, size_t bytes) {
 }
 
 /* One decoder layer. x_in of the layer holds the residual stream; the layer ends with the fused residual add +
- * RMSNorm that makes the next layer's x_in and h1 (or, after the last layer, x_final and xf). */
-static void layer_forward(cpt_model *m, int l, int N, cl_acts *a, cl_acts *next, int S) {
+ * RMSNorm that makes the next layer's x_in and h1 (or, after the last layer, x_final and xf), unless tail is 0
+ * (recomputing the layer for its backward: only its own activations are wanted). */
+static void layer_forward(cpt_model *m, int l, int N, cl_acts *a, cl_acts *next, int S, int tail) {
     cpt_cuda_model *cm = m->cuda;
     cpt_cuda_ctx *ctx = cm->ctx;
     const cpt_model_config *c = &m->cfg;
@@ -409,6 +420,7 @@ static void layer_forward(cpt_model *m, int l, int N, cl_acts *a, cl_acts *next,
     cpt_cuda_rmsnorm_fwd(ctx, TB(a->h2, N, C), TF1(a->rstd2, N), TB(a->x_mid, N, C), TB(cm->proj, N, C),
                          TB(a->x_in, N, C), WB(m, lo->ln2, C, 0), c->rms_norm_eps);
     cpt_cuda_matmul_fwd(ctx, TB(a->gu, N, 2 * I), TB(a->h2, N, C), WB(m, lo->wgu, 2 * I, C), NONE());
+    if (!tail) return; /* the backward recomputes silu(gate) * up itself; the rest feeds only the next layer */
     cpt_cuda_swiglu_fwd(ctx, TB(cm->act, N, I), TB(a->gu, N, 2 * I));
     cpt_cuda_matmul_fwd(ctx, TB(cm->proj, N, C), TB(cm->act, N, I), WB(m, lo->wdown, C, I), NONE());
     if (next)
@@ -465,7 +477,7 @@ int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *ou
     for (int l = 0; l < L; l++) {
         cl_acts *a = &cm->layers[keep ? l : 0];
         cl_acts *next = l + 1 < L ? &cm->layers[keep ? l + 1 : 0] : NULL;
-        layer_forward(m, l, N, a, next, S);
+        layer_forward(m, l, N, a, next, S, 1);
     }
 
     float *lp = cm->outs, *ent = cm->outs + N, *val = cm->outs + 2 * N;
@@ -621,7 +633,13 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
                          WB(m, m->off_norm, C, 0), TF1(cm->rstdf, N));
     if (ready(m, m->off_norm, -1, m->n_params - 1, err)) return -1; /* norm, [lm_head], [score] */
     for (int l = c->num_layers - 1; l >= 0; l--) {
-        layer_backward(m, l, N, &cm->layers[l], S);
+        cl_acts *a = &cm->layers[l];
+        if (cm->inputs_only) { /* this layer's activations again, from its kept input */
+            cpt_cuda_rmsnorm_fwd(ctx, TB(a->h1, N, C), TF1(a->rstd1, N), NONE(), TB(a->x_in, N, C), NONE(),
+                                 WB(m, m->layer[l].ln1, C, 0), c->rms_norm_eps);
+            layer_forward(m, l, N, a, NULL, S, 0);
+        }
+        layer_backward(m, l, N, a, S);
         if (ready(m, m->layer[l].ln1, m->layer[l].wdown, 0, err)) return -1;
     }
     int U = cm->n_emb_ids;

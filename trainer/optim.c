@@ -392,6 +392,7 @@ int cpt_trainer_place_model(const cpt_config *cfg, cpt_model *m, const char *wha
     if (strcmp(dev, "cuda")) return cpt_errf(err, "train.device is \"%s\" (expected cpu or cuda)", dev);
     int d = (int)cpt_cfg_int(cfg, "train.cuda_device");
     if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s: train.device = \"cuda\"", what);
+    cpt_model_set_recompute(m, cpt_cfg_bool(cfg, "train.recompute"));
     cpt_info("%s: on CUDA device %d", what, d);
     return 0;
 }

@@ -152,6 +152,7 @@ static int setup_dp_and_place(sft_ctx *c, cpt_err *err) {
     int dev = 0;
 #endif
     if (cpt_model_use_cuda(c->o.model, dev, err)) return cpt_err_prefix(err, "sft model, rank %d", c->rank);
+    cpt_model_set_recompute(c->o.model, cpt_cfg_bool(cfg, "train.recompute"));
     if (cpt_dp_attach_model(c->dp, c->o.model, err)) return -1;
     cpt_model_set_grads_ready(c->o.model, cpt_dp_grads_ready_cb, c->dp);
     cpt_info("sft: data parallel rank %d/%d on CUDA device %d (bootstrap %s)", c->rank, c->world, dev,

@@ -6,7 +6,8 @@
  *    logits / logprobs / entropy / loss, 5e-2 per gradient.
  * 2. A bigger random qwen2 (hidden 512, 4 layers, vocab 4096, head_dim 64, GQA 8/2, untied, value head) on packed
  *    sequences of up to 1000 tokens, with d_logprobs, d_entropy and d_values all given: GPU against CPU; again with
- *    a logits budget small enough that the LM head runs in chunks and the backward recomputes them.
+ *    a logits budget small enough that the LM head runs in chunks and the backward recomputes them; and with
+ *    activation recomputation (cpt_model_set_recompute), against the CPU, against keeping everything, and twice.
  * 3. Five SFT-like AdamW steps with clipping on GPU and on CPU from the same weights: the losses (printed).
  * 4. Determinism: two GPU runs of the same steps give bitwise-identical weights; and exact resume: a checkpoint
  *    (weights + AdamW state) written from the GPU, loaded into a fresh GPU model, continues bitwise like the
@@ -308,6 +309,22 @@ static void check_big(void) {
     row("big chunked", "all gradients", nall, -1, rel_l2(rk.grads, rc.grads, nall), 5e-2);
     result_free(&rk);
     cpt_model_free(chunked);
+    /* activation recomputation: only layer inputs kept, each layer run again before its backward; the same
+     * function (against the CPU) and, run twice, bitwise the same gradients */
+    cpt_model *rec = big_model(1, 1), *rec2 = big_model(1, 1);
+    cpt_model_set_recompute(rec, 1);
+    cpt_model_set_recompute(rec2, 1);
+    result rr = {0}, rr2 = {0};
+    fwd_bwd(rec, &bb.b, 0, d_ent, d_val, &rr);
+    fwd_bwd(rec2, &bb.b, 0, d_ent, d_val, &rr2);
+    row("big recompute", "logprobs", (size_t)N, -1, rel_l2(rr.lp, rc.lp, (size_t)N), 2e-2);
+    row("big recompute", "all gradients", nall, -1, rel_l2(rr.grads, rc.grads, nall), 5e-2);
+    row("big recompute", "vs keeping all", nall, -1, rel_l2(rr.grads, rg.grads, nall), 2e-2);
+    CHECK_MSG(memcmp(rr.grads, rr2.grads, sizeof(float) * nall) == 0, "recompute: two runs differ");
+    result_free(&rr);
+    result_free(&rr2);
+    cpt_model_free(rec);
+    cpt_model_free(rec2);
     /* an inference forward after training reuses the buffers and agrees with the training one bitwise */
     float *lp2 = poisoned((size_t)N);
     cpt_forward_out o2 = {lp2, NULL, NULL, NULL};
