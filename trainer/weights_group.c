@@ -188,7 +188,7 @@ int cpt_wg_open_epoch(cpt_redis *r, const char *run, char (*names)[CPT_NAME_MAX]
     memcpy(out->uid, uid, CPT_WG_UID_BYTES);
     out->members = calloc((size_t)n + 1, sizeof *out->members);
     if (!out->members) return cpt_errf(err, "out of memory");
-    memcpy(out->members, names, (size_t)n * sizeof *names);
+    if (n > 0) memcpy(out->members, names, (size_t)n * sizeof *names); /* names is NULL for an empty epoch */
     return 0;
 }
 
