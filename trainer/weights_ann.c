@@ -187,8 +187,8 @@ int cpt_weights_ann_parse(const char *transport, const char *location, cpt_weigh
         a->device = (int)v;
         if (parse_u64("pid", f[2].val, 1, 1u << 30, &v, err)) return cpt_err_prefix(err, "%s announcement", transport);
         a->pid = (long)v;
-        if (!f[3].val[0] || strlen(f[3].val) >= sizeof a->host)
-            return cpt_errf(err, "%s announcement: host empty or too long", transport);
+        if (!f[3].val[0] || strlen(f[3].val) >= sizeof a->host || strchr(f[3].val, '='))
+            return cpt_errf(err, "%s announcement: host empty, too long or holding '='", transport);
         snprintf(a->host, sizeof a->host, "%s", f[3].val);
         if (cpt_hex_decode(f[6].val, a->handle, CPT_IPC_HANDLE_BYTES))
             return cpt_errf(err, "%s announcement: handle is not %d hex digits", transport, 2 * CPT_IPC_HANDLE_BYTES);
