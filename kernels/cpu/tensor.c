@@ -40,25 +40,11 @@ int64_t cpt_tensor_numel(cpt_tensor t) {
     return n;
 }
 
-/* Local, so the kernels do not depend on the safetensors module being linked. */
-static const char *dtname(cpt_dtype dt) {
-    switch (dt) {
-    case CPT_DT_F32: return "F32";
-    case CPT_DT_BF16: return "BF16";
-    case CPT_DT_F16: return "F16";
-    case CPT_DT_I32: return "I32";
-    case CPT_DT_I64: return "I64";
-    case CPT_DT_U8: return "U8";
-    case CPT_DT_F64: return "F64";
-    }
-    return "?";
-}
-
 static void check(const char *op, const char *what, cpt_tensor t, int ndim, cpt_dtype dt) {
     KCHECK(t.data != NULL, op, "%s is absent", what);
     KCHECK(t.device == CPT_DEVICE_CPU, op, "%s is on device %d, but this op runs on the CPU backend", what,
            (int)t.device);
-    KCHECK(t.dtype == dt, op, "%s has dtype %s, want %s", what, dtname(t.dtype), dtname(dt));
+    KCHECK(t.dtype == dt, op, "%s has dtype %s, want %s", what, cpt_dtype_name(t.dtype), cpt_dtype_name(dt));
     KCHECK(t.ndim == ndim, op, "%s has %d dims, want %d", what, t.ndim, ndim);
 }
 
