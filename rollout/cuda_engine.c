@@ -278,62 +278,19 @@ static void fill_row(cpt_cuda_sample_row *row, const greq *r, int logits_row, in
     row->step = (uint32_t)step;
 }
 
-/* ---- per-token bookkeeping (as rollout/engine.c) ------------------------------------------------------ */
-
-static int append(greq *r, int k, int32_t tok, float lp, cpt_err *err) {
-    cpt_gen_sample *s = &r->samples[k];
-    if (s->n_tokens == r->cap[k]) {
-        int cap = r->cap[k] ? 2 * r->cap[k] : 32;
-        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)cap);
-        if (t) s->tokens = t;
-        float *l = realloc(s->logprobs, sizeof(float) * (size_t)cap);
-        if (l) s->logprobs = l;
-        if (!t || !l) return cpt_errf(err, "cuda engine: out of memory for a completion");
-        r->cap[k] = cap;
-    }
-    s->tokens[s->n_tokens] = tok;
-    s->logprobs[s->n_tokens] = lp;
-    s->n_tokens++;
-    return 0;
-}
-
-static int ends_with_stop_str(cpt_cuda_engine *e, const greq *r, const cpt_gen_sample *s) {
-    if (!r->n_stop_strs) return 0;
-    size_t total = 0, n;
-    int k = s->n_tokens;
-    while (k > 0 && total < r->max_stop_len) {
-        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[k - 1], &n);
-        total += b ? n : 0;
-        k--;
-    }
-    if (total + 1 > e->tail_cap) {
-        char *p = realloc(e->tail, total + 64);
-        if (!p) return 0;
-        e->tail = p;
-        e->tail_cap = total + 64;
-    }
-    size_t at = 0;
-    for (int i = k; i < s->n_tokens; i++) {
-        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[i], &n);
-        if (b && n) memcpy(e->tail + at, b, n), at += n;
-    }
-    for (int i = 0; i < r->n_stop_strs; i++)
-        if (r->stop_lens[i] <= at && memcmp(e->tail + at - r->stop_lens[i], r->stop_strs[i], r->stop_lens[i]) == 0)
-            return 1;
-    return 0;
-}
-
 /* Records the slot's new token; ends the sample on a stop rule. 1: the slot became free, 0: goes on, -1: error. */
 static int advance(cpt_cuda_engine *e, int si, int32_t tok, float lp, cpt_err *err) {
     gslot *sl = &e->slots[si];
     greq *r = sl->r;
     if (tok < 0 || tok >= e->V) return cpt_errf(err, "cuda engine: sampled token %d outside [0, %d)", tok, e->V);
-    if (append(r, sl->sample, tok, lp, err)) return -1;
+    if (cpt_gen_sample_append(&r->samples[sl->sample], &r->cap[sl->sample], tok, lp, err)) return -1;
     e->st.generated_tokens++;
     cpt_gen_sample *s = &r->samples[sl->sample];
     int stop = 0;
     for (int i = 0; i < r->n_stop_ids && !stop; i++) stop = tok == r->stop_ids[i];
-    if (!stop) stop = ends_with_stop_str(e, r, s);
+    if (!stop)
+        stop = cpt_gen_ends_with_stop(e->tok, s, r->stop_strs, r->stop_lens, r->n_stop_strs, r->max_stop_len, &e->tail,
+                                      &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
         r->done_samples++;

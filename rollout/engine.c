@@ -229,16 +229,15 @@ int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err)
 
 /* ---- per-token bookkeeping -------------------------------------------------------------------------------- */
 
-static int append(req *r, int k, int32_t tok, float lp, cpt_err *err) {
-    cpt_gen_sample *s = &r->samples[k];
-    if (s->n_tokens == r->cap[k]) {
-        int cap = r->cap[k] ? 2 * r->cap[k] : 32;
-        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)cap);
+int cpt_gen_sample_append(cpt_gen_sample *s, int *cap, int32_t tok, float lp, cpt_err *err) {
+    if (s->n_tokens == *cap) {
+        int c = *cap ? 2 * *cap : 32;
+        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)c);
         if (t) s->tokens = t;
-        float *l = realloc(s->logprobs, sizeof(float) * (size_t)cap);
+        float *l = realloc(s->logprobs, sizeof(float) * (size_t)c);
         if (l) s->logprobs = l;
         if (!t || !l) return cpt_errf(err, "engine: out of memory for a completion");
-        r->cap[k] = cap;
+        *cap = c;
     }
     s->tokens[s->n_tokens] = tok;
     s->logprobs[s->n_tokens] = lp;
@@ -246,31 +245,29 @@ static int append(req *r, int k, int32_t tok, float lp, cpt_err *err) {
     return 0;
 }
 
-/* 1 when the completion's bytes end with one of the stop strings. Only the last tokens are looked at: enough
- * of them to cover the longest stop string. */
-static int ends_with_stop_str(cpt_engine *e, const req *r, const cpt_gen_sample *s) {
-    if (!r->n_stop_strs) return 0;
+int cpt_gen_ends_with_stop(const cpt_tokenizer *tok, const cpt_gen_sample *s, char *const *strs, const size_t *lens,
+                           int n_strs, size_t max_len, char **tail, size_t *tail_cap) {
+    if (!n_strs) return 0;
     size_t total = 0, n;
     int k = s->n_tokens;
-    while (k > 0 && total < r->max_stop_len) {
-        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[k - 1], &n);
+    while (k > 0 && total < max_len) {
+        const char *b = cpt_tokenizer_id_bytes(tok, s->tokens[k - 1], &n);
         total += b ? n : 0;
         k--;
     }
-    if (total + 1 > e->tail_cap) {
-        char *p = realloc(e->tail, total + 64);
+    if (total + 1 > *tail_cap) {
+        char *p = realloc(*tail, total + 64);
         if (!p) return 0;
-        e->tail = p;
-        e->tail_cap = total + 64;
+        *tail = p;
+        *tail_cap = total + 64;
     }
     size_t at = 0;
     for (int i = k; i < s->n_tokens; i++) {
-        const char *b = cpt_tokenizer_id_bytes(e->tok, s->tokens[i], &n);
-        if (b && n) memcpy(e->tail + at, b, n), at += n;
+        const char *b = cpt_tokenizer_id_bytes(tok, s->tokens[i], &n);
+        if (b && n) memcpy(*tail + at, b, n), at += n;
     }
-    for (int i = 0; i < r->n_stop_strs; i++)
-        if (r->stop_lens[i] <= at && memcmp(e->tail + at - r->stop_lens[i], r->stop_strs[i], r->stop_lens[i]) == 0)
-            return 1;
+    for (int i = 0; i < n_strs; i++)
+        if (lens[i] <= at && memcmp(*tail + at - lens[i], strs[i], lens[i]) == 0) return 1;
     return 0;
 }
 
@@ -281,12 +278,14 @@ static int advance(cpt_engine *e, int si, const float *logits, cpt_err *err) {
     req *r = sl->r;
     float lp = 0;
     int32_t tok = cpt_sample(logits, &r->sp, &sl->rng, &e->sw, &lp);
-    if (append(r, sl->sample, tok, lp, err)) return -1;
+    if (cpt_gen_sample_append(&r->samples[sl->sample], &r->cap[sl->sample], tok, lp, err)) return -1;
     e->st.generated_tokens++;
     cpt_gen_sample *s = &r->samples[sl->sample];
     int stop = 0;
     for (int i = 0; i < r->n_stop_ids && !stop; i++) stop = tok == r->stop_ids[i];
-    if (!stop) stop = ends_with_stop_str(e, r, s);
+    if (!stop)
+        stop = cpt_gen_ends_with_stop(e->tok, s, r->stop_strs, r->stop_lens, r->n_stop_strs, r->max_stop_len, &e->tail,
+                                      &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
         r->done_samples++;

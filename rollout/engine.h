@@ -94,4 +94,13 @@ int cpt_engine_generate(cpt_engine *e, const cpt_gen_request *reqs, int n, cpt_g
 /* Checks sampling parameters (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1)). */
 int cpt_sample_params_check(const cpt_sample_params *sp, cpt_err *err);
 
+/* ---- per-sample bookkeeping shared with rollout/cuda_engine.c ---- */
+
+/* Appends token tok with behaviour logprob lp to s, growing its arrays (capacity in *cap, doubling from 32). */
+int cpt_gen_sample_append(cpt_gen_sample *s, int *cap, int32_t tok, float lp, cpt_err *err);
+/* 1 when the bytes of s's tokens end with one of the n stop strings strs (lengths lens, the longest max_len). Only
+ * the last tokens are decoded: enough to cover max_len bytes. *tail / *tail_cap is the caller's scratch buffer. */
+int cpt_gen_ends_with_stop(const cpt_tokenizer *tok, const cpt_gen_sample *s, char *const *strs, const size_t *lens,
+                           int n, size_t max_len, char **tail, size_t *tail_cap);
+
 #endif

@@ -10,7 +10,7 @@
 
 #include "core/fs.h"
 
-static int env_int(const char *name, int fallback) {
+int cpt_boot_env_int(const char *name, int fallback) {
     const char *s = getenv(name);
     if (!s || !*s) return fallback;
     char *end;
@@ -55,8 +55,8 @@ int cpt_boot_init(cpt_bootstrap *b, const char *kind_name, const char *file_dir,
     }
     if (strcmp(kind_name, "file") != 0) return cpt_errf(err, "bootstrap '%s': expected auto, pmix or file", kind_name);
     b->kind = CPT_BOOT_FILE;
-    b->rank = env_int("CPT_RANK", 0);
-    b->size = env_int("CPT_WORLD_SIZE", 1);
+    b->rank = cpt_boot_env_int("CPT_RANK", 0);
+    b->size = cpt_boot_env_int("CPT_WORLD_SIZE", 1);
     if (b->rank < 0 || b->size < 1 || b->rank >= b->size)
         return cpt_errf(err, "bootstrap: CPT_RANK=%d is outside CPT_WORLD_SIZE=%d", b->rank, b->size);
     if (b->size > 1 && !b->file_dir[0]) return cpt_errf(err, "bootstrap: the file transport needs a shared folder");

@@ -32,5 +32,7 @@ int cpt_boot_share(cpt_bootstrap *b, const char *key, void *blob, size_t len, cp
 /* Every rank waits until all arrive (PMIx_Fence, or files). */
 int cpt_boot_barrier(cpt_bootstrap *b, const char *key, cpt_err *err);
 void cpt_boot_finalize(cpt_bootstrap *b);
+/* An integer environment variable (ranks, sizes, local ranks); fallback when unset, empty or not a number. */
+int cpt_boot_env_int(const char *name, int fallback);
 
 #endif

@@ -102,14 +102,6 @@ struct cpt_dp {
     int failed;
 };
 
-static int env_int(const char *name, int fallback) {
-    const char *s = getenv(name);
-    if (!s || !*s) return fallback;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return *end ? fallback : (int)v;
-}
-
 #ifdef CPT_HAVE_CUDA
 /* Rank 0 publishes the id with SET ... PX (a stale key of an earlier launch expires; a fresh key per launch is
  * still the caller's part), the others poll GET until it appears. */
@@ -164,8 +156,8 @@ cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err) {
     if (is_redis) {
         /* Ranks from the variables the file transport reads; the id travels through Redis, not a folder. */
         dp->boot.kind = CPT_BOOT_FILE;
-        dp->boot.rank = env_int("CPT_RANK", 0);
-        dp->boot.size = env_int("CPT_WORLD_SIZE", 1);
+        dp->boot.rank = cpt_boot_env_int("CPT_RANK", 0);
+        dp->boot.size = cpt_boot_env_int("CPT_WORLD_SIZE", 1);
         if (dp->boot.rank < 0 || dp->boot.size < 1 || dp->boot.rank >= dp->boot.size) {
             cpt_errf(err, "dp: bootstrap redis: CPT_RANK=%d is outside CPT_WORLD_SIZE=%d", dp->boot.rank,
                      dp->boot.size);
@@ -234,7 +226,8 @@ void cpt_dp_set_sync(cpt_dp *dp, int sync) { dp->sync = sync; }
 int cpt_dp_device(const cpt_dp *dp, int device_count) {
     if (device_count <= 0) return 0;
     /* Slurm gives each task its local index; with per-task GPU binding the task sees one device and uses 0. */
-    int local = env_int("CPT_LOCAL_RANK", env_int("SLURM_LOCALID", env_int("PMIX_LOCAL_RANK", dp->rank)));
+    int local = cpt_boot_env_int("PMIX_LOCAL_RANK", dp->rank);
+    local = cpt_boot_env_int("CPT_LOCAL_RANK", cpt_boot_env_int("SLURM_LOCALID", local));
     return local % device_count;
 }
 
