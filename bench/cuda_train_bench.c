@@ -117,13 +117,18 @@ int main(int argc, char **argv) {
     int N = tb.batch.n_tokens, count = tb.count;
     cpt_forward_out out = {tb.lp, NULL, NULL, NULL};
     double peak = 0, loss = 0, first_loss = 0;
+    double ph_fwd = 0, ph_bwd = 0, ph_opt = 0; /* phase sums over the timed steps (a sync ends each phase) */
     for (int s = 0; s < warmup + steps; s++) {
         double ts = cpt_now();
         cpt_model_zero_grad(m);
         if (cpt_model_forward(m, &tb.batch, &out, 1, &err)) die("forward", &err);
+        if (device_sync(&err)) die("forward", &err);
+        double tf = cpt_now();
         double u = used_gib();
         if (u - base > peak) peak = u - base;
         if (cpt_model_backward(m, &tb.batch, tb.d, NULL, NULL, &err)) die("backward", &err);
+        if (device_sync(&err)) die("backward", &err);
+        double tbw = cpt_now();
         u = used_gib();
         if (u - base > peak) peak = u - base;
         cpt_adamw_step(opt, 1e-5);
@@ -131,7 +136,10 @@ int main(int argc, char **argv) {
         double te = cpt_now();
         u = used_gib();
         if (u - base > peak) peak = u - base;
-        if (s >= warmup) times[s - warmup] = te - ts;
+        if (s >= warmup) {
+            times[s - warmup] = te - ts;
+            ph_fwd += tf - ts, ph_bwd += tbw - tf, ph_opt += te - tbw;
+        }
         loss = train_batch_nll(&tb) / count;
         if (s == 0) first_loss = loss;
     }
@@ -143,6 +151,8 @@ int main(int argc, char **argv) {
            "peak_gib=%.2f loss_first=%.4f loss_last=%.4f init_s=%.1f place_s=%.1f\n",
            shape, n_params, B, T, dt * 1e3, times[0] * 1e3, times[steps - 1] * 1e3, N / dt, flops / dt / PEAK_FLOPS,
            peak, first_loss, loss, t_init, t_place);
+    printf("cpt shape=%s phases_ms forward=%.1f backward=%.1f optimizer=%.1f (means)\n", shape, ph_fwd * 1e3 / steps,
+           ph_bwd * 1e3 / steps, ph_opt * 1e3 / steps);
     cpt_adamw_free(opt);
     free(params);
     cpt_model_free(m);

@@ -37,7 +37,7 @@ run)
     timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee "$out/decode_bench.log"
     # the second attention kernel (engine option attn_v2), then with the skinny products (gemv_rows) at batch 1, 4
     timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 2>&1 | tee -a "$out/decode_bench.log"
-    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 8 --batches 1,4 2>&1 |
+    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
         tee -a "$out/decode_bench.log"
     if [ $torch = 1 ]; then
         PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-120} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |

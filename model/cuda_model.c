@@ -88,7 +88,7 @@ typedef uint16_t bf16; /* device bf16 storage, addressed by element */
 #define STATS_ROWS 32768 /* rows per token_stats call (its backward takes at most 65535) */
 
 typedef struct cl_acts {
-    bf16 *x_in, *h1, *qkv, *q_raw, *k_raw, *att, *x_mid, *h2, *gu;
+    bf16 *x_in, *h1, *qkv, *q_raw, *k_raw, *att, *x_mid, *h2, *gu, *act; /* act: NULL when recomputing */
     float *rstd1, *q_rstd, *k_rstd, *lse, *rstd2;
 } cl_acts;
 
@@ -325,6 +325,9 @@ static int ensure_acts(cpt_model *m, int N, int keep, cpt_err *err) {
             a->x_mid = take(&cv, n * C * 2);
             a->h2 = take(&cv, n * C * 2);
             a->gu = take(&cv, n * 2 * I * 2);
+            /* silu(gate) * up, kept for the down projection's weight gradient (recomputing it cost a second
+             * pass over gu per layer; with train.recompute the layer is recomputed anyway and cm->act serves) */
+            a->act = inputs_only ? NULL : take(&cv, n * I * 2);
             a->rstd1 = take(&cv, n * 4);
             a->rstd2 = take(&cv, n * 4);
         }
@@ -421,8 +424,9 @@ static void layer_forward(cpt_model *m, int l, int N, cl_acts *a, cl_acts *next,
                          TB(a->x_in, N, C), WB(m, lo->ln2, C, 0), c->rms_norm_eps);
     cpt_cuda_matmul_fwd(ctx, TB(a->gu, N, 2 * I), TB(a->h2, N, C), WB(m, lo->wgu, 2 * I, C), NONE());
     if (!tail) return; /* the backward recomputes silu(gate) * up itself; the rest feeds only the next layer */
-    cpt_cuda_swiglu_fwd(ctx, TB(cm->act, N, I), TB(a->gu, N, 2 * I));
-    cpt_cuda_matmul_fwd(ctx, TB(cm->proj, N, C), TB(cm->act, N, I), WB(m, lo->wdown, C, I), NONE());
+    bf16 *act = a->act ? a->act : cm->act;
+    cpt_cuda_swiglu_fwd(ctx, TB(act, N, I), TB(a->gu, N, 2 * I));
+    cpt_cuda_matmul_fwd(ctx, TB(cm->proj, N, C), TB(act, N, I), WB(m, lo->wdown, C, I), NONE());
     if (next)
         cpt_cuda_rmsnorm_fwd(ctx, TB(next->h1, N, C), TF1(next->rstd1, N), TB(next->x_in, N, C), TB(cm->proj, N, C),
                              TB(a->x_mid, N, C), WB(m, m->layer[l + 1].ln1, C, 0), c->rms_norm_eps);
@@ -526,22 +530,22 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S) {
     int64_t QKV = qkv_dim(c), HD = H * D, KD = KV * D;
     int32_t *pos = cm->ints + 2 * N, *cu = cm->ints + 3 * N;
     size_t n = (size_t)N;
-    /* MLP branch (silu(gate) * up recomputed: cheaper than keeping it per layer) */
-    cpt_cuda_swiglu_fwd(ctx, TB(cm->act, N, I), TB(a->gu, N, 2 * I));
-    zero_dev(cm, cm->dact, n * I * 2);
-    cpt_cuda_matmul_bwd(ctx, TB(cm->dact, N, I), GF(m, lo->wdown, C, I), TB(cm->dres, N, C), TB(cm->act, N, I),
-                        WB(m, lo->wdown, C, I));
-    zero_dev(cm, cm->dgu, n * 2 * I * 2);
-    cpt_cuda_swiglu_bwd(ctx, TB(cm->dgu, N, 2 * I), TB(cm->dact, N, I), TB(a->gu, N, 2 * I));
-    zero_dev(cm, cm->dh, n * C * 2);
-    cpt_cuda_matmul_bwd(ctx, TB(cm->dh, N, C), GF(m, lo->wgu, 2 * I, C), TB(cm->dgu, N, 2 * I), TB(a->h2, N, C),
-                        WB(m, lo->wgu, 2 * I, C));
+    /* MLP branch. The _set products and swiglu_bwd_set overwrite their scratch, which needs no zeroing. */
+    bf16 *act = a->act;
+    if (!act) { /* recomputing: silu(gate) * up again */
+        act = cm->act;
+        cpt_cuda_swiglu_fwd(ctx, TB(act, N, I), TB(a->gu, N, 2 * I));
+    }
+    cpt_cuda_matmul_bwd_set(ctx, TB(cm->dact, N, I), GF(m, lo->wdown, C, I), TB(cm->dres, N, C), TB(act, N, I),
+                            WB(m, lo->wdown, C, I));
+    cpt_cuda_swiglu_bwd_set(ctx, TB(cm->dgu, N, 2 * I), TB(cm->dact, N, I), TB(a->gu, N, 2 * I));
+    cpt_cuda_matmul_bwd_set(ctx, TB(cm->dh, N, C), GF(m, lo->wgu, 2 * I, C), TB(cm->dgu, N, 2 * I), TB(a->h2, N, C),
+                            WB(m, lo->wgu, 2 * I, C));
     cpt_cuda_rmsnorm_bwd(ctx, TB(cm->dres, N, C), GF(m, lo->ln2, C, 0), TB(cm->dh, N, C), TB(a->x_mid, N, C),
                          WB(m, lo->ln2, C, 0), TF1(a->rstd2, N));
     /* attention branch */
-    zero_dev(cm, cm->datt, n * HD * 2);
-    cpt_cuda_matmul_bwd(ctx, TB(cm->datt, N, HD), GF(m, lo->wo, C, HD), TB(cm->dres, N, C), TB(a->att, N, HD),
-                        WB(m, lo->wo, C, HD));
+    cpt_cuda_matmul_bwd_set(ctx, TB(cm->datt, N, HD), GF(m, lo->wo, C, HD), TB(cm->dres, N, C), TB(a->att, N, HD),
+                            WB(m, lo->wo, C, HD));
     if (lo->bo >= 0) cpt_cuda_bias_grad(ctx, GF(m, lo->bo, C, 0), TB(cm->dres, N, C));
     cpt_attn_shape as = {(int)H, (int)KV, (int)D};
     cpt_cuda_attention_bwd(ctx, TB(cm->dqkv, N, QKV), TB(cm->datt, N, HD), TB(a->att, N, HD), TF(a->lse, N, H),
@@ -560,9 +564,8 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S) {
         cpt_cuda_copy_cols(ctx, TB(cm->dqkv, N, QKV), HD, TB(cm->dqk_b, N, KD), 0, KD);
     }
     if (lo->bqkv >= 0) cpt_cuda_bias_grad(ctx, GF(m, lo->bqkv, QKV, 0), TB(cm->dqkv, N, QKV));
-    zero_dev(cm, cm->dh, n * C * 2);
-    cpt_cuda_matmul_bwd(ctx, TB(cm->dh, N, C), GF(m, lo->wqkv, QKV, C), TB(cm->dqkv, N, QKV), TB(a->h1, N, C),
-                        WB(m, lo->wqkv, QKV, C));
+    cpt_cuda_matmul_bwd_set(ctx, TB(cm->dh, N, C), GF(m, lo->wqkv, QKV, C), TB(cm->dqkv, N, QKV), TB(a->h1, N, C),
+                            WB(m, lo->wqkv, QKV, C));
     cpt_cuda_rmsnorm_bwd(ctx, TB(cm->dres, N, C), GF(m, lo->ln1, C, 0), TB(cm->dh, N, C), TB(a->x_in, N, C),
                          WB(m, lo->ln1, C, 0), TF1(a->rstd1, N));
 }
@@ -611,8 +614,7 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
     float *ent = cm->outs + N;
     int32_t *targets = cm->ints + N;
 
-    zero_dev(cm, cm->dxf, (size_t)N * C * 2);
-    if (d_logprobs || d_entropy) {
+    if (d_logprobs || d_entropy) { /* each chunk's product writes its rows of dxf (_set) */
         int ch = STATS_ROWS < cm->lrows ? STATS_ROWS : cm->lrows;
         for (int n0 = 0; n0 < N; n0 += ch) {
             int n = N - n0 < ch ? N - n0 : ch;
@@ -621,9 +623,12 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
             if (!cm->kept_logits) cpt_cuda_matmul_fwd(ctx, TB(lg, n, V), xf, w, NONE());
             cpt_cuda_token_stats_bwd(ctx, TB(lg, n, V), TF1(cm->lse + n0, n), TF1(ent + n0, n), TI1(targets + n0, n),
                                      d_logprobs ? TF1(dlp + n0, n) : NONE(), d_entropy ? TF1(dent + n0, n) : NONE());
-            cpt_cuda_matmul_bwd(ctx, TB(cm->dxf + n0 * C, n, C), GF(m, m->off_lm_head, V, C), TB(lg, n, V), xf, w);
+            cpt_cuda_matmul_bwd_set(ctx, TB(cm->dxf + n0 * C, n, C), GF(m, m->off_lm_head, V, C), TB(lg, n, V), xf,
+                                    w);
         }
         cm->kept_logits = 0; /* they are gradients now */
+    } else {
+        zero_dev(cm, cm->dxf, (size_t)N * C * 2);
     }
     if (d_values)
         cpt_cuda_rowdot_bwd(ctx, TB(cm->dxf, N, C), GF(m, m->off_score, C, 0), TF1(dval, N), TB(cm->xf, N, C),

@@ -360,7 +360,7 @@ int cmd_generate(int argc, char **argv) {
     if (!rc) {
         cpt_engine_opts o = {.slots = a.slots ? a.slots : (pl.n * a.n < 16 ? pl.n * a.n : 16), .tok = tok};
         if (a.cuda) {
-            cpt_cuda_engine_opts co = {.base = o};
+            cpt_cuda_engine_opts co = cpt_cuda_engine_defaults(o);
             e.gpu = cpt_cuda_engine_new(m, &co, &err);
         } else {
             e.cpu = cpt_engine_new(m, &o, &err);

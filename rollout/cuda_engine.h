@@ -28,11 +28,19 @@ typedef struct cpt_cuda_engine_opts {
     int block_size;       /* positions per KV block; 0: 16 */
     int kv_blocks;        /* blocks in the pool; 0: every slot's full context, capped at half the free memory */
     int no_graphs;        /* 1: run decode steps eagerly (debugging, timing the difference) */
-    int attn_v2;          /* 1: the restructured attention kernel (cpt_cuda_paged_attention_v2); 0: the first one
-                           * (the default until the second is measured on the device) */
+    int attn_v2;          /* 1: the restructured attention kernel (cpt_cuda_paged_attention_v2); 0: the first one */
     int gemv_rows;        /* products of at most this many rows (<= 8) use cpt_cuda_matmul_skinny instead of
-                           * cuBLASLt; 0: off (the default until it is measured on the device) */
+                           * cuBLASLt; 0: off */
 } cpt_cuda_engine_opts;
+
+/* What the rollout worker and `cpt generate` use: the second attention kernel (1.4-1.7x the first's decode tok/s on
+ * the H200, 2026-12-02) and the skinny products up to 4 rows (faster than cuBLASLt at 1-4 rows, slower at 8). A
+ * zeroed struct keeps the first kernel and cuBLASLt everywhere (the tests compare the two). */
+#define CPT_CUDA_ENGINE_GEMV_ROWS 4
+static inline cpt_cuda_engine_opts cpt_cuda_engine_defaults(cpt_engine_opts base) {
+    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 1, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS};
+    return o;
+}
 
 typedef struct cpt_cuda_engine cpt_cuda_engine;
 

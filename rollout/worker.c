@@ -158,7 +158,7 @@ static int make_engine(worker *w, cpt_err *err) {
                          .prefill_chunk = (int)cpt_cfg_int(w->cfg, "rollout.prefill_chunk"),
                          .tok = w->tok};
     if (!strcmp(cpt_cfg_str(w->cfg, "rollout.device"), "cuda")) {
-        cpt_cuda_engine_opts co = {.base = o};
+        cpt_cuda_engine_opts co = cpt_cuda_engine_defaults(o);
         if (!(w->ge = cpt_cuda_engine_new(w->m, &co, err))) return -1;
     } else if (!(w->e = cpt_engine_new(w->m, &o, err))) {
         return -1;

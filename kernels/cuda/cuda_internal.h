@@ -106,6 +106,25 @@ static inline int32_t *IP(cpt_tensor t) { return (int32_t *)t.data; }
 
 static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
+/* 8 bf16 in 16 bytes <-> 8 fp32 (the vectorised element-wise kernels; rounding to nearest even as
+ * __float2bfloat16). */
+static __device__ __forceinline__ void bf16x8_to_f32(const uint4 &raw, float f[8]) {
+    const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        float2 v = __bfloat1622float2(k2[u]);
+        f[2 * u] = v.x;
+        f[2 * u + 1] = v.y;
+    }
+}
+static __device__ __forceinline__ uint4 f32_to_bf16x8(const float f[8]) {
+    uint4 raw;
+    __nv_bfloat162 *k2 = (__nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int u = 0; u < 4; u++) k2[u] = __floats2bfloat162_rn(f[2 * u], f[2 * u + 1]);
+    return raw;
+}
+
 /* Sum over a block (blockDim.x a multiple of 32, at most 1024), result valid in every thread. */
 __device__ inline float block_sum(float v, float *shared32) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

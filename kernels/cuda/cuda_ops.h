@@ -58,9 +58,12 @@ cpt_tensor cpt_cuda_tensor(void *p, cpt_dtype dt, int ndim, int64_t d0, int64_t 
 
 /* out [N, OC] bf16 = inp [N, C] bf16 @ w [OC, C]^T bf16 (+ bias [OC] bf16, optional); fp32 accumulation. */
 void cpt_cuda_matmul_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor inp, cpt_tensor w, cpt_tensor bias);
-/* dinp [N, C] bf16 += dout [N, OC] @ w [OC, C];  dw [OC, C] f32 += dout^T @ inp. Either may be absent. */
+/* dinp [N, C] bf16 += dout [N, OC] @ w [OC, C];  dw [OC, C] f32 += dout^T @ inp. Either may be absent.
+ * _set: dinp = (not +=; no zeroed buffer needed, and the product does not read dinp); dw still accumulates. */
 void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
                          cpt_tensor w);
+void cpt_cuda_matmul_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                             cpt_tensor w);
 
 /* Fused residual add + RMSNorm over the last dim: when resid is present, x = inp + resid is written to
  * resid_out (bf16; may alias inp or resid) and normalised, else x = inp. out [R, C] bf16 = x * rstd * w,
@@ -79,9 +82,11 @@ void cpt_cuda_rope_fwd(cpt_cuda_ctx *ctx, cpt_tensor x, int n_heads, int head_di
 void cpt_cuda_rope_bwd(cpt_cuda_ctx *ctx, cpt_tensor dx, int n_heads, int head_dim, cpt_tensor positions,
                        cpt_tensor inv_freq);
 
-/* out [N, I] = silu(gate) * up from gu [N, 2I] (gate then up); dgu += from dout. All bf16. */
+/* out [N, I] = silu(gate) * up from gu [N, 2I] (gate then up); dgu += from dout (_set: dgu = , so the caller
+ * needs no zeroed buffer). All bf16. */
 void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu);
 void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu);
+void cpt_cuda_swiglu_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu);
 
 /* From bf16 logits [n, V] in one streaming pass per row (online max / sum; no fp32 copy of the logits):
  * lse [n], logprob [n] (0 where target < 0), entropy [n], all f32; logprob and entropy optional; targets [n] i32

@@ -77,9 +77,8 @@ void cpt_cuda_matmul_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor inp, cpt_
     lt_gemm(ctx, op, 1, 0, OC, N, C, A, B, out.data, CUDA_R_16BF, OC, 0.0f, bias.data);
 }
 
-void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
-                         cpt_tensor w) {
-    const char *op = "matmul_bwd";
+static void matmul_bwd(cpt_cuda_ctx *ctx, const char *op, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout,
+                       cpt_tensor inp, cpt_tensor w, float dinp_beta) {
     cpt_cuda_check(op, "dout", dout, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "inp", inp, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "w", w, CPT_DT_BF16, 2);
@@ -91,7 +90,7 @@ void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_
         /* dinp^T [C, N] += w^T [C, OC] @ dout^T [OC, N] */
         lt_operand A = {w.data, CUDA_R_16BF, C, OC, C};
         lt_operand B = {dout.data, CUDA_R_16BF, OC, N, OC};
-        lt_gemm(ctx, op, 0, 0, C, N, OC, A, B, dinp.data, CUDA_R_16BF, C, 1.0f, NULL);
+        lt_gemm(ctx, op, 0, 0, C, N, OC, A, B, dinp.data, CUDA_R_16BF, C, dinp_beta, NULL);
     }
     if (cpt_tensor_present(dw)) {
         cpt_cuda_check(op, "dw", dw, CPT_DT_F32, 2);
@@ -101,4 +100,14 @@ void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_
         lt_operand B = {dout.data, CUDA_R_16BF, OC, N, OC};
         lt_gemm(ctx, op, 0, 1, C, OC, N, A, B, dw.data, CUDA_R_32F, C, 1.0f, NULL);
     }
+}
+
+void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                         cpt_tensor w) {
+    matmul_bwd(ctx, "matmul_bwd", dinp, dw, dout, inp, w, 1.0f);
+}
+
+void cpt_cuda_matmul_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                             cpt_tensor w) {
+    matmul_bwd(ctx, "matmul_bwd_set", dinp, dw, dout, inp, w, 0.0f);
 }

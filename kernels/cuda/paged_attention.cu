@@ -96,17 +96,6 @@ static __device__ __forceinline__ void empty_split_partials(float *partial, int6
     }
 }
 
-/* 8 bf16 (16 bytes) to fp32 */
-static __device__ __forceinline__ void bf16x8_to_f32(const uint4 &raw, float f[8]) {
-    const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        float2 v = __bfloat1622float2(k2[u]);
-        f[2 * u] = v.x;
-        f[2 * u + 1] = v.y;
-    }
-}
-
 /* s[g] += q_g . k over the 8 dimensions from c: k the 8 bf16 of raw, q_g at q + g * qstride (each thread scores
  * one position against the group's G query heads) */
 template <int MAXG>

@@ -138,24 +138,25 @@ void cpt_cuda_rmsnorm_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt
 
 /* ---- rope ---- */
 
-/* One thread per (row, head, pair): angle = pos * inv_freq in fp32, as transformers. sign -1 rotates back. */
+/* One thread per (row, pair i): the angle pos * inv_freq[i] (fp32, as transformers) and its sincos are computed
+ * once and applied to pair i of every head (sincosf of large angles is the costly part). sign -1 rotates back.
+ * Block: tpb rows x half threads. */
 __global__ void rope_kernel(__nv_bfloat16 *x, int64_t N, int64_t stride, int n_heads, int head_dim,
                             const int32_t *pos, const float *inv_freq, float sign) {
     int half = head_dim / 2;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= N * n_heads * half) return;
-    int i = (int)(idx % half);
-    int64_t nh = idx / half;
-    int h = (int)(nh % n_heads);
-    int64_t n = nh / n_heads;
+    int i = threadIdx.x % half;
+    int64_t n = (int64_t)blockIdx.x * (blockDim.x / half) + threadIdx.x / half;
+    if (n >= N) return;
     float ang = (float)pos[n] * inv_freq[i];
     float sn, cs;
     sincosf(ang, &sn, &cs);
     sn *= sign;
-    __nv_bfloat16 *v = x + n * stride + (int64_t)h * head_dim;
-    float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
-    v[i] = __float2bfloat16(a * cs - b * sn);
-    v[i + half] = __float2bfloat16(b * cs + a * sn);
+    __nv_bfloat16 *v = x + n * stride;
+    for (int h = 0; h < n_heads; h++, v += head_dim) {
+        float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
+        v[i] = __float2bfloat16(a * cs - b * sn);
+        v[i + half] = __float2bfloat16(b * cs + a * sn);
+    }
 }
 
 static void rope_apply(cpt_cuda_ctx *ctx, const char *op, cpt_tensor x, int n_heads, int head_dim,
@@ -168,10 +169,12 @@ static void rope_apply(cpt_cuda_ctx *ctx, const char *op, cpt_tensor x, int n_he
                 positions.shape[0] == N && inv_freq.shape[0] == head_dim / 2,
             op, "shape mismatch: x [%lld, %lld], %d heads of %d, inv_freq [%lld]", (long long)N, (long long)stride,
             n_heads, head_dim, (long long)inv_freq.shape[0]);
-    int64_t total = N * n_heads * (head_dim / 2);
-    if (total == 0) return;
-    rope_kernel<<<cdiv(total, 256), 256, 0, ctx->stream>>>(BF(x), N, stride, n_heads, head_dim, IP(positions),
-                                                           FP(inv_freq), sign);
+    int half = head_dim / 2;
+    CKCHECK(half <= 256, op, "head_dim %d: at most 512", head_dim);
+    if (N == 0) return;
+    int rows = 256 / half; /* rows per block */
+    rope_kernel<<<cdiv(N, rows), rows * half, 0, ctx->stream>>>(BF(x), N, stride, n_heads, head_dim, IP(positions),
+                                                                 FP(inv_freq), sign);
     LAUNCH_OK("rope_kernel");
 }
 
@@ -187,25 +190,88 @@ void cpt_cuda_rope_bwd(cpt_cuda_ctx *ctx, cpt_tensor dx, int n_heads, int head_d
 
 /* ---- swiglu ---- */
 
-__global__ void swiglu_fwd_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t N, int64_t H) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= N * H) return;
-    int64_t n = idx / H, i = idx % H;
-    float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]);
-    out[idx] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+/* Rows of the grid: grid.y covers at most 65535 rows, so each block walks rows r, r + gridDim.y, ... */
+static dim3 row_grid(int64_t N, int64_t per_row, int threads) {
+    return dim3(cdiv(per_row, threads), (unsigned)(N < 65535 ? N : 65535));
 }
 
+__device__ inline float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+/* d/dg, d/du of silu(g) * u times d */
+__device__ inline void swiglu_grad(float g, float u, float d, float *dg, float *du) {
+    float sg = 1.0f / (1.0f + expf(-g));
+    *dg = d * u * sg * (1.0f + g * (1.0f - sg));
+    *du = d * g * sg;
+}
+
+/* H % 8 == 0: 8 elements (16 bytes) per thread, grid (H / 8 / 256, rows) */
+__global__ void swiglu_fwd_vec_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t N, int64_t H) {
+    int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (j >= H) return;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+        float g[8], u[8], o[8];
+        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + j), g);
+        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + H + j), u);
+#pragma unroll
+        for (int k = 0; k < 8; k++) o[k] = silu_f(g[k]) * u[k];
+        *(uint4 *)(out + n * H + j) = f32_to_bf16x8(o);
+    }
+}
+
+/* ACC: dgu += the gradient (read-modify-write), else dgu = the gradient */
+template <bool ACC>
+__global__ void swiglu_bwd_vec_kernel(__nv_bfloat16 *dgu, const __nv_bfloat16 *dout, const __nv_bfloat16 *gu,
+                                      int64_t N, int64_t H) {
+    int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (j >= H) return;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+        float g[8], u[8], d[8], dg[8], du[8];
+        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + j), g);
+        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + H + j), u);
+        bf16x8_to_f32(*(const uint4 *)(dout + n * H + j), d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) swiglu_grad(g[k], u[k], d[k], &dg[k], &du[k]);
+        uint4 *pg = (uint4 *)(dgu + n * 2 * H + j), *pu = (uint4 *)(dgu + n * 2 * H + H + j);
+        if (ACC) {
+            float og[8], ou[8];
+            bf16x8_to_f32(*pg, og);
+            bf16x8_to_f32(*pu, ou);
+#pragma unroll
+            for (int k = 0; k < 8; k++) dg[k] += og[k], du[k] += ou[k];
+        }
+        *pg = f32_to_bf16x8(dg);
+        *pu = f32_to_bf16x8(du);
+    }
+}
+
+/* any H: one element per thread, grid (H / 256, rows) */
+__global__ void swiglu_fwd_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t N, int64_t H) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= H) return;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+        float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]);
+        out[n * H + i] = __float2bfloat16(silu_f(g) * u);
+    }
+}
+
+template <bool ACC>
 __global__ void swiglu_bwd_kernel(__nv_bfloat16 *dgu, const __nv_bfloat16 *dout, const __nv_bfloat16 *gu, int64_t N,
                                   int64_t H) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= N * H) return;
-    int64_t n = idx / H, i = idx % H;
-    float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]);
-    float d = __bfloat162float(dout[idx]);
-    float s = 1.0f / (1.0f + expf(-g));
-    __nv_bfloat16 *dg = dgu + n * 2 * H + i, *du = dg + H;
-    *dg = __float2bfloat16(__bfloat162float(*dg) + d * u * s * (1.0f + g * (1.0f - s)));
-    *du = __float2bfloat16(__bfloat162float(*du) + d * g * s);
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= H) return;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+        float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]), dg, du;
+        swiglu_grad(g, u, __bfloat162float(dout[n * H + i]), &dg, &du);
+        __nv_bfloat16 *pg = dgu + n * 2 * H + i, *pu = pg + H;
+        if (ACC) dg += __bfloat162float(*pg), du += __bfloat162float(*pu);
+        *pg = __float2bfloat16(dg);
+        *pu = __float2bfloat16(du);
+    }
+}
+
+/* 16-byte accesses need H % 8 == 0 and 16-byte aligned buffers */
+static int vec8_ok(int64_t H, const void *a, const void *b, const void *c) {
+    return H % 8 == 0 && !((uintptr_t)a & 15) && !((uintptr_t)b & 15) && !((uintptr_t)c & 15);
 }
 
 void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu) {
@@ -216,12 +282,14 @@ void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu) {
     CKCHECK(gu.shape[0] == N && gu.shape[1] == 2 * H, op, "gu is [%lld, %lld], want [%lld, %lld]",
             (long long)gu.shape[0], (long long)gu.shape[1], (long long)N, (long long)(2 * H));
     if (N * H == 0) return;
-    swiglu_fwd_kernel<<<cdiv(N * H, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
+    if (vec8_ok(H, out.data, gu.data, gu.data))
+        swiglu_fwd_vec_kernel<<<row_grid(N, H / 8, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
+    else
+        swiglu_fwd_kernel<<<row_grid(N, H, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
     LAUNCH_OK("swiglu_fwd_kernel");
 }
 
-void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
-    const char *op = "swiglu_bwd";
+static void swiglu_bwd(cpt_cuda_ctx *ctx, const char *op, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu, bool acc) {
     cpt_cuda_check(op, "dgu", dgu, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "dout", dout, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "gu", gu, CPT_DT_BF16, 2);
@@ -230,6 +298,26 @@ void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt
             "shape mismatch: dout [%lld, %lld], gu [%lld, %lld], dgu [%lld, %lld]", (long long)N, (long long)H,
             (long long)gu.shape[0], (long long)gu.shape[1], (long long)dgu.shape[0], (long long)dgu.shape[1]);
     if (N * H == 0) return;
-    swiglu_bwd_kernel<<<cdiv(N * H, 256), 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+    if (vec8_ok(H, dgu.data, dout.data, gu.data)) {
+        dim3 grid = row_grid(N, H / 8, 256);
+        if (acc)
+            swiglu_bwd_vec_kernel<true><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+        else
+            swiglu_bwd_vec_kernel<false><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+    } else {
+        dim3 grid = row_grid(N, H, 256);
+        if (acc)
+            swiglu_bwd_kernel<true><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+        else
+            swiglu_bwd_kernel<false><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+    }
     LAUNCH_OK("swiglu_bwd_kernel");
+}
+
+void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
+    swiglu_bwd(ctx, "swiglu_bwd", dgu, dout, gu, true);
+}
+
+void cpt_cuda_swiglu_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
+    swiglu_bwd(ctx, "swiglu_bwd_set", dgu, dout, gu, false);
 }

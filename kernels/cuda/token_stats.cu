@@ -24,25 +24,49 @@ __device__ inline online_t online_merge(online_t a, online_t b) {
     return r;
 }
 
+/* Adds x[0..W) to the running (m, s, w): one rescale per W elements, to their max. Elements equal to -inf (masked)
+ * add nothing, also while everything seen so far is -inf. */
+template <int W>
+__device__ inline void online_add(online_t &st, const float *x) {
+    float mx = x[0];
+#pragma unroll
+    for (int k = 1; k < W; k++) mx = fmaxf(mx, x[k]);
+    if (mx > st.m) {
+        if (st.m != -INFINITY) {
+            float d = st.m - mx, e = expf(d);
+            st.w = e * (st.w + st.s * d);
+            st.s *= e;
+        }
+        st.m = mx;
+    }
+    if (st.m == -INFINITY) return;
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        float d = x[k] - st.m, e = expf(d);
+        st.s += e;
+        st.w += e > 0.0f ? e * d : 0.0f;
+    }
+}
+
+/* One block per row. VEC: V % 8 == 0 and 16-byte aligned rows, 8 logits per load. */
+template <bool VEC>
 __global__ void token_stats_fwd_kernel(float *logprob, float *entropy, float *lse, const __nv_bfloat16 *logits,
                                        const int32_t *targets, int64_t V) {
     __shared__ online_t red[32];
     int64_t r = blockIdx.x;
     const __nv_bfloat16 *z = logits + r * V;
     online_t st = {-INFINITY, 0.0f, 0.0f};
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = __bfloat162float(z[v]);
-        if (x > st.m) {
-            if (st.m != -INFINITY) {
-                float d = st.m - x, e = expf(d);
-                st.w = e * (st.w + st.s * d);
-                st.s *= e;
-            }
-            st.m = x;
+    if (VEC) {
+        for (int64_t v = (int64_t)threadIdx.x * 8; v < V; v += (int64_t)blockDim.x * 8) {
+            float x[8];
+            bf16x8_to_f32(*(const uint4 *)(z + v), x);
+            online_add<8>(st, x);
         }
-        float d = x - st.m, e = expf(d);
-        st.s += e;
-        st.w += e > 0.0f ? e * d : 0.0f; /* a -inf logit (masked) adds nothing, not 0 * -inf */
+    } else {
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+            float x = __bfloat162float(z[v]);
+            online_add<1>(st, &x);
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
         online_t other = {__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o),
@@ -96,28 +120,44 @@ void cpt_cuda_token_stats_fwd(cpt_cuda_ctx *ctx, cpt_tensor logprob, cpt_tensor 
     }
     CKCHECK(V > 0, op, "empty vocabulary");
     if (n == 0) return;
-    token_stats_fwd_kernel<<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(
-        cpt_tensor_present(logprob) ? FP(logprob) : NULL, cpt_tensor_present(entropy) ? FP(entropy) : NULL, FP(lse),
-        BF(logits), cpt_tensor_present(targets) ? IP(targets) : NULL, V);
+    float *lp = cpt_tensor_present(logprob) ? FP(logprob) : NULL, *ent = cpt_tensor_present(entropy) ? FP(entropy) : NULL;
+    const int32_t *tg = cpt_tensor_present(targets) ? IP(targets) : NULL;
+    if (V % 8 == 0 && !((uintptr_t)logits.data & 15))
+        token_stats_fwd_kernel<true><<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(lp, ent, FP(lse), BF(logits), tg, V);
+    else
+        token_stats_fwd_kernel<false><<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(lp, ent, FP(lse), BF(logits), tg, V);
     LAUNCH_OK("token_stats_fwd_kernel");
 }
 
-/* grid.y = row, grid.x * blockDim.x covers the vocabulary */
+/* grid.y = row, grid.x * blockDim.x * W covers the vocabulary; W = 8 needs V % 8 == 0 and aligned rows */
+template <int W>
 __global__ void token_stats_bwd_kernel(__nv_bfloat16 *logits, const float *lse, const float *entropy,
                                        const int32_t *targets, const float *d_logprob, const float *d_entropy,
                                        int64_t V) {
-    int64_t r = blockIdx.y, v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (v >= V) return;
+    int64_t r = blockIdx.y, v0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (v0 >= V) return;
     float l = lse[r];
     int32_t t = targets ? targets[r] : -1;
     float dl = (d_logprob && t >= 0) ? d_logprob[r] : 0.0f;
     float de = d_entropy ? d_entropy[r] : 0.0f;
     float H = de != 0.0f ? entropy[r] : 0.0f;
-    __nv_bfloat16 *z = logits + r * V;
-    float lp = __bfloat162float(z[v]) - l, p = expf(lp);
-    float g = -dl * p - de * p * (lp + H);
-    if (v == t) g += dl;
-    z[v] = __float2bfloat16(g);
+    __nv_bfloat16 *z = logits + r * V + v0;
+    float x[W];
+    if (W == 8)
+        bf16x8_to_f32(*(const uint4 *)z, x);
+    else
+        x[0] = __bfloat162float(z[0]);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        float lp = x[k] - l, p = expf(lp);
+        float g = -dl * p - de * p * (lp + H);
+        if (v0 + k == t) g += dl;
+        x[k] = g;
+    }
+    if (W == 8)
+        *(uint4 *)z = f32_to_bf16x8(x);
+    else
+        z[0] = __float2bfloat16(x[0]);
 }
 
 void cpt_cuda_token_stats_bwd(cpt_cuda_ctx *ctx, cpt_tensor logits, cpt_tensor lse, cpt_tensor entropy,
@@ -139,10 +179,16 @@ void cpt_cuda_token_stats_bwd(cpt_cuda_ctx *ctx, cpt_tensor logits, cpt_tensor l
     CKCHECK(!cpt_tensor_present(d_entropy) || cpt_tensor_present(entropy), op, "d_entropy needs the entropy");
     CKCHECK(n <= 65535, op, "%lld rows in one chunk; at most 65535", (long long)n);
     if (n == 0 || V == 0) return;
-    dim3 grid(cdiv(V, 256), (unsigned)n);
-    token_stats_bwd_kernel<<<grid, 256, 0, ctx->stream>>>(
-        BF(logits), FP(lse), cpt_tensor_present(entropy) ? FP(entropy) : NULL,
-        cpt_tensor_present(targets) ? IP(targets) : NULL, cpt_tensor_present(d_logprob) ? FP(d_logprob) : NULL,
-        cpt_tensor_present(d_entropy) ? FP(d_entropy) : NULL, V);
+    const float *ent = cpt_tensor_present(entropy) ? FP(entropy) : NULL;
+    const int32_t *tg = cpt_tensor_present(targets) ? IP(targets) : NULL;
+    const float *dlp = cpt_tensor_present(d_logprob) ? FP(d_logprob) : NULL;
+    const float *dent = cpt_tensor_present(d_entropy) ? FP(d_entropy) : NULL;
+    if (V % 8 == 0 && !((uintptr_t)logits.data & 15)) {
+        dim3 grid(cdiv(V / 8, 256), (unsigned)n);
+        token_stats_bwd_kernel<8><<<grid, 256, 0, ctx->stream>>>(BF(logits), FP(lse), ent, tg, dlp, dent, V);
+    } else {
+        dim3 grid(cdiv(V, 256), (unsigned)n);
+        token_stats_bwd_kernel<1><<<grid, 256, 0, ctx->stream>>>(BF(logits), FP(lse), ent, tg, dlp, dent, V);
+    }
     LAUNCH_OK("token_stats_bwd_kernel");
 }

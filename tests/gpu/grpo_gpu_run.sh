@@ -9,8 +9,8 @@
 #                                                   libraries) into DIR (git-ignored .carry-*), for the device tool
 #   tests/gpu/grpo_gpu_run.sh run DIR               on the device machine (no -dev packages, no redis-server there)
 #
-# Knobs (env): SFT_STEPS (1500), SFT_LR (1e-3), GRPO_STEPS (200), TRANSPORT (cuda_ipc; file works too), OUT (runs/gpu-grpo).
-# NOT RUN on a GPU yet.
+# Knobs (env): SFT_STEPS (300: short of memorising, so GRPO has room), SFT_LR (1e-3), GRPO_STEPS (300), GRPO_LR (5e-5),
+# TRANSPORT (cuda_ipc; file works too), OUT (runs/gpu-grpo).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$(pwd)
@@ -25,12 +25,15 @@ flow() {
   mkdir -p "$out/data"
   "$bin/cpt" data gen arithmetic --format rl --split train --n 30000 --seed 1 | with_marker > "$out/data/train.jsonl"
   "$bin/cpt" data gen arithmetic --format rl --split eval --n 200 --seed 2 | with_marker > "$out/data/eval.jsonl"
+  # GRPO's prompts: another draw than SFT's (seed 1), so the policy is not asked what it memorised
+  "$bin/cpt" data gen arithmetic --format rl --split train --n 20000 --seed 3 > "$out/data/grpo.jsonl"
   local sft=() grpo=()
   if [ "$mode" = gpu ]; then
     sft=(train.device=cuda model.hidden_size=768 model.intermediate_size=2048 model.num_layers=10 model.num_heads=12
-         model.num_kv_heads=4 train.steps="${SFT_STEPS:-1500}" train.tokens_per_micro_batch=16384 optim.lr="${SFT_LR:-1e-3}"
+         model.num_kv_heads=4 train.steps="${SFT_STEPS:-300}" train.tokens_per_micro_batch=16384 optim.lr="${SFT_LR:-1e-3}"
          train.log_every=100 train.eval_every=0 train.eval_generate=200)
-    grpo=(train.steps="${GRPO_STEPS:-200}" weights.transport="${TRANSPORT:-cuda_ipc}")
+    grpo=(train.steps="${GRPO_STEPS:-300}" weights.transport="${TRANSPORT:-cuda_ipc}" optim.lr="${GRPO_LR:-5e-5}"
+          validation.every_steps=50)
   else
     sft=(train.steps=40 train.log_every=10 train.eval_every=0 train.eval_generate=20 train.threads=1)
     grpo=(train.device=cpu rollout.device=cpu weights.transport=file train.steps=3 train.groups_per_step=4
@@ -45,7 +48,8 @@ flow() {
   grep -E "sft done|exact|params" "$out/sft.log" | tail -3 || true
   "$bin/cpt" export "$out/sft" "$out/export" > /dev/null
   t1=$(date +%s.%N)
-  "$bin/cpt" run examples/grpo_gpu.toml run.dir="$out/grpo" model.path="$out/export" "${grpo[@]}" > "$out/grpo.log" 2>&1 || {
+  "$bin/cpt" run examples/grpo_gpu.toml run.dir="$out/grpo" model.path="$out/export" data.train="$out/data/grpo.jsonl" \
+    "${grpo[@]}" > "$out/grpo.log" 2>&1 || {
     tail -40 "$out/grpo.log"; tail -n 30 "$out/grpo/logs/"*.log 2>/dev/null; return 1; }
   t2=$(date +%s.%N)
   summary "$out" "$t0" "$t1" "$t2" "$([ "$mode" = gpu ] && echo 16 || echo 4)"

@@ -70,6 +70,21 @@ static void check_matmul(int64_t N, int64_t C, int64_t OC, int with_bias) {
     if (!with_bias) {
         compare("matmul_bwd", "dinp (bf16)", get_bf16(ctx, d_dinp, (size_t)(N * C)), dinp, (size_t)(N * C), TOL_BF16);
         compare("matmul_bwd", "dw (f32)", get_f32(ctx, d_dw, (size_t)(OC * C)), dw, (size_t)(OC * C), TOL_BF16);
+        /* _set: dinp overwritten (poisoned first: NaN must not leak in), dw accumulates on top of the above */
+        float *dinp0 = hbuf((size_t)(N * C));
+        memset(dinp0, 0, sizeof(float) * (size_t)(N * C));
+        void *d_dinp0 = dev_poison(ctx, (size_t)(N * C) * 2, "dinp (set)");
+        cpt_k_matmul_bwd(cpt_tensor_f32_2d(dinp0, N, C), cpt_tensor_f32_2d(dw, OC, C), cpt_tensor_none(),
+                         cpt_tensor_f32_2d(dout, N, OC), cpt_tensor_f32_2d(inp, N, C), cpt_tensor_f32_2d(w, OC, C));
+        cpt_cuda_matmul_bwd_set(ctx, D2(d_dinp0, CPT_DT_BF16, N, C), D2(d_dw, CPT_DT_F32, OC, C),
+                                D2(d_dout, CPT_DT_BF16, N, OC), D2(d_inp, CPT_DT_BF16, N, C),
+                                D2(d_w, CPT_DT_BF16, OC, C));
+        compare("matmul_bwd_set", "dinp (bf16, =)", get_bf16(ctx, d_dinp0, (size_t)(N * C)), dinp0, (size_t)(N * C),
+                TOL_BF16);
+        compare("matmul_bwd_set", "dw (f32, +=)", get_f32(ctx, d_dw, (size_t)(OC * C)), dw, (size_t)(OC * C),
+                TOL_BF16);
+        cpt_cuda_free(d_dinp0);
+        free(dinp0);
     }
     void *ds[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) cpt_cuda_free(ds[i]);
@@ -176,8 +191,16 @@ static void check_swiglu(int64_t N, int64_t I) {
     cpt_cuda_swiglu_bwd(ctx, D2(d_dgu, CPT_DT_BF16, N, 2 * I), D2(d_dout, CPT_DT_BF16, N, I),
                         D2(d_gu, CPT_DT_BF16, N, 2 * I));
     compare("swiglu_bwd", "dgu", get_bf16(ctx, d_dgu, (size_t)(N * 2 * I)), dgu, (size_t)(N * 2 * I), TOL_BF16);
-    cpt_cuda_free(d_gu), cpt_cuda_free(d_out), cpt_cuda_free(d_dout), cpt_cuda_free(d_dgu);
-    free(gu), free(ref), free(dout), free(dgu);
+    /* _set overwrites: a poisoned buffer against the CPU's += into zeros */
+    float *dgu0 = hbuf((size_t)(N * 2 * I));
+    memset(dgu0, 0, sizeof(float) * (size_t)(N * 2 * I));
+    void *d_dgu0 = dev_poison(ctx, (size_t)(N * 2 * I) * 2, "dgu (set)");
+    cpt_k_swiglu_bwd(cpt_tensor_f32_2d(dgu0, N, 2 * I), cpt_tensor_f32_2d(dout, N, I), cpt_tensor_f32_2d(gu, N, 2 * I));
+    cpt_cuda_swiglu_bwd_set(ctx, D2(d_dgu0, CPT_DT_BF16, N, 2 * I), D2(d_dout, CPT_DT_BF16, N, I),
+                            D2(d_gu, CPT_DT_BF16, N, 2 * I));
+    compare("swiglu_bwd_set", "dgu", get_bf16(ctx, d_dgu0, (size_t)(N * 2 * I)), dgu0, (size_t)(N * 2 * I), TOL_BF16);
+    cpt_cuda_free(d_gu), cpt_cuda_free(d_out), cpt_cuda_free(d_dout), cpt_cuda_free(d_dgu), cpt_cuda_free(d_dgu0);
+    free(gu), free(ref), free(dout), free(dgu), free(dgu0);
 }
 
 static void check_token_stats(int64_t n, int64_t V) {
@@ -301,9 +324,11 @@ int main(void) {
     check_rmsnorm(1000, 64); /* q_norm / k_norm shape: rows = tokens x heads, C = head_dim */
     check_rope(0);
     check_rope(1);
-    check_swiglu(200, 1000);
+    check_swiglu(200, 1000); /* 8-wide kernels */
+    check_swiglu(7, 13);     /* scalar kernels */
     check_token_stats(40, 151936);
-    check_token_stats(33, 1000);
+    check_token_stats(33, 1000); /* 8-wide */
+    check_token_stats(9, 1001);  /* scalar */
     check_adamw(100003, 0);
     check_adamw(4097, 1);
     check_matmul(200, 896, 1000, 1); /* last: a cuBLASLt failure aborts, and the rows above are printed by then */

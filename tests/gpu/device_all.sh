@@ -1,0 +1,90 @@
+#!/bin/bash
+# Every GPU check and bench of cpt in one device call (device time is scarce: one call, one carry folder).
+#
+#   tests/gpu/device_all.sh build [BUILD] [DIR]    here: every GPU test/bench program linked against BUILD
+#                                                  (default build-dev), the cpt binaries and redis-server, with
+#                                                  their shared libraries, into DIR (default .carry-all, git-ignored)
+#                                                  and packed as .carry-pack/NAME.tgz (carry that: the tool's limit
+#                                                  is 64 MiB with the working tree)
+#   tests/gpu/device_all.sh run DIR|TGZ STAGE...   on the device: the stages named, each under a timeout, each log
+#                                                  in $OUT/<stage>.log; a summary line per stage at the end
+#
+# Stages: ops model train attn trainbench trainprof xport decode decodeprof grpo grpo-lrX (in the order given).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+PROGS="tests/gpu/test_cuda_ops.c tests/gpu/test_cuda_model.c tests/gpu/test_cuda_attention.c tests/gpu/test_cuda_decode.c
+tests/gpu/test_nccl_dp.c tests/gpu/test_weight_transports.c bench/cuda_train_bench.c bench/decode_bench.c"
+
+build() {
+    local b=$1 d=$2
+    rm -rf "$d"
+    # shellcheck disable=SC2086
+    CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} tests/gpu/run_on_device.sh build "$b" "$d" $PROGS > /dev/null
+    tests/gpu/grpo_gpu_run.sh build "$b" "$d" > /dev/null
+    for p in "$d"/test_* "$d"/*_bench; do strip "$p"; done
+    # the device tool carries at most 64 MiB with the working tree: send the folder packed
+    mkdir -p .carry-pack
+    tar czf ".carry-pack/$(basename "$d").tgz" "$d"
+    du -sh "$d" ".carry-pack/$(basename "$d").tgz"
+}
+
+stage() {
+    local name=$1 limit=$2
+    shift 2
+    local t0 rc
+    t0=$(date +%s)
+    echo "=== $name ($(date -u +%H:%M:%S))"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?
+    tail -n "${TAIL:-25}" "$OUT/$name.log"
+    SUMMARY+="$(printf '%-11s rc=%-3s %4ss' "$name" "$rc" "$(($(date +%s) - t0))")"$'\n'
+}
+
+run() {
+    local d=$1
+    if [ "${d%.tgz}" != "$d" ]; then # a packed folder (build's .carry-pack/NAME.tgz)
+        mkdir -p /tmp/cpt-carry && tar xzf "$d" -C /tmp/cpt-carry
+        d=/tmp/cpt-carry/$(basename "$d" .tgz)
+    fi
+    d=$(cd "$d" && pwd)
+    shift
+    OUT=${OUT:-/tmp/cpt-device}
+    mkdir -p "$OUT"
+    cp "$d/bin/cpt" "$d/bin/cpt-train" "$d/"
+    eval "$(tests/gpu/run_on_device.sh env)"
+    export LD_LIBRARY_PATH="$d/lib:${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 OUT
+    echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader || true
+    SUMMARY=""
+    for s in "$@"; do
+        case $s in
+        ops) stage ops 120 env CPT_CUDA_BENCH=1 "$d/test_cuda_ops" ;;
+        model) stage model 150 tests/gpu/cuda_model_device.sh "$d" ;;
+        train) stage train 180 env CPT_BUILD="$d/bin" tests/gpu/test_train_cuda.sh ;;
+        attn) stage attn 120 tests/gpu/attention_on_device.sh "$d" ;;
+        trainbench) stage trainbench 300 bench/cuda_train_bench.sh run "$d" ;;
+        trainprof) stage trainprof 240 ncu --clock-control none --print-summary per-kernel \
+            --metrics gpu__time_duration.sum "$d/cuda_train_bench" --shape 0.5b --steps 1 --warmup 1 ;;
+        xport) stage xport 180 "$d/test_weight_transports" ;;
+        decode) stage decode 420 env TEST_TIMEOUT=90 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" ;;
+        decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
+        grpo | grpo-lr*) # grpo-lrX: GRPO_LR=X. Its own OUT is the run folder (the script empties it): keep it off
+            # $OUT, bring back the logs and metrics
+            lr=${s#grpo-lr}
+            [ "$s" = grpo ] && lr=${GRPO_LR:-5e-5}
+            stage "$s" 400 env OUT="/tmp/cpt-$s" GRPO_LR="$lr" tests/gpu/grpo_gpu_run.sh run "$d"
+            mkdir -p "$OUT/$s-run"
+            cp "/tmp/cpt-$s"/*.log "/tmp/cpt-$s/grpo/metrics.jsonl" "$OUT/$s-run/" 2>/dev/null ;;
+        *) echo "unknown stage $s"; SUMMARY+="$s: unknown"$'\n' ;;
+        esac
+    done
+    echo "=== summary"
+    printf '%s' "$SUMMARY"
+}
+
+case "${1:-}" in
+build) build "${2:-build-dev}" "${3:-.carry-all}" ;;
+run) shift; run "$@" ;;
+*) sed -n '2,11p' "$0"; exit 2 ;;
+esac
