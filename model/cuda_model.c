@@ -65,6 +65,10 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *dl, c
     return no_cuda(err);
 }
 void cpt_cuda_model_zero_grad(cpt_model *m) { (void)m; }
+int cpt_model_grads_settle(cpt_model *m, cpt_err *err) {
+    (void)m, (void)err;
+    return 0;
+}
 int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
     (void)m, (void)err;
     return 0;
@@ -117,6 +121,10 @@ struct cpt_cuda_model {
     int32_t *h_ints;
     float *h_f32;
     int h_cap;
+    /* zero_grad is deferred (zero_pending): the backward zeroes only zero_runs, the element ranges [a, b) outside the
+     * layers' product weights, and writes those with its first products (beta 0) instead of a memset plus reads */
+    int zero_pending, n_zero_runs;
+    int64_t (*zero_runs)[2];
     /* the last training forward */
     int kept_tokens, kept_seqs, kept_logits, n_emb_ids, max_seqlen;
     int32_t *kept_cu;
@@ -152,6 +160,8 @@ static void *take(carver *c, size_t bytes) {
 
 int cpt_model_on_cuda(const cpt_model *m) { return m && m->cuda != NULL; }
 
+static int build_zero_runs(cpt_model *m, cpt_err *err);
+
 void cpt_cuda_model_free(cpt_cuda_model *cm) {
     if (!cm) return;
     if (cm->ctx) cpt_cuda_sync(cm->ctx, NULL);
@@ -163,6 +173,7 @@ void cpt_cuda_model_free(cpt_cuda_model *cm) {
     free(cm->h_ints);
     free(cm->h_f32);
     free(cm->kept_cu);
+    free(cm->zero_runs);
     free(cm);
 }
 
@@ -188,7 +199,7 @@ int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
 int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     if (!cm) return 0;
-    if (cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err) ||
+    if (cpt_model_grads_settle(m, err) || cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err) ||
         cpt_cuda_memcpy_d2h(cm->ctx, m->grad, cm->g, m->numel * sizeof(float), err))
         return cpt_err_prefix(err, "copying the weights to the host");
     return 0;
@@ -223,7 +234,7 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
         if (pass == 0 && !(cv.base = cm->pmem = cpt_cuda_malloc(cv.off, "the model's parameters", err))) goto fail;
     }
     m->cuda = cm;
-    if (cpt_model_sync_to_device(m, err)) goto fail_placed;
+    if (build_zero_runs(m, err) || cpt_model_sync_to_device(m, err)) goto fail_placed;
     if (cpt_cuda_memset(cm->ctx, cm->g, 0, n * sizeof(float), err) ||
         cpt_cuda_memcpy_h2d(cm->ctx, cm->inv_freq, m->inv_freq, sizeof(float) * (size_t)(c->head_dim / 2), err))
         goto fail_placed;
@@ -238,6 +249,11 @@ fail:
 
 int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *v) {
     if (!m || !m->cuda || p->data < m->data || p->data >= m->data + m->numel) return -1;
+    cpt_err e; /* a reader outside the backward (optimizer, norm, data parallel) sees zeros after zero_grad */
+    if (cpt_model_grads_settle(m, &e)) {
+        fprintf(stderr, "cpt cuda model: zeroing the gradients: %s\n", e.msg);
+        abort();
+    }
     size_t off = (size_t)(p->data - m->data);
     v->ctx = m->cuda->ctx;
     v->data = m->cuda->w + off;
@@ -248,13 +264,49 @@ int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *
 
 double *cpt_model_cuda_norm_slots(cpt_model *m) { return m && m->cuda ? m->cuda->norm_slots : NULL; }
 
-void cpt_cuda_model_zero_grad(cpt_model *m) {
-    cpt_cuda_model *cm = m->cuda;
-    cpt_err err;
-    if (cpt_cuda_memset(cm->ctx, cm->g, 0, m->numel * sizeof(float), &err)) {
-        fprintf(stderr, "cpt cuda model: zeroing the gradients: %s\n", err.msg);
-        abort();
+void cpt_cuda_model_zero_grad(cpt_model *m) { m->cuda->zero_pending = 1; }
+
+int cpt_model_grads_settle(cpt_model *m, cpt_err *err) {
+    cpt_cuda_model *cm = m ? m->cuda : NULL;
+    if (!cm || !cm->zero_pending) return 0;
+    cm->zero_pending = 0;
+    return cpt_cuda_memset(cm->ctx, cm->g, 0, m->numel * sizeof(float), err);
+}
+
+/* The complement of the layers' product weights (wqkv, wo, wgu, wdown) in [0, numel): ascending, merged. */
+static int build_zero_runs(cpt_model *m, cpt_err *err) {
+    const cpt_model_config *c = &m->cfg;
+    int64_t C = c->hidden_size, I = c->intermediate_size, HD = (int64_t)c->num_heads * c->head_dim;
+    int L = c->num_layers, k = 0;
+    int64_t(*skip)[2] = malloc(sizeof *skip * (size_t)(4 * L));
+    int64_t(*runs)[2] = malloc(sizeof *runs * (size_t)(4 * L + 1));
+    if (!skip || !runs) {
+        free(skip), free(runs);
+        return cpt_errf(err, "out of memory");
     }
+    for (int l = 0; l < L; l++) {
+        const layer_offsets *lo = &m->layer[l];
+        int64_t r[4][2] = {{lo->wqkv, lo->wqkv + qkv_dim(c) * C}, {lo->wo, lo->wo + C * HD},
+                           {lo->wgu, lo->wgu + 2 * I * C}, {lo->wdown, lo->wdown + C * I}};
+        for (int j = 0; j < 4; j++) skip[k][0] = r[j][0], skip[k][1] = r[j][1], k++;
+    }
+    for (int i = 1; i < k; i++) /* insertion sort: they are nearly in order already */
+        for (int j = i; j > 0 && skip[j][0] < skip[j - 1][0]; j--) {
+            int64_t t0 = skip[j][0], t1 = skip[j][1];
+            skip[j][0] = skip[j - 1][0], skip[j][1] = skip[j - 1][1];
+            skip[j - 1][0] = t0, skip[j - 1][1] = t1;
+        }
+    int n = 0;
+    int64_t at = 0;
+    for (int i = 0; i < k; i++) {
+        if (skip[i][0] > at) runs[n][0] = at, runs[n][1] = skip[i][0], n++;
+        if (skip[i][1] > at) at = skip[i][1];
+    }
+    if ((int64_t)m->numel > at) runs[n][0] = at, runs[n][1] = (int64_t)m->numel, n++;
+    free(skip);
+    m->cuda->zero_runs = runs;
+    m->cuda->n_zero_runs = n;
+    return 0;
 }
 
 /* ---- buffers ---- */
@@ -520,8 +572,9 @@ int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *ou
 
 /* ---- backward ---- */
 
-/* dres holds d/d(x_out) on entry and d/d(x_in) on return; parameter gradients accumulate in fp32. */
-static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S) {
+/* dres holds d/d(x_out) on entry and d/d(x_in) on return; parameter gradients accumulate in fp32, except that with
+ * first_grads (the first backward after a zero_grad) the four products' weight gradients are written, not added. */
+static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S, int first_grads) {
     cpt_cuda_model *cm = m->cuda;
     cpt_cuda_ctx *ctx = cm->ctx;
     const cpt_model_config *c = &m->cfg;
@@ -530,22 +583,23 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S) {
     int64_t QKV = qkv_dim(c), HD = H * D, KD = KV * D;
     int32_t *pos = cm->ints + 2 * N, *cu = cm->ints + 3 * N;
     size_t n = (size_t)N;
+    int mm = CPT_MM_DINP_SET | (first_grads ? CPT_MM_DW_SET : 0);
     /* MLP branch. The _set products and swiglu_bwd_set overwrite their scratch, which needs no zeroing. */
     bf16 *act = a->act;
     if (!act) { /* recomputing: silu(gate) * up again */
         act = cm->act;
         cpt_cuda_swiglu_fwd(ctx, TB(act, N, I), TB(a->gu, N, 2 * I));
     }
-    cpt_cuda_matmul_bwd_set(ctx, TB(cm->dact, N, I), GF(m, lo->wdown, C, I), TB(cm->dres, N, C), TB(act, N, I),
-                            WB(m, lo->wdown, C, I));
+    cpt_cuda_matmul_bwd_ex(ctx, TB(cm->dact, N, I), GF(m, lo->wdown, C, I), TB(cm->dres, N, C), TB(act, N, I),
+                           WB(m, lo->wdown, C, I), mm);
     cpt_cuda_swiglu_bwd_set(ctx, TB(cm->dgu, N, 2 * I), TB(cm->dact, N, I), TB(a->gu, N, 2 * I));
-    cpt_cuda_matmul_bwd_set(ctx, TB(cm->dh, N, C), GF(m, lo->wgu, 2 * I, C), TB(cm->dgu, N, 2 * I), TB(a->h2, N, C),
-                            WB(m, lo->wgu, 2 * I, C));
+    cpt_cuda_matmul_bwd_ex(ctx, TB(cm->dh, N, C), GF(m, lo->wgu, 2 * I, C), TB(cm->dgu, N, 2 * I), TB(a->h2, N, C),
+                           WB(m, lo->wgu, 2 * I, C), mm);
     cpt_cuda_rmsnorm_bwd(ctx, TB(cm->dres, N, C), GF(m, lo->ln2, C, 0), TB(cm->dh, N, C), TB(a->x_mid, N, C),
                          WB(m, lo->ln2, C, 0), TF1(a->rstd2, N));
     /* attention branch */
-    cpt_cuda_matmul_bwd_set(ctx, TB(cm->datt, N, HD), GF(m, lo->wo, C, HD), TB(cm->dres, N, C), TB(a->att, N, HD),
-                            WB(m, lo->wo, C, HD));
+    cpt_cuda_matmul_bwd_ex(ctx, TB(cm->datt, N, HD), GF(m, lo->wo, C, HD), TB(cm->dres, N, C), TB(a->att, N, HD),
+                           WB(m, lo->wo, C, HD), mm);
     if (lo->bo >= 0) cpt_cuda_bias_grad(ctx, GF(m, lo->bo, C, 0), TB(cm->dres, N, C));
     cpt_attn_shape as = {(int)H, (int)KV, (int)D};
     cpt_cuda_attention_bwd(ctx, TB(cm->dqkv, N, QKV), TB(cm->datt, N, HD), TB(a->att, N, HD), TF(a->lse, N, H),
@@ -564,8 +618,8 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S) {
         cpt_cuda_copy_cols(ctx, TB(cm->dqkv, N, QKV), HD, TB(cm->dqk_b, N, KD), 0, KD);
     }
     if (lo->bqkv >= 0) cpt_cuda_bias_grad(ctx, GF(m, lo->bqkv, QKV, 0), TB(cm->dqkv, N, QKV));
-    cpt_cuda_matmul_bwd_set(ctx, TB(cm->dh, N, C), GF(m, lo->wqkv, QKV, C), TB(cm->dqkv, N, QKV), TB(a->h1, N, C),
-                            WB(m, lo->wqkv, QKV, C));
+    cpt_cuda_matmul_bwd_ex(ctx, TB(cm->dh, N, C), GF(m, lo->wqkv, QKV, C), TB(cm->dqkv, N, QKV), TB(a->h1, N, C),
+                           WB(m, lo->wqkv, QKV, C), mm);
     cpt_cuda_rmsnorm_bwd(ctx, TB(cm->dres, N, C), GF(m, lo->ln1, C, 0), TB(cm->dh, N, C), TB(a->x_in, N, C),
                          WB(m, lo->ln1, C, 0), TF1(a->rstd1, N));
 }
@@ -611,6 +665,13 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
     }
     if (last >= 0 && cpt_cuda_memcpy_h2d(ctx, cm->dins, h, sizeof(float) * (size_t)N * (last + 1), err)) return -1;
     float *dlp = cm->dins, *dent = cm->dins + N, *dval = cm->dins + 2 * N;
+    /* a pending zero_grad: zero all but the layers' product weights, whose first products overwrite */
+    int first_grads = cm->zero_pending;
+    if (first_grads) {
+        for (int i = 0; i < cm->n_zero_runs; i++)
+            zero_dev(cm, cm->g + cm->zero_runs[i][0], (size_t)(cm->zero_runs[i][1] - cm->zero_runs[i][0]) * 4);
+        cm->zero_pending = 0;
+    }
     float *ent = cm->outs + N;
     int32_t *targets = cm->ints + N;
 
@@ -623,8 +684,8 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
             if (!cm->kept_logits) cpt_cuda_matmul_fwd(ctx, TB(lg, n, V), xf, w, NONE());
             cpt_cuda_token_stats_bwd(ctx, TB(lg, n, V), TF1(cm->lse + n0, n), TF1(ent + n0, n), TI1(targets + n0, n),
                                      d_logprobs ? TF1(dlp + n0, n) : NONE(), d_entropy ? TF1(dent + n0, n) : NONE());
-            cpt_cuda_matmul_bwd_set(ctx, TB(cm->dxf + n0 * C, n, C), GF(m, m->off_lm_head, V, C), TB(lg, n, V), xf,
-                                    w);
+            cpt_cuda_matmul_bwd_ex(ctx, TB(cm->dxf + n0 * C, n, C), GF(m, m->off_lm_head, V, C), TB(lg, n, V), xf, w,
+                                   CPT_MM_DINP_SET);
         }
         cm->kept_logits = 0; /* they are gradients now */
     } else {
@@ -644,7 +705,7 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
                                  WB(m, m->layer[l].ln1, C, 0), c->rms_norm_eps);
             layer_forward(m, l, N, a, NULL, S, 0);
         }
-        layer_backward(m, l, N, a, S);
+        layer_backward(m, l, N, a, S, first_grads);
         if (ready(m, m->layer[l].ln1, m->layer[l].wdown, 0, err)) return -1;
     }
     int U = cm->n_emb_ids;

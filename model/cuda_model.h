@@ -26,6 +26,10 @@ typedef struct cpt_cuda_param_view {
 } cpt_cuda_param_view;
 /* 0 and the view when p belongs to m and m is on the GPU, else -1. */
 int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *v);
+/* zero_grad on the GPU is deferred to the next backward (whose first weight-gradient products overwrite instead of
+ * adding); this makes a pending zeroing real. cpt_model_cuda_param and cpt_model_sync_to_host call it, so readers
+ * of gradients outside a backward see zeros. 0 when nothing is pending or the model is on the host. */
+int cpt_model_grads_settle(cpt_model *m, cpt_err *err);
 /* A device array of one fp64 per parameter tensor (per-tensor sums of squares for the global norm). */
 double *cpt_model_cuda_norm_slots(cpt_model *m);
 

@@ -89,6 +89,7 @@ struct cpt_dp {
     cpt_dp_plan plan;
     int attached;
     float *grads;
+    cpt_model *model; /* cpt_dp_attach_model's, or NULL */
     void *nccl;       /* cpt_nccl * */
     void *cuda_ctx;   /* the model's context (cpt_cuda_ctx *) */
     float *host_sums; /* device scratch of cpt_dp_sum_host */
@@ -292,6 +293,7 @@ int cpt_dp_attach_model(cpt_dp *dp, cpt_model *m, cpt_err *err) {
     }
     int rc = cpt_dp_attach(dp, ctx, dev_grads, numel, off, n, err);
     free(numel), free(off);
+    if (rc == 0) dp->model = m;
     return rc;
 }
 
@@ -345,6 +347,8 @@ int cpt_dp_finish(cpt_dp *dp, cpt_err *err) {
         *err = dp->sticky;
         return -1;
     }
+    /* a rank that ran no backward this step still holds a deferred zero_grad: all-reduce zeros, not stale values */
+    if (dp->model && cpt_model_grads_settle(dp->model, err)) return -1;
     if (launch_ready_buckets(dp, 1, err) != 0) return -1;
 #ifdef CPT_HAVE_CUDA
     if (dp->nccl && cpt_nccl_join(dp->nccl, err) != 0) return -1;

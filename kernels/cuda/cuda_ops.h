@@ -59,11 +59,13 @@ cpt_tensor cpt_cuda_tensor(void *p, cpt_dtype dt, int ndim, int64_t d0, int64_t 
 /* out [N, OC] bf16 = inp [N, C] bf16 @ w [OC, C]^T bf16 (+ bias [OC] bf16, optional); fp32 accumulation. */
 void cpt_cuda_matmul_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor inp, cpt_tensor w, cpt_tensor bias);
 /* dinp [N, C] bf16 += dout [N, OC] @ w [OC, C];  dw [OC, C] f32 += dout^T @ inp. Either may be absent.
- * _set: dinp = (not +=; no zeroed buffer needed, and the product does not read dinp); dw still accumulates. */
+ * _ex with CPT_MM_DINP_SET / CPT_MM_DW_SET: that output is overwritten instead (= not +=): no zeroed buffer needed,
+ * and the product does not read it. */
 void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
                          cpt_tensor w);
-void cpt_cuda_matmul_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
-                             cpt_tensor w);
+enum { CPT_MM_DINP_SET = 1, CPT_MM_DW_SET = 2 };
+void cpt_cuda_matmul_bwd_ex(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                            cpt_tensor w, int flags);
 
 /* Fused residual add + RMSNorm over the last dim: when resid is present, x = inp + resid is written to
  * resid_out (bf16; may alias inp or resid) and normalised, else x = inp. out [R, C] bf16 = x * rstd * w,

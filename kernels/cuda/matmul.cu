@@ -78,7 +78,7 @@ void cpt_cuda_matmul_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor inp, cpt_
 }
 
 static void matmul_bwd(cpt_cuda_ctx *ctx, const char *op, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout,
-                       cpt_tensor inp, cpt_tensor w, float dinp_beta) {
+                       cpt_tensor inp, cpt_tensor w, float dinp_beta, float dw_beta) {
     cpt_cuda_check(op, "dout", dout, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "inp", inp, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "w", w, CPT_DT_BF16, 2);
@@ -98,16 +98,17 @@ static void matmul_bwd(cpt_cuda_ctx *ctx, const char *op, cpt_tensor dinp, cpt_t
         /* dw^T [C, OC] += inp^T [C, N] @ dout [N, OC], dout stored [OC, N] col-major, transposed */
         lt_operand A = {inp.data, CUDA_R_16BF, C, N, C};
         lt_operand B = {dout.data, CUDA_R_16BF, OC, N, OC};
-        lt_gemm(ctx, op, 0, 1, C, OC, N, A, B, dw.data, CUDA_R_32F, C, 1.0f, NULL);
+        lt_gemm(ctx, op, 0, 1, C, OC, N, A, B, dw.data, CUDA_R_32F, C, dw_beta, NULL);
     }
 }
 
 void cpt_cuda_matmul_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
                          cpt_tensor w) {
-    matmul_bwd(ctx, "matmul_bwd", dinp, dw, dout, inp, w, 1.0f);
+    matmul_bwd(ctx, "matmul_bwd", dinp, dw, dout, inp, w, 1.0f, 1.0f);
 }
 
-void cpt_cuda_matmul_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
-                             cpt_tensor w) {
-    matmul_bwd(ctx, "matmul_bwd_set", dinp, dw, dout, inp, w, 0.0f);
+void cpt_cuda_matmul_bwd_ex(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp,
+                            cpt_tensor w, int flags) {
+    matmul_bwd(ctx, "matmul_bwd_ex", dinp, dw, dout, inp, w, flags & CPT_MM_DINP_SET ? 0.0f : 1.0f,
+               flags & CPT_MM_DW_SET ? 0.0f : 1.0f);
 }

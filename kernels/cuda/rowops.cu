@@ -40,6 +40,54 @@ __global__ void rmsnorm_fwd_kernel(__nv_bfloat16 *out, float *rstd, __nv_bfloat1
         o[c] = __float2bfloat16(__bfloat162float(w[c]) * (__bfloat162float(x[c]) * s));
 }
 
+/* C % 8 == 0 and 16-byte aligned rows: one warp per row, 8 elements per lane per step (the block-per-row kernels
+ * above spend more on their two block reductions than on the bytes at C ~ 1k). The second pass reads back what the
+ * same lane wrote or read. */
+__global__ void rmsnorm_fwd_warp_kernel(__nv_bfloat16 *out, float *rstd, __nv_bfloat16 *resid_out,
+                                        const __nv_bfloat16 *inp, const __nv_bfloat16 *resid, const __nv_bfloat16 *w,
+                                        int64_t R, int64_t C, float eps) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (r >= R) return;
+    const __nv_bfloat16 *x = inp + r * C;
+    float ss = 0.0f;
+    for (int64_t c = lane * 8; c < C; c += 256) {
+        float a[8];
+        bf16x8_to_f32(*(const uint4 *)(x + c), a);
+        if (resid) {
+            float b[8];
+            bf16x8_to_f32(*(const uint4 *)(resid + r * C + c), b);
+#pragma unroll
+            for (int k = 0; k < 8; k++) a[k] += b[k];
+            uint4 raw = f32_to_bf16x8(a); /* normalise the rounded sum: what the next layer and the backward see */
+            *(uint4 *)(resid_out + r * C + c) = raw;
+            bf16x8_to_f32(raw, a);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += a[k] * a[k];
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float s = rsqrtf(ss / (float)C + eps);
+    if (rstd && lane == 0) rstd[r] = s;
+    if (resid) x = resid_out + r * C;
+    for (int64_t c = lane * 8; c < C; c += 256) {
+        float a[8], g[8];
+        bf16x8_to_f32(*(const uint4 *)(x + c), a);
+        bf16x8_to_f32(*(const uint4 *)(w + c), g);
+#pragma unroll
+        for (int k = 0; k < 8; k++) a[k] = g[k] * (a[k] * s);
+        *(uint4 *)(out + r * C + c) = f32_to_bf16x8(a);
+    }
+}
+
+static int rows_vec8(int64_t C, cpt_tensor a, cpt_tensor b, cpt_tensor c, cpt_tensor d) {
+    const cpt_tensor t[4] = {a, b, c, d};
+    if (C % 8) return 0;
+    for (int i = 0; i < 4; i++)
+        if (cpt_tensor_present(t[i]) && ((uintptr_t)t[i].data & 15)) return 0;
+    return 1;
+}
+
 void cpt_cuda_rmsnorm_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor rstd, cpt_tensor resid_out, cpt_tensor inp,
                           cpt_tensor resid, cpt_tensor w, float eps) {
     const char *op = "rmsnorm_fwd";
@@ -61,6 +109,14 @@ void cpt_cuda_rmsnorm_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor rstd, cp
                 op, "resid / resid_out must be [%lld, %lld]", (long long)R, (long long)C);
     }
     if (R == 0) return;
+    if (rows_vec8(C, out, inp, w, cpt_tensor_present(resid) ? resid : resid_out) &&
+        (!cpt_tensor_present(resid) || !((uintptr_t)resid_out.data & 15))) {
+        rmsnorm_fwd_warp_kernel<<<cdiv(R, 8), 256, 0, ctx->stream>>>(
+            BF(out), cpt_tensor_present(rstd) ? FP(rstd) : NULL, cpt_tensor_present(resid) ? BF(resid_out) : NULL,
+            BF(inp), cpt_tensor_present(resid) ? BF(resid) : NULL, BF(w), R, C, eps);
+        LAUNCH_OK("rmsnorm_fwd_warp_kernel");
+        return;
+    }
     rmsnorm_fwd_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(
         BF(out), cpt_tensor_present(rstd) ? FP(rstd) : NULL, cpt_tensor_present(resid) ? BF(resid_out) : NULL,
         BF(inp), cpt_tensor_present(resid) ? BF(resid) : NULL, BF(w), C, eps);
@@ -81,6 +137,37 @@ __global__ void rmsnorm_bwd_dinp_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         float g = s * __bfloat162float(w[c]) * __bfloat162float(dy[c]) - k * __bfloat162float(x[c]);
         dx[c] = __float2bfloat16(__bfloat162float(dx[c]) + g);
+    }
+}
+
+/* the vectorised twin of rmsnorm_bwd_dinp_kernel: one warp per row */
+__global__ void rmsnorm_bwd_dinp_warp_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16 *dout, const __nv_bfloat16 *inp,
+                                             const __nv_bfloat16 *w, const float *rstd, int64_t R, int64_t C) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (r >= R) return;
+    const __nv_bfloat16 *x = inp + r * C, *dy = dout + r * C;
+    float dot = 0.0f;
+    for (int64_t c = lane * 8; c < C; c += 256) {
+        float a[8], g[8], d[8];
+        bf16x8_to_f32(*(const uint4 *)(x + c), a);
+        bf16x8_to_f32(*(const uint4 *)(w + c), g);
+        bf16x8_to_f32(*(const uint4 *)(dy + c), d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) dot += g[k] * d[k] * a[k];
+    }
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    float s = rstd[r], k3 = dot * s * s * s / (float)C;
+    for (int64_t c = lane * 8; c < C; c += 256) {
+        float a[8], g[8], d[8], o[8];
+        bf16x8_to_f32(*(const uint4 *)(x + c), a);
+        bf16x8_to_f32(*(const uint4 *)(w + c), g);
+        bf16x8_to_f32(*(const uint4 *)(dy + c), d);
+        uint4 *px = (uint4 *)(dinp + r * C + c);
+        bf16x8_to_f32(*px, o);
+#pragma unroll
+        for (int k = 0; k < 8; k++) o[k] += s * g[k] * d[k] - k3 * a[k];
+        *px = f32_to_bf16x8(o);
     }
 }
 
@@ -118,8 +205,12 @@ void cpt_cuda_rmsnorm_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt
     if (cpt_tensor_present(dinp)) {
         cpt_cuda_check(op, "dinp", dinp, CPT_DT_BF16, 2);
         CKCHECK(dinp.shape[0] == R && dinp.shape[1] == C, op, "dinp shape mismatch");
-        rmsnorm_bwd_dinp_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(BF(dinp), BF(dout), BF(inp), BF(w),
-                                                                               FP(rstd), C);
+        if (rows_vec8(C, dinp, dout, inp, w))
+            rmsnorm_bwd_dinp_warp_kernel<<<cdiv(R, 8), 256, 0, ctx->stream>>>(BF(dinp), BF(dout), BF(inp), BF(w),
+                                                                              FP(rstd), R, C);
+        else
+            rmsnorm_bwd_dinp_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(BF(dinp), BF(dout), BF(inp),
+                                                                                   BF(w), FP(rstd), C);
         LAUNCH_OK("rmsnorm_bwd_dinp_kernel");
     }
     if (cpt_tensor_present(dw)) {

@@ -9,7 +9,7 @@
 #   tests/gpu/device_all.sh run DIR|TGZ STAGE...   on the device: the stages named, each under a timeout, each log
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
-# Stages: ops model train attn trainbench trainprof xport decode decodeprof grpo grpo-lrX (in the order given).
+# Stages: ops model train attn trainbench trainprof xport decode decodeprof grpo grpo_lrX_sftY[_file] (in the order given).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -35,7 +35,7 @@ stage() {
     local t0 rc
     t0=$(date +%s)
     echo "=== $name ($(date -u +%H:%M:%S))"
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    OUT=$SUB timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     rc=$?
     tail -n "${TAIL:-25}" "$OUT/$name.log"
     SUMMARY+="$(printf '%-11s rc=%-3s %4ss' "$name" "$rc" "$(($(date +%s) - t0))")"$'\n'
@@ -50,7 +50,8 @@ run() {
     d=$(cd "$d" && pwd)
     shift
     OUT=${OUT:-/tmp/cpt-device}
-    mkdir -p "$OUT"
+    SUB=/tmp/cpt-device-extra # the stages' own files (their OUT)
+    mkdir -p "$OUT" "$SUB"
     cp "$d/bin/cpt" "$d/bin/cpt-train" "$d/"
     eval "$(tests/gpu/run_on_device.sh env)"
     export LD_LIBRARY_PATH="$d/lib:${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1 OUT
@@ -69,16 +70,24 @@ run() {
         xport) stage xport 180 "$d/test_weight_transports" ;;
         decode) stage decode 420 env TEST_TIMEOUT=90 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
-        grpo | grpo-lr*) # grpo-lrX: GRPO_LR=X. Its own OUT is the run folder (the script empties it): keep it off
-            # $OUT, bring back the logs and metrics
-            lr=${s#grpo-lr}
-            [ "$s" = grpo ] && lr=${GRPO_LR:-5e-5}
-            stage "$s" 400 env OUT="/tmp/cpt-$s" GRPO_LR="$lr" tests/gpu/grpo_gpu_run.sh run "$d"
-            mkdir -p "$OUT/$s-run"
-            cp "/tmp/cpt-$s"/*.log "/tmp/cpt-$s/grpo/metrics.jsonl" "$OUT/$s-run/" 2>/dev/null ;;
+        grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional). Its own
+            # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
+            local kv=() part
+            for part in $(echo "${s#grpo}" | tr '_' ' '); do
+                case $part in
+                lr*) kv+=(GRPO_LR="${part#lr}") ;;
+                sft*) kv+=(SFT_STEPS="${part#sft}") ;;
+                file) kv+=(TRANSPORT=file) ;;
+                esac
+            done
+            stage "$s" 400 env OUT="/tmp/cpt-$s" "${kv[@]}" tests/gpu/grpo_gpu_run.sh run "$d"
+            mkdir -p "$SUB/$s"
+            cp "/tmp/cpt-$s"/*.log "/tmp/cpt-$s/grpo/metrics.jsonl" "$SUB/$s/" 2>/dev/null ;;
         *) echo "unknown stage $s"; SUMMARY+="$s: unknown"$'\n' ;;
         esac
     done
+    # the device tool brings back only a few files: the stage logs, and everything else in one archive
+    tar czf "$OUT/extra.tgz" -C "$SUB" . 2>/dev/null
     echo "=== summary"
     printf '%s' "$SUMMARY"
 }

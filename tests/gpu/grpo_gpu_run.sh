@@ -9,7 +9,7 @@
 #                                                   libraries) into DIR (git-ignored .carry-*), for the device tool
 #   tests/gpu/grpo_gpu_run.sh run DIR               on the device machine (no -dev packages, no redis-server there)
 #
-# Knobs (env): SFT_STEPS (300: short of memorising, so GRPO has room), SFT_LR (1e-3), GRPO_STEPS (300), GRPO_LR (5e-5),
+# Knobs (env): SFT_STEPS (300: short of memorising, so GRPO has room), SFT_LR (1e-3), GRPO_STEPS (300), GRPO_LR (2e-5),
 # TRANSPORT (cuda_ipc; file works too), OUT (runs/gpu-grpo).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,7 +32,7 @@ flow() {
     sft=(train.device=cuda model.hidden_size=768 model.intermediate_size=2048 model.num_layers=10 model.num_heads=12
          model.num_kv_heads=4 train.steps="${SFT_STEPS:-300}" train.tokens_per_micro_batch=16384 optim.lr="${SFT_LR:-1e-3}"
          train.log_every=100 train.eval_every=0 train.eval_generate=200)
-    grpo=(train.steps="${GRPO_STEPS:-300}" weights.transport="${TRANSPORT:-cuda_ipc}" optim.lr="${GRPO_LR:-5e-5}"
+    grpo=(train.steps="${GRPO_STEPS:-300}" weights.transport="${TRANSPORT:-cuda_ipc}" optim.lr="${GRPO_LR:-2e-5}"
           validation.every_steps=50)
   else
     sft=(train.steps=40 train.log_every=10 train.eval_every=0 train.eval_generate=20 train.threads=1)
@@ -76,11 +76,14 @@ gen = sum(r["response_len/mean"] * (r["groups/trained"] - p["groups/trained"]) *
 print(f"steady state: {(n - 1) / span:.3f} steps/s, {gen / span:.0f} completion tokens/s generated (end to end), "
       f"perf/train_tok_s mean {mean('perf/train_tok_s'):.0f}, time/train mean {mean('time/train'):.4f} s, "
       f"time/weight_sync mean {mean('time/weight_sync'):.4f} s")
-print("reward curve (step: reward/mean, mean of each tenth of the run):")
+print("reward curve (steps: reward/mean, and the means of entropy, clip_frac, tis_weight, kl, grad_norm, "
+      "over each tenth of the run):")
 k = max(1, n // 10)
 for i in range(0, n, k):
     chunk = steps[i:i + k]
-    print(f"  {chunk[0]['step']:5d}-{chunk[-1]['step']:5d}: {sum(r['reward/mean'] for r in chunk) / len(chunk):.4f}")
+    m = lambda key: sum(r.get(key, 0.0) for r in chunk) / len(chunk)
+    print(f"  {chunk[0]['step']:5d}-{chunk[-1]['step']:5d}: {m('reward/mean'):.4f}   entropy {m('entropy'):.4f} "
+          f"clip {m('clip_frac'):.4f} tis {m('tis_weight/mean'):.4f} kl {m('kl'):.2e} grad_norm {m('grad_norm'):.3f}")
 print("val/accuracy:", " ".join(f"{s}:{a:.3f}" for s, a in val))
 PY
 }

@@ -70,21 +70,31 @@ static void check_matmul(int64_t N, int64_t C, int64_t OC, int with_bias) {
     if (!with_bias) {
         compare("matmul_bwd", "dinp (bf16)", get_bf16(ctx, d_dinp, (size_t)(N * C)), dinp, (size_t)(N * C), TOL_BF16);
         compare("matmul_bwd", "dw (f32)", get_f32(ctx, d_dw, (size_t)(OC * C)), dw, (size_t)(OC * C), TOL_BF16);
-        /* _set: dinp overwritten (poisoned first: NaN must not leak in), dw accumulates on top of the above */
+        /* _ex(DINP_SET): dinp overwritten (poisoned first: NaN must not leak in), dw accumulates on top of the
+         * above; then _ex(DW_SET) into a poisoned dw */
         float *dinp0 = hbuf((size_t)(N * C));
         memset(dinp0, 0, sizeof(float) * (size_t)(N * C));
         void *d_dinp0 = dev_poison(ctx, (size_t)(N * C) * 2, "dinp (set)");
         cpt_k_matmul_bwd(cpt_tensor_f32_2d(dinp0, N, C), cpt_tensor_f32_2d(dw, OC, C), cpt_tensor_none(),
                          cpt_tensor_f32_2d(dout, N, OC), cpt_tensor_f32_2d(inp, N, C), cpt_tensor_f32_2d(w, OC, C));
-        cpt_cuda_matmul_bwd_set(ctx, D2(d_dinp0, CPT_DT_BF16, N, C), D2(d_dw, CPT_DT_F32, OC, C),
-                                D2(d_dout, CPT_DT_BF16, N, OC), D2(d_inp, CPT_DT_BF16, N, C),
-                                D2(d_w, CPT_DT_BF16, OC, C));
-        compare("matmul_bwd_set", "dinp (bf16, =)", get_bf16(ctx, d_dinp0, (size_t)(N * C)), dinp0, (size_t)(N * C),
+        cpt_cuda_matmul_bwd_ex(ctx, D2(d_dinp0, CPT_DT_BF16, N, C), D2(d_dw, CPT_DT_F32, OC, C),
+                               D2(d_dout, CPT_DT_BF16, N, OC), D2(d_inp, CPT_DT_BF16, N, C),
+                               D2(d_w, CPT_DT_BF16, OC, C), CPT_MM_DINP_SET);
+        compare("matmul_bwd_ex DINP_SET", "dinp (bf16, =)", get_bf16(ctx, d_dinp0, (size_t)(N * C)), dinp0,
+                (size_t)(N * C), TOL_BF16);
+        compare("matmul_bwd_ex DINP_SET", "dw (f32, +=)", get_f32(ctx, d_dw, (size_t)(OC * C)), dw, (size_t)(OC * C),
                 TOL_BF16);
-        compare("matmul_bwd_set", "dw (f32, +=)", get_f32(ctx, d_dw, (size_t)(OC * C)), dw, (size_t)(OC * C),
+        float *dw0 = hbuf((size_t)(OC * C));
+        memset(dw0, 0, sizeof(float) * (size_t)(OC * C));
+        void *d_dw0 = dev_poison(ctx, (size_t)(OC * C) * 4, "dw (set)");
+        cpt_k_matmul_bwd(cpt_tensor_none(), cpt_tensor_f32_2d(dw0, OC, C), cpt_tensor_none(),
+                         cpt_tensor_f32_2d(dout, N, OC), cpt_tensor_f32_2d(inp, N, C), cpt_tensor_f32_2d(w, OC, C));
+        cpt_cuda_matmul_bwd_ex(ctx, cpt_tensor_none(), D2(d_dw0, CPT_DT_F32, OC, C), D2(d_dout, CPT_DT_BF16, N, OC),
+                               D2(d_inp, CPT_DT_BF16, N, C), D2(d_w, CPT_DT_BF16, OC, C), CPT_MM_DW_SET);
+        compare("matmul_bwd_ex DW_SET", "dw (f32, =)", get_f32(ctx, d_dw0, (size_t)(OC * C)), dw0, (size_t)(OC * C),
                 TOL_BF16);
-        cpt_cuda_free(d_dinp0);
-        free(dinp0);
+        cpt_cuda_free(d_dinp0), cpt_cuda_free(d_dw0);
+        free(dinp0), free(dw0);
     }
     void *ds[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) cpt_cuda_free(ds[i]);
@@ -320,7 +330,8 @@ int main(void) {
     ctx = ctx_or_exit("test_cuda_ops");
     seed_rng(&rng);
 
-    check_rmsnorm(300, 896);
+    check_rmsnorm(300, 896); /* warp-per-row 8-wide kernels */
+    check_rmsnorm(37, 100);  /* block-per-row scalar kernels */
     check_rmsnorm(1000, 64); /* q_norm / k_norm shape: rows = tokens x heads, C = head_dim */
     check_rope(0);
     check_rope(1);
