@@ -53,7 +53,7 @@ cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_
 int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err);
 /* The same from bf16 weights already on the engine's device (a cuda_ipc or nccl weight version): dev_bf16 holds
  * m's parameters in cpt_model_param order, back to back (m gives names, sizes and offsets; its host values are not
- * read); device-to-device copies, then a sync. Not run on a GPU yet. */
+ * read); device-to-device copies, then a sync. */
 int cpt_cuda_engine_load_weights_bf16(cpt_cuda_engine *e, cpt_model *m, const void *dev_bf16, cpt_err *err);
 /* The engine's cpt_cuda_ctx * (kernels/cuda/cuda_ops.h), for the weight receiver; NULL without CUDA. */
 void *cpt_cuda_engine_cuda_ctx(cpt_cuda_engine *e);

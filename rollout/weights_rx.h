@@ -11,7 +11,7 @@
  *             communicator; a worker left out of an epoch waits, registered, for the next one.
  *
  * Both need rollout.device = cuda and the model at start (model.path): cpt_weights_rx_new fails clearly otherwise,
- * or when built without CUDA. Not run on a GPU yet. */
+ * or when built without CUDA. cuda_ipc ran on an H200; nccl (two GPUs) has not run. */
 #ifndef CPT_ROLLOUT_WEIGHTS_RX_H
 #define CPT_ROLLOUT_WEIGHTS_RX_H
 

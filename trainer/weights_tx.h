@@ -11,7 +11,7 @@
  *             announced, and the next publish opens a new epoch with the members still alive.
  *
  * cuda_ipc and nccl need train.device = cuda and a build with CUDA: cpt_weights_tx_new fails at start naming the
- * key otherwise. The GPU paths are built here but not run on a GPU yet (docs/weights.md says what to run). */
+ * key otherwise. cuda_ipc ran on an H200 (a GRPO run, docs/performance.md); nccl needs two GPUs and has not run. */
 #ifndef CPT_TRAINER_WEIGHTS_TX_H
 #define CPT_TRAINER_WEIGHTS_TX_H
 

@@ -1,4 +1,4 @@
-/* IPC buffers and the device sum64 (kernels/cuda/weights_ipc.h). Not run on a GPU yet. */
+/* IPC buffers and the device sum64 (kernels/cuda/weights_ipc.h). */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"

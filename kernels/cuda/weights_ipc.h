@@ -6,7 +6,7 @@
  * from cudaMalloc (no pool), and a handle opened once stays valid until closed, so a worker opens each slot's
  * handle once and keeps it (the trainer never reallocates a slot).
  *
- * Compiled only with nvcc; the .c callers sit under CPT_HAVE_CUDA. Not run on a GPU yet (docs/weights.md). */
+ * Compiled only with nvcc; the .c callers sit under CPT_HAVE_CUDA. */
 #ifndef CPT_KERNELS_CUDA_WEIGHTS_IPC_H
 #define CPT_KERNELS_CUDA_WEIGHTS_IPC_H
 

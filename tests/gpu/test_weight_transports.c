@@ -1,5 +1,5 @@
-/* GPU weight transports on the device (label gpu; NOT RUN on a GPU yet: built with
- *   tests/gpu/run_on_device.sh build build-xport .carry-xport tests/gpu/test_weight_transports.c).
+/* GPU weight transports on the device (label gpu; built into tests/gpu/device_all.sh's carry folder, stage xport;
+ * ran on an H200 on 2026-12-02 with one GPU: sum64 and cuda_ipc passed, nccl skipped).
  *
  * 1. sum64 on the device equals cpt_weights_sum64 on the host (a 64 MiB prefix copied back), for odd lengths too.
  * 2. cuda_ipc between two processes on one GPU: the parent (trainer role) exports a buffer of the bf16 bytes of the
