@@ -30,6 +30,8 @@ typedef struct dpo_ctx {
     cpt_dpo_batch mb;
     float *lp, *dlp;
     int cap;
+    int *mb_start; /* [pairs_per_step + 1]: the step's micro-batches as ranges of its pairs */
+    int stop_all;  /* data parallel: some rank was asked to stop, so every rank stops after this step */
 } dpo_ctx;
 
 /* Weighted sums of the objective's per-call metrics (each call's means weighted by its pair count). */
@@ -65,10 +67,11 @@ static int setup(dpo_ctx *c, cpt_err *err) {
     return 0;
 }
 
-/* The initial model (model.path or the random init of run.seed): the policy's start and the frozen reference. */
-static cpt_model *initial_model(dpo_ctx *c, cpt_err *err) {
+/* The initial model (model.path or the random init of run.seed): the policy's start (train: its gradients are the
+ * ones data parallel averages) and the frozen reference. */
+static cpt_model *initial_model(dpo_ctx *c, int train, cpt_err *err) {
     cpt_model *m = cpt_offline_new_model(&c->o, err);
-    if (m && cpt_trainer_place_model(c->o.cfg, m, "dpo model", err)) {
+    if (m && cpt_offline_place(&c->o, m, train ? "dpo model" : "dpo reference model", train, err)) {
         cpt_model_free(m);
         return NULL;
     }
@@ -77,7 +80,7 @@ static cpt_model *initial_model(dpo_ctx *c, cpt_err *err) {
 
 static int compute_reference(dpo_ctx *c, cpt_err *err) {
     double t0 = cpt_now();
-    cpt_model *ref = initial_model(c, err);
+    cpt_model *ref = initial_model(c, 0, err); /* every rank computes every pair's: no exchange */
     if (!ref) return cpt_err_prefix(err, "reference model");
     int rc = cpt_dpo_data_reference(&c->train, ref, c->budget, err);
     if (!rc && c->eval.n) rc = cpt_dpo_data_reference(&c->eval, ref, c->budget, err);
@@ -134,24 +137,47 @@ typedef struct step_stats {
     double grad_norm, lr;
 } step_stats;
 
+/* The sums of every rank (and whether any rank was asked to stop), in place; one rank: only the stop flag. */
+static int agree(dpo_ctx *c, dpo_sums *s, cpt_err *err) {
+    float v[9] = {(float)s->pairs, (float)s->loss, (float)s->margin, (float)s->acc, (float)s->chosen,
+                  (float)s->rejected, (float)s->logp_margin, (float)s->tokens, *c->stop ? 1.0f : 0.0f};
+    if (c->o.world > 1) {
+        if (cpt_dp_sum_host(c->o.dp, v, 9, err)) return -1;
+        s->pairs = v[0], s->loss = v[1], s->margin = v[2], s->acc = v[3], s->chosen = v[4], s->rejected = v[5];
+        s->logp_margin = v[6], s->tokens = (long)v[7];
+    }
+    c->stop_all = v[8] > 0;
+    return 0;
+}
+
+/* One optimizer step over pairs_per_step pairs, packed into micro-batches of at most train.tokens_per_micro_batch
+ * tokens in data order. Every rank draws and splits the same pairs (the data cursor stays identical everywhere) and
+ * trains micro-batches rank, rank + world, ...; each loss is weighted by its share of the step's pairs, times world
+ * because the all-reduce averages over the ranks. */
 static int train_step(dpo_ctx *c, step_stats *ss, cpt_err *err) {
     memset(ss, 0, sizeof *ss);
     cpt_model_zero_grad(c->o.model);
-    int P = c->pairs_per_step, taken = 0;
+    int P = c->pairs_per_step, n_mb = 0;
     size_t *idx = malloc((size_t)P * sizeof *idx);
     if (!idx) return cpt_errf(err, "out of memory");
     for (int k = 0; k < P; k++) idx[k] = cpt_data_order_next(&c->order);
-    int rc = 0;
-    while (taken < P && !rc) {
+    for (int taken = 0, tokens = 0; taken < P; taken++) { /* the split, from token counts alone */
+        int t = cpt_dpo_pair_tokens(&c->train.pairs[idx[taken]]);
+        if (taken == 0 || tokens + t > c->budget) c->mb_start[n_mb++] = taken, tokens = 0;
+        tokens += t;
+    }
+    c->mb_start[n_mb] = P;
+    int rc = 0, world = c->o.world;
+    cpt_dp_set_sync(c->o.dp, c->o.rank >= n_mb); /* a rank without a micro-batch still joins the all-reduce */
+    for (int k = c->o.rank; k < n_mb && !rc; k += world) {
         cpt_dpo_batch_reset(&c->mb);
-        int first = taken;
-        while (taken < P && (taken == first || c->mb.n_tokens + cpt_dpo_pair_tokens(&c->train.pairs[idx[taken]]) <=
-                                                   c->budget))
-            if ((rc = cpt_dpo_batch_add(&c->mb, &c->train.pairs[idx[taken++]], err))) break;
-        if (!rc) rc = run_mb(c, 1, (double)(taken - first) / P, &ss->s, err);
+        for (int i = c->mb_start[k]; i < c->mb_start[k + 1] && !rc; i++)
+            rc = cpt_dpo_batch_add(&c->mb, &c->train.pairs[idx[i]], err);
+        cpt_dp_set_sync(c->o.dp, k + world >= n_mb); /* all-reduce during the last micro-batch's backward only */
+        if (!rc) rc = run_mb(c, 1, (double)world * (c->mb_start[k + 1] - c->mb_start[k]) / P, &ss->s, err);
     }
     free(idx);
-    if (rc) return -1;
+    if (rc || cpt_dp_finish(c->o.dp, err) || agree(c, &ss->s, err)) return -1;
     double loss = ss->s.loss / ss->s.pairs;
     if (!isfinite(loss))
         return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->o.st.step, loss);
@@ -189,6 +215,7 @@ static int log_eval(dpo_ctx *c, const dpo_sums *s, cpt_err *err) {
 
 static void ctx_free(dpo_ctx *c) {
     cpt_dpo_batch_free(&c->mb);
+    free(c->mb_start);
     free(c->lp);
     free(c->dlp);
     if (c->have_order) cpt_data_order_free(&c->order);
@@ -207,8 +234,10 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
                         c->budget, 2 * cpt_cfg_int(cfg, "train.max_seq_len"));
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
     if (setup(c, err)) return -1;
+    if (!(c->mb_start = malloc(sizeof *c->mb_start * (size_t)(c->pairs_per_step + 1)))) return cpt_errf(err, "out of memory");
+    if (cpt_offline_dp_open(&c->o, err)) return -1;
     if (compute_reference(c, err)) return -1;
-    if (!(c->o.model = initial_model(c, err))) return -1;
+    if (!(c->o.model = initial_model(c, 1, err))) return -1;
     if (cpt_offline_optimizer(&c->o, err)) return -1;
     if (!(c->o.config_text = cpt_config_dump(cfg))) return cpt_errf(err, "out of memory");
 
@@ -222,12 +251,13 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
     cpt_data_cursor cur = {.epoch = (uint64_t)c->o.st.data_epoch, .index = (uint64_t)c->o.st.data_index};
     if (cpt_data_order_seek(&c->order, cur, err)) return cpt_err_prefix(err, "resume: data cursor");
 
-    if (cpt_offline_open_metrics(&c->o, 1, err)) return -1;
+    if (cpt_offline_open_metrics(&c->o, c->o.rank == 0, err)) return -1;
+    const int evals = c->eval.n && c->o.rank == 0; /* evaluation has no collectives: rank 0 alone */
 
     res->eval_margin_start = res->eval_margin = res->eval_accuracy = res->eval_loss = res->eval_logp_margin = NAN;
     res->last_loss = NAN;
     dpo_sums es;
-    if (c->eval.n) {
+    if (evals) {
         if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
         res->eval_margin_start = es.margin / es.pairs;
     }
@@ -235,14 +265,16 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
     const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every"), first_step = c->o.st.step;
     double t0 = cpt_now(), t_log = t0;
     long tok_since = 0;
-    while (c->o.st.step < total && !*c->stop && !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
+    /* one rank stops at once on a signal; more stop together after the step where one of them saw it */
+    while (c->o.st.step < total && !(c->o.world > 1 ? c->stop_all : *c->stop != 0) &&
+           !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
         step_stats ss;
         if (train_step(c, &ss, err)) return -1;
         double n = ss.s.pairs;
         res->last_loss = ss.s.loss / n;
         tok_since += ss.s.tokens;
         int64_t s = c->o.st.step;
-        if (s % log_every == 0 || s == total) {
+        if (c->o.rank == 0 && (s % log_every == 0 || s == total)) {
             double now = cpt_now(), tok_s = tok_since / fmax(now - t_log, 1e-9);
             fprintf(stderr, "dpo step %" PRId64 "/%" PRId64 " | loss %.4f | margin %.4f | accuracy %.3f | lr %.3e | grad_norm %.3f | %.0f tok/s\n",
                     s, total, ss.s.loss / n, ss.s.margin / n, ss.s.acc / n, ss.lr, ss.grad_norm, tok_s);
@@ -254,15 +286,15 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
             t_log = now;
             tok_since = 0;
         }
-        if (c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total)
+        if (evals && eval_every > 0 && s % eval_every == 0 && s != total)
             if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
         if (ck_every > 0 && s % ck_every == 0 && s != total && cpt_offline_save(&c->o, err)) return -1;
     }
     res->steps_done = c->o.st.step;
-    res->interrupted = *c->stop != 0;
+    res->interrupted = (c->o.world > 1 ? c->stop_all : *c->stop != 0) != 0;
     if (res->interrupted) cpt_warn("dpo: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)*c->stop);
     if (c->o.last_saved_step != c->o.st.step && cpt_offline_save(&c->o, err)) return -1;
-    if (c->eval.n) {
+    if (evals) {
         if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
         res->eval_loss = es.loss / es.pairs;
         res->eval_margin = es.margin / es.pairs;

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "core/fs.h"
+#ifdef CPT_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "trainer/sft.h"
 
 int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
@@ -89,7 +92,44 @@ int cpt_offline_log(cpt_offline *o, const char *const *keys, const double *vals,
     return cpt_metrics_end(o->metrics, err);
 }
 
+int cpt_offline_dp_open(cpt_offline *o, cpt_err *err) {
+    const cpt_config *cfg = o->cfg;
+    char boot[CPT_CKPT_PATH_MAX + 16];
+    snprintf(boot, sizeof boot, "%s/bootstrap", cpt_cfg_str(cfg, "run.dir"));
+    cpt_dp_opts d = {.bootstrap = cpt_cfg_str(cfg, "train.dp_bootstrap"), .boot_dir = boot,
+                     .bucket_bytes = (size_t)cpt_cfg_int(cfg, "train.dp_bucket_mb") << 20};
+    o->dp = cpt_dp_new(&d, err);
+    if (!o->dp) return cpt_err_prefix(err, "data parallel");
+    o->rank = cpt_dp_rank(o->dp);
+    o->world = cpt_dp_size(o->dp);
+    o->dp_device = 0;
+    if (o->world == 1) return 0;
+    if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
+        return cpt_errf(err, "data parallel over %d ranks needs train.device = \"cuda\" (NCCL averages GPU gradients)",
+                        o->world);
+#ifdef CPT_HAVE_CUDA
+    o->dp_device = cpt_dp_device(o->dp, cpt_cuda_device_count());
+#endif
+    return 0;
+}
+
+int cpt_offline_place(cpt_offline *o, cpt_model *m, const char *what, int attach, cpt_err *err) {
+    if (o->world <= 1) return cpt_trainer_place_model(o->cfg, m, what, err);
+    if (cpt_model_use_cuda(m, o->dp_device, err)) return cpt_err_prefix(err, "%s, rank %d", what, o->rank);
+    cpt_model_set_recompute(m, cpt_cfg_bool(o->cfg, "train.recompute"));
+    if (!attach) return 0;
+    if (cpt_dp_attach_model(o->dp, m, err)) return -1;
+    cpt_model_set_grads_ready(m, cpt_dp_grads_ready_cb, o->dp);
+    cpt_info("%s: data parallel rank %d/%d on CUDA device %d (bootstrap %s)", o->name, o->rank, o->world,
+             o->dp_device, cpt_dp_bootstrap_name(o->dp));
+    return 0;
+}
+
 int cpt_offline_save(cpt_offline *o, cpt_err *err) {
+    if (o->rank != 0) {
+        o->last_saved_step = o->st.step;
+        return 0;
+    }
     cpt_ckpt_save_args a = {
         .run_dir = cpt_cfg_str(o->cfg, "run.dir"),
         .model = o->model,
@@ -115,4 +155,5 @@ void cpt_offline_free(cpt_offline *o) {
     cpt_metrics_close(o->metrics);
     cpt_train_state_free(&o->st);
     free(o->config_text);
+    cpt_dp_free(o->dp); /* after the model, which its group held */
 }

@@ -14,6 +14,7 @@
 #include "core/tokenizer.h"
 #include "model/model.h"
 #include "trainer/checkpoint.h"
+#include "trainer/dp.h"
 #include "trainer/optim.h"
 
 typedef struct cpt_offline {
@@ -32,6 +33,9 @@ typedef struct cpt_offline {
     cpt_train_state st;
     int64_t last_saved_step;
     char *config_text; /* the resolved config, saved with each checkpoint */
+    /* data parallel (cpt_offline_dp_open): one rank unless a bootstrap says otherwise */
+    cpt_dp *dp;
+    int rank, world, dp_device;
 } cpt_offline;
 
 /* tokenizer.path (else model.path) and data.chat_template ("none": no template). */
@@ -49,7 +53,15 @@ int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err
 int cpt_offline_open_metrics(cpt_offline *o, int write, cpt_err *err);
 /* One metrics line at the current step; nothing where the metrics are not open. */
 int cpt_offline_log(cpt_offline *o, const char *const *keys, const double *vals, int n, cpt_err *err);
-/* A checkpoint of the current step (checkpoint.keep_last retention), logged as "NAME: checkpoint DIR". */
+/* Data parallel: the ranks of train.dp_bootstrap (PMIx under `srun --mpi=pmix`, else CPT_RANK / CPT_WORLD_SIZE),
+ * each rank on its own GPU (o->dp_device), gradients averaged by NCCL all-reduces that overlap the backward
+ * (trainer/dp.h). More than one rank needs train.device = "cuda"; one rank never touches NCCL. */
+int cpt_offline_dp_open(cpt_offline *o, cpt_err *err);
+/* Places m: as train.device says with one rank, else on this rank's GPU (train.recompute applies). With attach, m
+ * is the model whose gradients the group averages (the trained one; at most one). */
+int cpt_offline_place(cpt_offline *o, cpt_model *m, const char *what, int attach, cpt_err *err);
+/* A checkpoint of the current step (checkpoint.keep_last retention), logged as "NAME: checkpoint DIR". Every rank
+ * holds the same weights and optimizer state, so only rank 0 writes; the others only note the step. */
 int cpt_offline_save(cpt_offline *o, cpt_err *err);
 void cpt_offline_free(cpt_offline *o);
 

@@ -12,9 +12,6 @@
 #include "core/fs.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
-#ifdef CPT_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
 #include "trainer/checkpoint.h"
 #include "trainer/dp.h"
 #include "trainer/greedy.h"
@@ -31,8 +28,8 @@ typedef struct sft_ctx {
     cpt_offline o; /* tokenizer, model, optimizer, state, checkpoints, metrics (rank 0) */
     int32_t stop_ids[4];
     int n_stop;
-    cpt_dp *dp;      /* data parallel group (one rank: bookkeeping only) */
-    int rank, world; /* every rank packs the step's world * accum micro-batches and trains on its share */
+    /* data parallel (c->o.dp, rank, world): every rank packs the step's world * accum micro-batches and trains on
+     * its share */
     int stop_all;    /* some rank was asked to stop: every rank stops after the same step */
     cpt_sft_dataset train, eval;
     cpt_sft_cursor cur;
@@ -129,37 +126,6 @@ static int setup_data(sft_ctx *c, cpt_err *err) {
     return 0;
 }
 
-/* Data parallel: ranks from the bootstrap (PMIx under `srun --mpi=pmix`, else CPT_RANK / CPT_WORLD_SIZE), each
- * rank on its own GPU, gradients averaged by NCCL all-reduces that overlap the backward (trainer/dp.h). One rank
- * places the model as train.device says and never touches NCCL. */
-static int setup_dp_and_place(sft_ctx *c, cpt_err *err) {
-    const cpt_config *cfg = c->o.cfg;
-    char boot[CPT_CKPT_PATH_MAX + 16];
-    snprintf(boot, sizeof boot, "%s/bootstrap", cpt_cfg_str(cfg, "run.dir"));
-    cpt_dp_opts o = {.bootstrap = cpt_cfg_str(cfg, "train.dp_bootstrap"), .boot_dir = boot,
-                     .bucket_bytes = (size_t)cpt_cfg_int(cfg, "train.dp_bucket_mb") << 20};
-    c->dp = cpt_dp_new(&o, err);
-    if (!c->dp) return cpt_err_prefix(err, "data parallel");
-    c->rank = cpt_dp_rank(c->dp);
-    c->world = cpt_dp_size(c->dp);
-    if (c->world == 1) return cpt_trainer_place_model(cfg, c->o.model, "sft model", err);
-    if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
-        return cpt_errf(err, "data parallel over %d ranks needs train.device = \"cuda\" (NCCL averages GPU gradients)",
-                        c->world);
-#ifdef CPT_HAVE_CUDA
-    int dev = cpt_dp_device(c->dp, cpt_cuda_device_count());
-#else
-    int dev = 0;
-#endif
-    if (cpt_model_use_cuda(c->o.model, dev, err)) return cpt_err_prefix(err, "sft model, rank %d", c->rank);
-    cpt_model_set_recompute(c->o.model, cpt_cfg_bool(cfg, "train.recompute"));
-    if (cpt_dp_attach_model(c->dp, c->o.model, err)) return -1;
-    cpt_model_set_grads_ready(c->o.model, cpt_dp_grads_ready_cb, c->dp);
-    cpt_info("sft: data parallel rank %d/%d on CUDA device %d (bootstrap %s)", c->rank, c->world, dev,
-             cpt_dp_bootstrap_name(c->dp));
-    return 0;
-}
-
 /* ---------------- steps ---------------- */
 
 static int forward_loss(sft_ctx *c, const cpt_sft_batch *mb, int train, double scale, double *loss_sum,
@@ -190,7 +156,7 @@ typedef struct step_stats {
  * ranks, hence the factor world in the scale: the summed gradient equals one big batch's. */
 static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     long n_loss = 0, n_tok = 0;
-    const int n_mb = c->accum * c->world;
+    const int n_mb = c->accum * c->o.world;
     for (int k = 0; k < n_mb; k++) {
         if (cpt_sft_pack_next(&c->cur, c->budget, &c->mbs[k], err)) return -1;
         n_loss += c->mbs[k].n_loss;
@@ -198,15 +164,15 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     }
     cpt_model_zero_grad(c->o.model);
     double loss_sum = 0;
-    for (int k = c->rank; k < n_mb; k += c->world) {
-        cpt_dp_set_sync(c->dp, k + c->world >= n_mb); /* all-reduce during the last micro-batch's backward only */
-        if (forward_loss(c, &c->mbs[k], 1, (double)c->world / (double)n_loss, &loss_sum, err)) return -1;
+    for (int k = c->o.rank; k < n_mb; k += c->o.world) {
+        cpt_dp_set_sync(c->o.dp, k + c->o.world >= n_mb); /* all-reduce during the last micro-batch's backward only */
+        if (forward_loss(c, &c->mbs[k], 1, (double)c->o.world / (double)n_loss, &loss_sum, err)) return -1;
     }
-    if (cpt_dp_finish(c->dp, err)) return -1;
+    if (cpt_dp_finish(c->o.dp, err)) return -1;
     /* The step's loss over all ranks, and whether any rank was asked to stop. */
     float agree[2] = {(float)loss_sum, stop_requested ? 1.0f : 0.0f};
-    if (c->world > 1 && cpt_dp_sum_host(c->dp, agree, 2, err)) return -1;
-    if (c->world > 1) loss_sum = agree[0];
+    if (c->o.world > 1 && cpt_dp_sum_host(c->o.dp, agree, 2, err)) return -1;
+    if (c->o.world > 1) loss_sum = agree[0];
     c->stop_all = agree[1] > 0;
     ss->loss = loss_sum / (double)n_loss;
     ss->tokens = n_tok;
@@ -275,14 +241,6 @@ static int eval_exact_match(sft_ctx *c, int n, double *out, cpt_err *err) {
     return rc;
 }
 
-static int save_checkpoint(sft_ctx *c, cpt_err *err) {
-    if (c->rank != 0) { /* every rank holds the same weights and optimizer state: rank 0 writes them */
-        c->o.last_saved_step = c->o.st.step;
-        return 0;
-    }
-    return cpt_offline_save(&c->o, err);
-}
-
 static void fmt_duration(double s, char *buf, size_t cap) {
     if (!isfinite(s) || s < 0) s = 0;
     long t = (long)(s + 0.5);
@@ -295,7 +253,7 @@ static void fmt_duration(double s, char *buf, size_t cap) {
 
 static void ctx_free(sft_ctx *c) {
     if (c->mbs)
-        for (int k = 0; k < c->accum * c->world; k++) cpt_sft_batch_free(&c->mbs[k]);
+        for (int k = 0; k < c->accum * c->o.world; k++) cpt_sft_batch_free(&c->mbs[k]);
     free(c->mbs);
     cpt_sft_batch_free(&c->eval_mb);
     free(c->logprobs);
@@ -303,8 +261,7 @@ static void ctx_free(sft_ctx *c) {
     cpt_sft_cursor_free(&c->cur);
     cpt_sft_dataset_free(&c->train);
     cpt_sft_dataset_free(&c->eval);
-    cpt_offline_free(&c->o); /* the model before its data-parallel group */
-    cpt_dp_free(c->dp);
+    cpt_offline_free(&c->o); /* the model, then its data-parallel group */
 }
 
 static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
@@ -320,9 +277,9 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
 
     if (setup_tokenizer(c, err) || setup_data(c, err)) return -1;
     if (!(c->o.model = cpt_offline_new_model(&c->o, err))) return -1;
-    if (setup_dp_and_place(c, err)) return -1;
+    if (cpt_offline_dp_open(&c->o, err) || cpt_offline_place(&c->o, c->o.model, "sft model", 1, err)) return -1;
     if (cpt_offline_optimizer(&c->o, err)) return -1;
-    c->mbs = calloc((size_t)c->accum * (size_t)c->world, sizeof *c->mbs);
+    c->mbs = calloc((size_t)c->accum * (size_t)c->o.world, sizeof *c->mbs);
     c->logprobs = malloc((size_t)c->budget * sizeof *c->logprobs);
     c->d_logprobs = malloc((size_t)c->budget * sizeof *c->d_logprobs);
     c->o.config_text = cpt_config_dump(cfg);
@@ -339,7 +296,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
                             c->o.st.data_epoch, c->o.st.data_index, err))
         return -1;
 
-    if (cpt_offline_open_metrics(&c->o, c->rank == 0, err)) return -1;
+    if (cpt_offline_open_metrics(&c->o, c->o.rank == 0, err)) return -1;
 
     const int64_t log_every = cpt_cfg_int(cfg, "train.log_every"), eval_every = cpt_cfg_int(cfg, "train.eval_every");
     const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every");
@@ -353,7 +310,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
         res->last_loss = ss.loss;
         tok_since_log += ss.tokens;
         int64_t s = c->o.st.step;
-        if (c->rank == 0 && (s % log_every == 0 || s == total)) {
+        if (c->o.rank == 0 && (s % log_every == 0 || s == total)) {
             double now = cpt_now(), tok_s = tok_since_log / fmax(now - t_log, 1e-9);
             double eta = (now - t0) / (double)(s - first_step) * (double)(total - s);
             char eta_s[32];
@@ -366,23 +323,23 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
             t_log = now;
             tok_since_log = 0;
         }
-        if (c->rank == 0 && c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total) {
+        if (c->o.rank == 0 && c->eval.n && eval_every > 0 && s % eval_every == 0 && s != total) {
             double el;
             if (eval_loss(c, &el, err)) return -1;
             fprintf(stderr, "sft step %" PRId64 "/%" PRId64 " | eval loss %.4f\n", s, total, el);
             const char *k[] = {"eval/loss"};
             if (cpt_offline_log(&c->o, k, &el, 1, err)) return -1;
         }
-        if (ck_every > 0 && s % ck_every == 0 && s != total && save_checkpoint(c, err)) return -1;
+        if (ck_every > 0 && s % ck_every == 0 && s != total && cpt_offline_save(&c->o, err)) return -1;
     }
     res->steps_done = c->o.st.step;
     res->interrupted = c->stop_all || stop_requested != 0;
     if (res->interrupted)
         cpt_warn("sft: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)stop_requested);
-    if (c->o.last_saved_step != c->o.st.step && save_checkpoint(c, err)) return -1;
+    if (c->o.last_saved_step != c->o.st.step && cpt_offline_save(&c->o, err)) return -1;
 
     res->eval_loss = res->exact_match = NAN;
-    if (c->rank == 0 && c->o.st.step >= total && c->eval.n) {
+    if (c->o.rank == 0 && c->o.st.step >= total && c->eval.n) {
         if (eval_loss(c, &res->eval_loss, err)) return -1;
         int ng = (int)cpt_cfg_int(cfg, "train.eval_generate");
         if (ng > 0 && eval_exact_match(c, ng, &res->exact_match, err)) return -1;
