@@ -9,6 +9,7 @@
 #   tests/gpu/device_all.sh run DIR|TGZ STAGE...   on the device: the stages named, each under a timeout, each log
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
+# BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages: ops model train attn trainbench trainprof xport decode decodeprof grpo grpo_lrX_sftY[_file] (in the order given).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,8 +33,18 @@ build() {
 stage() {
     local name=$1 limit=$2
     shift 2
-    local t0 rc
+    local t0 rc left
     t0=$(date +%s)
+    # BUDGET_S (the call's own time limit, less a margin): a stage gets at most what is left, and none when under 10 s
+    # is left, so the call ends with its logs instead of being killed with them
+    if [ -n "${BUDGET_S:-}" ]; then
+        left=$((BUDGET_S - (t0 - RUN_T0)))
+        if [ "$left" -lt 10 ]; then
+            SUMMARY+="$(printf '%-11s skipped (BUDGET_S spent)' "$name")"$'\n'
+            return
+        fi
+        [ "$limit" -le "$left" ] || limit=$left
+    fi
     echo "=== $name ($(date -u +%H:%M:%S))"
     OUT=$SUB timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     rc=$?
@@ -58,6 +69,7 @@ run() {
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader || true
     SUMMARY=""
+    RUN_T0=$(date +%s)
     for s in "$@"; do
         case $s in
         ops) stage ops 120 env CPT_CUDA_BENCH=1 "$d/test_cuda_ops" ;;
