@@ -10,7 +10,8 @@
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
-# Stages: ops model train attn trainbench trainprof xport decode decodeprof grpo grpo_lrX_sftY[_file] (in the order given).
+# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodeprof grpo
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain].
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -82,7 +83,8 @@ run() {
         xport) stage xport 180 "$d/test_weight_transports" ;;
         decode) stage decode 420 env TEST_TIMEOUT=90 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
-        grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional). Its own
+        grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
+            # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
             local kv=() part
             for part in $(echo "${s#grpo}" | tr '_' ' '); do
@@ -90,6 +92,8 @@ run() {
                 lr*) kv+=(GRPO_LR="${part#lr}") ;;
                 sft*) kv+=(SFT_STEPS="${part#sft}") ;;
                 file) kv+=(TRANSPORT=file) ;;
+                cpuroll) kv+=(TRANSPORT=file ROLLOUT_DEVICE=cpu) ;;   # splits a GPU-engine fault from the rest
+                cputrain) kv+=(TRANSPORT=file TRAIN_DEVICE=cpu) ;;
                 esac
             done
             stage "$s" 400 env OUT="/tmp/cpt-$s" "${kv[@]}" tests/gpu/grpo_gpu_run.sh run "$d"

@@ -10,7 +10,8 @@
 #   tests/gpu/grpo_gpu_run.sh run DIR               on the device machine (no -dev packages, no redis-server there)
 #
 # Knobs (env): SFT_STEPS (300: short of memorising, so GRPO has room), SFT_LR (1e-3), GRPO_STEPS (300), GRPO_LR (2e-5),
-# TRANSPORT (cuda_ipc; file works too), OUT (runs/gpu-grpo).
+# TRANSPORT (cuda_ipc; file works too), ROLLOUT_DEVICE / TRAIN_DEVICE (cuda; cpu needs TRANSPORT=file), OUT
+# (runs/gpu-grpo).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$(pwd)
@@ -33,6 +34,7 @@ flow() {
          model.num_kv_heads=4 train.steps="${SFT_STEPS:-300}" train.tokens_per_micro_batch=16384 optim.lr="${SFT_LR:-1e-3}"
          train.log_every=100 train.eval_every=0 train.eval_generate=200)
     grpo=(train.steps="${GRPO_STEPS:-300}" weights.transport="${TRANSPORT:-cuda_ipc}" optim.lr="${GRPO_LR:-2e-5}"
+          rollout.device="${ROLLOUT_DEVICE:-cuda}" train.device="${TRAIN_DEVICE:-cuda}"
           validation.every_steps=50)
   else
     sft=(train.steps=40 train.log_every=10 train.eval_every=0 train.eval_generate=20 train.threads=1)
