@@ -93,7 +93,8 @@ PY
 case "${1:-}" in
 --cpu-smoke)
   B=${2:-build}
-  flow "$SRC/$B" "${OUT:-/tmp/cpt-grpo-gpu-smoke}" cpu
+  case $B in /*) ;; *) B=$SRC/$B ;; esac
+  flow "$B" "${OUT:-/tmp/cpt-grpo-gpu-smoke}" cpu
   echo "grpo_gpu_run --cpu-smoke: ok"
   ;;
 build)
