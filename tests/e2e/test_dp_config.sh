@@ -27,36 +27,35 @@ tokens_per_micro_batch = 64
 max_seq_len = 32
 threads = 1
 TOML
-# one rank, explicit: same weights as without the variables
-"$BUILD/cpt-train" "$T/j.toml" run.dir="$T/a" 2> "$T/a.log"
-CPT_RANK=0 CPT_WORLD_SIZE=1 "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/b" 2> "$T/b.log"
-cmp "$T/a/checkpoints/step-3/model/model.safetensors" "$T/b/checkpoints/step-3/model/model.safetensors" ||
-  { echo "FAIL: one explicit rank changed the result"; exit 1; }
-if grep -qi nccl "$T/b.log"; then echo "FAIL: one rank mentioned NCCL"; cat "$T/b.log"; exit 1; fi
-# two ranks on the CPU: refused, with the reason
-rc=0
-CPT_RANK=0 CPT_WORLD_SIZE=2 timeout 60 "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/c" 2> "$T/c.log" || rc=$?
-[ "$rc" -ne 0 ] || { echo "FAIL: two CPU ranks were accepted"; exit 1; }
-# (a build without CUDA refuses already for the missing NCCL)
-grep -E -q 'data parallel over 2 ranks needs train.device = "cuda"|2 ranks need NCCL, but cpt was built without CUDA' "$T/c.log" ||
-  { echo "FAIL: no reason given"; cat "$T/c.log"; exit 1; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# NAME CONFIG [k=v ...]: one explicit rank gives the same weights as no variables and never mentions NCCL; two
+# ranks on the CPU are refused with the reason and write no checkpoint
+check_ranks() {
+  local name=$1
+  shift
+  "$BUILD/cpt-train" "$@" run.dir="$T/$name-a" 2> "$T/$name-a.log" || { cat "$T/$name-a.log"; fail "$name: one rank failed"; }
+  CPT_RANK=0 CPT_WORLD_SIZE=1 "$BUILD/cpt-train" "$@" run.dir="$T/$name-b" 2> "$T/$name-b.log" ||
+    { cat "$T/$name-b.log"; fail "$name: one explicit rank failed"; }
+  cmp "$T/$name-a/checkpoints/step-3/model/model.safetensors" "$T/$name-b/checkpoints/step-3/model/model.safetensors" ||
+    fail "$name: one explicit rank changed the result"
+  if grep -qi nccl "$T/$name-b.log"; then cat "$T/$name-b.log"; fail "$name: one rank mentioned NCCL"; fi
+  local rc=0
+  CPT_RANK=0 CPT_WORLD_SIZE=2 timeout 60 "$BUILD/cpt-train" "$@" run.dir="$T/$name-c" 2> "$T/$name-c.log" || rc=$?
+  [ "$rc" -ne 0 ] || fail "$name: two CPU ranks were accepted"
+  # (a build without CUDA refuses already for the missing NCCL)
+  grep -E -q 'data parallel over 2 ranks needs train.device = "cuda"|2 ranks need NCCL, but cpt was built without CUDA' \
+    "$T/$name-c.log" || { cat "$T/$name-c.log"; fail "$name: no reason given"; }
+  [ ! -e "$T/$name-c/checkpoints/latest" ] || fail "$name: a refused run wrote a checkpoint"
+}
+
+check_ranks sft "$T/j.toml"
+# DPO with several micro-batches a step
+check_ranks dpo "$SRC/examples/dpo_arithmetic.toml" train.steps=3 train.tokens_per_micro_batch=400 train.threads=1 \
+  checkpoint.every=0 tokenizer.path="$SRC/examples/tiny-tokenizer" \
+  data.train="$SRC/examples/data/arithmetic_pref_train.jsonl" data.eval="$SRC/examples/data/arithmetic_pref_eval.jsonl"
 # an unknown bootstrap: a config error naming the key
 rc=0
 "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/d" train.dp_bootstrap=mpi 2> "$T/d.log" || rc=$?
-[ "$rc" -ne 0 ] && grep -q "train.dp_bootstrap" "$T/d.log" || { echo "FAIL: bad bootstrap accepted"; cat "$T/d.log"; exit 1; }
-# DPO (several micro-batches a step): the same three checks
-dpo=("$SRC/examples/dpo_arithmetic.toml" train.steps=3 train.tokens_per_micro_batch=400 train.threads=1
-     checkpoint.every=0 tokenizer.path="$SRC/examples/tiny-tokenizer"
-     data.train="$SRC/examples/data/arithmetic_pref_train.jsonl" data.eval="$SRC/examples/data/arithmetic_pref_eval.jsonl")
-"$BUILD/cpt-train" "${dpo[@]}" run.dir="$T/e" 2> "$T/e.log" || { cat "$T/e.log"; exit 1; }
-CPT_RANK=0 CPT_WORLD_SIZE=1 "$BUILD/cpt-train" "${dpo[@]}" run.dir="$T/f" 2> "$T/f.log" || { cat "$T/f.log"; exit 1; }
-cmp "$T/e/checkpoints/step-3/model/model.safetensors" "$T/f/checkpoints/step-3/model/model.safetensors" ||
-  { echo "FAIL: dpo: one explicit rank changed the result"; exit 1; }
-if grep -qi nccl "$T/f.log"; then echo "FAIL: dpo: one rank mentioned NCCL"; cat "$T/f.log"; exit 1; fi
-rc=0
-CPT_RANK=0 CPT_WORLD_SIZE=2 timeout 60 "$BUILD/cpt-train" "${dpo[@]}" run.dir="$T/g" 2> "$T/g.log" || rc=$?
-[ "$rc" -ne 0 ] || { echo "FAIL: dpo: two CPU ranks were accepted"; exit 1; }
-grep -E -q 'data parallel over 2 ranks needs train.device = "cuda"|2 ranks need NCCL, but cpt was built without CUDA' "$T/g.log" ||
-  { echo "FAIL: dpo: no reason given"; cat "$T/g.log"; exit 1; }
-[ ! -e "$T/g/checkpoints/latest" ] || { echo "FAIL: dpo: a refused run wrote a checkpoint"; exit 1; }
+[ "$rc" -ne 0 ] && grep -q "train.dp_bootstrap" "$T/d.log" || { cat "$T/d.log"; fail "bad bootstrap accepted"; }
 echo "test_dp_config: ok"
