@@ -31,7 +31,6 @@ typedef struct dpo_ctx {
     float *lp, *dlp;
     int cap;
     int *mb_start; /* [pairs_per_step + 1]: the step's micro-batches as ranges of its pairs */
-    int stop_all;  /* data parallel: some rank was asked to stop, so every rank stops after this step */
 } dpo_ctx;
 
 /* Weighted sums of the objective's per-call metrics (each call's means weighted by its pair count). */
@@ -137,16 +136,15 @@ typedef struct step_stats {
     double grad_norm, lr;
 } step_stats;
 
-/* The sums of every rank (and whether any rank was asked to stop), in place; one rank: only the stop flag. */
+/* The step's sums over every rank, and whether any rank was asked to stop (cpt_offline_agree). */
 static int agree(dpo_ctx *c, dpo_sums *s, cpt_err *err) {
-    float v[9] = {(float)s->pairs, (float)s->loss, (float)s->margin, (float)s->acc, (float)s->chosen,
-                  (float)s->rejected, (float)s->logp_margin, (float)s->tokens, *c->stop ? 1.0f : 0.0f};
+    float v[8] = {(float)s->pairs, (float)s->loss, (float)s->margin, (float)s->acc, (float)s->chosen,
+                  (float)s->rejected, (float)s->logp_margin, (float)s->tokens};
+    if (cpt_offline_agree(&c->o, v, 8, *c->stop, err)) return -1;
     if (c->o.world > 1) {
-        if (cpt_dp_sum_host(c->o.dp, v, 9, err)) return -1;
         s->pairs = v[0], s->loss = v[1], s->margin = v[2], s->acc = v[3], s->chosen = v[4], s->rejected = v[5];
         s->logp_margin = v[6], s->tokens = (long)v[7];
     }
-    c->stop_all = v[8] > 0;
     return 0;
 }
 
@@ -265,8 +263,7 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
     const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every"), first_step = c->o.st.step;
     double t0 = cpt_now(), t_log = t0;
     long tok_since = 0;
-    /* one rank stops at once on a signal; more stop together after the step where one of them saw it */
-    while (c->o.st.step < total && !(c->o.world > 1 ? c->stop_all : *c->stop != 0) &&
+    while (c->o.st.step < total && !cpt_offline_stopping(&c->o, *c->stop) &&
            !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
         step_stats ss;
         if (train_step(c, &ss, err)) return -1;
@@ -291,7 +288,7 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
         if (ck_every > 0 && s % ck_every == 0 && s != total && cpt_offline_save(&c->o, err)) return -1;
     }
     res->steps_done = c->o.st.step;
-    res->interrupted = (c->o.world > 1 ? c->stop_all : *c->stop != 0) != 0;
+    res->interrupted = cpt_offline_stopping(&c->o, *c->stop);
     if (res->interrupted) cpt_warn("dpo: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)*c->stop);
     if (c->o.last_saved_step != c->o.st.step && cpt_offline_save(&c->o, err)) return -1;
     if (evals) {

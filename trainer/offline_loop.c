@@ -125,6 +125,20 @@ int cpt_offline_place(cpt_offline *o, cpt_model *m, const char *what, int attach
     return 0;
 }
 
+int cpt_offline_agree(cpt_offline *o, float *vals, int n, int signal, cpt_err *err) {
+    float v[CPT_DP_HOST_SUM_MAX];
+    if (n < 0 || n >= CPT_DP_HOST_SUM_MAX) return cpt_errf(err, "%s: %d values to agree on (fewer than %d)", o->name, n,
+                                                          CPT_DP_HOST_SUM_MAX);
+    memcpy(v, vals, sizeof(float) * (size_t)n);
+    v[n] = signal ? 1.0f : 0.0f;
+    if (o->world > 1 && cpt_dp_sum_host(o->dp, v, n + 1, err)) return -1;
+    memcpy(vals, v, sizeof(float) * (size_t)n);
+    o->stop_all = v[n] > 0;
+    return 0;
+}
+
+int cpt_offline_stopping(const cpt_offline *o, int signal) { return o->world > 1 ? o->stop_all : signal != 0; }
+
 int cpt_offline_save(cpt_offline *o, cpt_err *err) {
     if (o->rank != 0) {
         o->last_saved_step = o->st.step;

@@ -36,6 +36,7 @@ typedef struct cpt_offline {
     /* data parallel (cpt_offline_dp_open): one rank unless a bootstrap says otherwise */
     cpt_dp *dp;
     int rank, world, dp_device;
+    int stop_all; /* the last cpt_offline_agree: some rank had been asked to stop */
 } cpt_offline;
 
 /* tokenizer.path (else model.path) and data.chat_template ("none": no template). */
@@ -60,6 +61,13 @@ int cpt_offline_dp_open(cpt_offline *o, cpt_err *err);
 /* Places m: as train.device says with one rank, else on this rank's GPU (train.recompute applies). With attach, m
  * is the model whose gradients the group averages (the trained one; at most one). */
 int cpt_offline_place(cpt_offline *o, cpt_model *m, const char *what, int attach, cpt_err *err);
+/* The end of a step on every rank: vals[0..n) (n < CPT_DP_HOST_SUM_MAX) summed over the ranks in place, and
+ * o->stop_all set when any rank has a stop signal (signal != 0). One rank: nothing moves. */
+int cpt_offline_agree(cpt_offline *o, float *vals, int n, int signal, cpt_err *err);
+/* Whether the loop ends before another step. One rank: at once on its signal. More: only when they agreed to
+ * (o->stop_all), so a signal seen by one rank between two agreements cannot leave the others waiting in a collective
+ * it never joins. */
+int cpt_offline_stopping(const cpt_offline *o, int signal);
 /* A checkpoint of the current step (checkpoint.keep_last retention), logged as "NAME: checkpoint DIR". Every rank
  * holds the same weights and optimizer state, so only rank 0 writes; the others only note the step. */
 int cpt_offline_save(cpt_offline *o, cpt_err *err);

@@ -30,7 +30,6 @@ typedef struct sft_ctx {
     int n_stop;
     /* data parallel (c->o.dp, rank, world): every rank packs the step's world * accum micro-batches and trains on
      * its share */
-    int stop_all;    /* some rank was asked to stop: every rank stops after the same step */
     cpt_sft_dataset train, eval;
     cpt_sft_cursor cur;
     int accum, budget;
@@ -170,10 +169,9 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     }
     if (cpt_dp_finish(c->o.dp, err)) return -1;
     /* The step's loss over all ranks, and whether any rank was asked to stop. */
-    float agree[2] = {(float)loss_sum, stop_requested ? 1.0f : 0.0f};
-    if (c->o.world > 1 && cpt_dp_sum_host(c->o.dp, agree, 2, err)) return -1;
-    if (c->o.world > 1) loss_sum = agree[0];
-    c->stop_all = agree[1] > 0;
+    float loss_all = (float)loss_sum;
+    if (cpt_offline_agree(&c->o, &loss_all, 1, stop_requested, err)) return -1;
+    if (c->o.world > 1) loss_sum = loss_all;
     ss->loss = loss_sum / (double)n_loss;
     ss->tokens = n_tok;
     ss->loss_tokens = n_loss;
@@ -304,7 +302,8 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     double t0 = cpt_now(), t_log = t0;
     long tok_since_log = 0;
     res->last_loss = NAN;
-    while (c->o.st.step < total && !c->stop_all && !stop_requested && !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
+    while (c->o.st.step < total && !cpt_offline_stopping(&c->o, stop_requested) &&
+           !(this_run > 0 && c->o.st.step - first_step >= this_run)) {
         step_stats ss = {0};
         if (train_step(c, &ss, err)) return -1;
         res->last_loss = ss.loss;
@@ -333,7 +332,7 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
         if (ck_every > 0 && s % ck_every == 0 && s != total && cpt_offline_save(&c->o, err)) return -1;
     }
     res->steps_done = c->o.st.step;
-    res->interrupted = c->stop_all || stop_requested != 0;
+    res->interrupted = cpt_offline_stopping(&c->o, stop_requested);
     if (res->interrupted)
         cpt_warn("sft: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)stop_requested);
     if (c->o.last_saved_step != c->o.st.step && cpt_offline_save(&c->o, err)) return -1;
