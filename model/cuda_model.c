@@ -273,37 +273,28 @@ int cpt_model_grads_settle(cpt_model *m, cpt_err *err) {
     return cpt_cuda_memset(cm->ctx, cm->g, 0, m->numel * sizeof(float), err);
 }
 
-/* The complement of the layers' product weights (wqkv, wo, wgu, wdown) in [0, numel): ascending, merged. */
+/* The complement of the layers' product weights (wqkv, wo, wgu, wdown) in [0, numel), in ascending runs. The
+ * parameter layout (model/params.c) puts them in that order, layer after layer; anything else is refused. */
 static int build_zero_runs(cpt_model *m, cpt_err *err) {
     const cpt_model_config *c = &m->cfg;
     int64_t C = c->hidden_size, I = c->intermediate_size, HD = (int64_t)c->num_heads * c->head_dim;
-    int L = c->num_layers, k = 0;
-    int64_t(*skip)[2] = malloc(sizeof *skip * (size_t)(4 * L));
-    int64_t(*runs)[2] = malloc(sizeof *runs * (size_t)(4 * L + 1));
-    if (!skip || !runs) {
-        free(skip), free(runs);
-        return cpt_errf(err, "out of memory");
-    }
+    int L = c->num_layers, n = 0;
+    int64_t(*runs)[2] = malloc(sizeof *runs * (size_t)(4 * L + 1)), at = 0;
+    if (!runs) return cpt_errf(err, "out of memory");
     for (int l = 0; l < L; l++) {
         const layer_offsets *lo = &m->layer[l];
-        int64_t r[4][2] = {{lo->wqkv, lo->wqkv + qkv_dim(c) * C}, {lo->wo, lo->wo + C * HD},
-                           {lo->wgu, lo->wgu + 2 * I * C}, {lo->wdown, lo->wdown + C * I}};
-        for (int j = 0; j < 4; j++) skip[k][0] = r[j][0], skip[k][1] = r[j][1], k++;
-    }
-    for (int i = 1; i < k; i++) /* insertion sort: they are nearly in order already */
-        for (int j = i; j > 0 && skip[j][0] < skip[j - 1][0]; j--) {
-            int64_t t0 = skip[j][0], t1 = skip[j][1];
-            skip[j][0] = skip[j - 1][0], skip[j][1] = skip[j - 1][1];
-            skip[j - 1][0] = t0, skip[j - 1][1] = t1;
+        int64_t skip[4][2] = {{lo->wqkv, lo->wqkv + qkv_dim(c) * C}, {lo->wo, lo->wo + C * HD},
+                              {lo->wgu, lo->wgu + 2 * I * C}, {lo->wdown, lo->wdown + C * I}};
+        for (int j = 0; j < 4; j++) {
+            if (skip[j][0] < at) {
+                free(runs);
+                return cpt_errf(err, "CUDA model: layer %d's product weights are not in ascending order", l);
+            }
+            if (skip[j][0] > at) runs[n][0] = at, runs[n][1] = skip[j][0], n++;
+            at = skip[j][1];
         }
-    int n = 0;
-    int64_t at = 0;
-    for (int i = 0; i < k; i++) {
-        if (skip[i][0] > at) runs[n][0] = at, runs[n][1] = skip[i][0], n++;
-        if (skip[i][1] > at) at = skip[i][1];
     }
     if ((int64_t)m->numel > at) runs[n][0] = at, runs[n][1] = (int64_t)m->numel, n++;
-    free(skip);
     m->cuda->zero_runs = runs;
     m->cuda->n_zero_runs = n;
     return 0;
@@ -584,7 +575,7 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S, int fi
     int32_t *pos = cm->ints + 2 * N, *cu = cm->ints + 3 * N;
     size_t n = (size_t)N;
     int mm = CPT_MM_DINP_SET | (first_grads ? CPT_MM_DW_SET : 0);
-    /* MLP branch. The _set products and swiglu_bwd_set overwrite their scratch, which needs no zeroing. */
+    /* MLP branch. The products (CPT_MM_DINP_SET) and swiglu_bwd overwrite their scratch, which needs no zeroing. */
     bf16 *act = a->act;
     if (!act) { /* recomputing: silu(gate) * up again */
         act = cm->act;
@@ -592,7 +583,7 @@ static void layer_backward(cpt_model *m, int l, int N, cl_acts *a, int S, int fi
     }
     cpt_cuda_matmul_bwd_ex(ctx, TB(cm->dact, N, I), GF(m, lo->wdown, C, I), TB(cm->dres, N, C), TB(act, N, I),
                            WB(m, lo->wdown, C, I), mm);
-    cpt_cuda_swiglu_bwd_set(ctx, TB(cm->dgu, N, 2 * I), TB(cm->dact, N, I), TB(a->gu, N, 2 * I));
+    cpt_cuda_swiglu_bwd(ctx, TB(cm->dgu, N, 2 * I), TB(cm->dact, N, I), TB(a->gu, N, 2 * I));
     cpt_cuda_matmul_bwd_ex(ctx, TB(cm->dh, N, C), GF(m, lo->wgu, 2 * I, C), TB(cm->dgu, N, 2 * I), TB(a->h2, N, C),
                            WB(m, lo->wgu, 2 * I, C), mm);
     cpt_cuda_rmsnorm_bwd(ctx, TB(cm->dres, N, C), GF(m, lo->ln2, C, 0), TB(cm->dh, N, C), TB(a->x_mid, N, C),

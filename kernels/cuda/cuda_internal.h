@@ -2,6 +2,8 @@
 #ifndef CPT_KERNELS_CUDA_CUDA_INTERNAL_H
 #define CPT_KERNELS_CUDA_CUDA_INTERNAL_H
 
+#include <initializer_list>
+
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -106,6 +108,15 @@ static inline int32_t *IP(cpt_tensor t) { return (int32_t *)t.data; }
 
 static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
+/* Whether 16-byte (8 x bf16) accesses fit: rows of width a multiple of 8, and every buffer (NULL: absent) 16-byte
+ * aligned. The 8-wide kernels fall back to scalar ones otherwise. */
+static inline int vec8_ok(int64_t width, std::initializer_list<const void *> bufs) {
+    if (width % 8) return 0;
+    for (const void *p : bufs)
+        if ((uintptr_t)p & 15) return 0;
+    return 1;
+}
+
 /* 8 bf16 in 16 bytes <-> 8 fp32 (the vectorised element-wise kernels; rounding to nearest even as
  * __float2bfloat16). */
 static __device__ __forceinline__ void bf16x8_to_f32(const uint4 &raw, float f[8]) {
@@ -123,6 +134,21 @@ static __device__ __forceinline__ uint4 f32_to_bf16x8(const float f[8]) {
 #pragma unroll
     for (int u = 0; u < 4; u++) k2[u] = __floats2bfloat162_rn(f[2 * u], f[2 * u + 1]);
     return raw;
+}
+
+/* W consecutive bf16 at p <-> fp32: W = 8 is one 16-byte access (vec8_ok), W = 1 one element. The kernels with an
+ * 8-wide and a scalar form are one template over W. */
+template <int W>
+static __device__ __forceinline__ void load_bf16(const __nv_bfloat16 *p, float *f) {
+    static_assert(W == 1 || W == 8, "W is 1 or 8");
+    if constexpr (W == 8) bf16x8_to_f32(*(const uint4 *)p, f);
+    else f[0] = __bfloat162float(*p);
+}
+template <int W>
+static __device__ __forceinline__ void store_bf16(__nv_bfloat16 *p, const float *f) {
+    static_assert(W == 1 || W == 8, "W is 1 or 8");
+    if constexpr (W == 8) *(uint4 *)p = f32_to_bf16x8(f);
+    else *p = __float2bfloat16(f[0]);
 }
 
 /* Sum over a block (blockDim.x a multiple of 32, at most 1024), result valid in every thread. */

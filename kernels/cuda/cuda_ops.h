@@ -84,11 +84,10 @@ void cpt_cuda_rope_fwd(cpt_cuda_ctx *ctx, cpt_tensor x, int n_heads, int head_di
 void cpt_cuda_rope_bwd(cpt_cuda_ctx *ctx, cpt_tensor dx, int n_heads, int head_dim, cpt_tensor positions,
                        cpt_tensor inv_freq);
 
-/* out [N, I] = silu(gate) * up from gu [N, 2I] (gate then up); dgu += from dout (_set: dgu = , so the caller
- * needs no zeroed buffer). All bf16. */
+/* out [N, I] = silu(gate) * up from gu [N, 2I] (gate then up); dgu = its gradient from dout (overwritten, not
+ * added: the caller needs no zeroed buffer). All bf16. */
 void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu);
 void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu);
-void cpt_cuda_swiglu_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu);
 
 /* From bf16 logits [n, V] in one streaming pass per row (online max / sum; no fp32 copy of the logits):
  * lse [n], logprob [n] (0 where target < 0), entropy [n], all f32; logprob and entropy optional; targets [n] i32

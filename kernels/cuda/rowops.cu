@@ -80,14 +80,6 @@ __global__ void rmsnorm_fwd_warp_kernel(__nv_bfloat16 *out, float *rstd, __nv_bf
     }
 }
 
-static int rows_vec8(int64_t C, cpt_tensor a, cpt_tensor b, cpt_tensor c, cpt_tensor d) {
-    const cpt_tensor t[4] = {a, b, c, d};
-    if (C % 8) return 0;
-    for (int i = 0; i < 4; i++)
-        if (cpt_tensor_present(t[i]) && ((uintptr_t)t[i].data & 15)) return 0;
-    return 1;
-}
-
 void cpt_cuda_rmsnorm_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor rstd, cpt_tensor resid_out, cpt_tensor inp,
                           cpt_tensor resid, cpt_tensor w, float eps) {
     const char *op = "rmsnorm_fwd";
@@ -109,17 +101,13 @@ void cpt_cuda_rmsnorm_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor rstd, cp
                 op, "resid / resid_out must be [%lld, %lld]", (long long)R, (long long)C);
     }
     if (R == 0) return;
-    if (rows_vec8(C, out, inp, w, cpt_tensor_present(resid) ? resid : resid_out) &&
-        (!cpt_tensor_present(resid) || !((uintptr_t)resid_out.data & 15))) {
-        rmsnorm_fwd_warp_kernel<<<cdiv(R, 8), 256, 0, ctx->stream>>>(
-            BF(out), cpt_tensor_present(rstd) ? FP(rstd) : NULL, cpt_tensor_present(resid) ? BF(resid_out) : NULL,
-            BF(inp), cpt_tensor_present(resid) ? BF(resid) : NULL, BF(w), R, C, eps);
-        LAUNCH_OK("rmsnorm_fwd_warp_kernel");
-        return;
-    }
-    rmsnorm_fwd_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(
-        BF(out), cpt_tensor_present(rstd) ? FP(rstd) : NULL, cpt_tensor_present(resid) ? BF(resid_out) : NULL,
-        BF(inp), cpt_tensor_present(resid) ? BF(resid) : NULL, BF(w), C, eps);
+    int has_resid = cpt_tensor_present(resid);
+    __nv_bfloat16 *ro = has_resid ? BF(resid_out) : NULL, *rs = has_resid ? BF(resid) : NULL;
+    float *rp = cpt_tensor_present(rstd) ? FP(rstd) : NULL;
+    if (vec8_ok(C, {out.data, inp.data, w.data, rs, ro}))
+        rmsnorm_fwd_warp_kernel<<<cdiv(R, 8), 256, 0, ctx->stream>>>(BF(out), rp, ro, BF(inp), rs, BF(w), R, C, eps);
+    else
+        rmsnorm_fwd_kernel<<<(unsigned)R, NORM_THREADS, 0, ctx->stream>>>(BF(out), rp, ro, BF(inp), rs, BF(w), C, eps);
     LAUNCH_OK("rmsnorm_fwd_kernel");
 }
 
@@ -205,7 +193,7 @@ void cpt_cuda_rmsnorm_bwd(cpt_cuda_ctx *ctx, cpt_tensor dinp, cpt_tensor dw, cpt
     if (cpt_tensor_present(dinp)) {
         cpt_cuda_check(op, "dinp", dinp, CPT_DT_BF16, 2);
         CKCHECK(dinp.shape[0] == R && dinp.shape[1] == C, op, "dinp shape mismatch");
-        if (rows_vec8(C, dinp, dout, inp, w))
+        if (vec8_ok(C, {dinp.data, dout.data, inp.data, w.data}))
             rmsnorm_bwd_dinp_warp_kernel<<<cdiv(R, 8), 256, 0, ctx->stream>>>(BF(dinp), BF(dout), BF(inp), BF(w),
                                                                               FP(rstd), R, C);
         else
@@ -295,74 +283,37 @@ __device__ inline void swiglu_grad(float g, float u, float d, float *dg, float *
     *du = d * g * sg;
 }
 
-/* H % 8 == 0: 8 elements (16 bytes) per thread, grid (H / 8 / 256, rows) */
-__global__ void swiglu_fwd_vec_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t N, int64_t H) {
-    int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-    if (j >= H) return;
-    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
-        float g[8], u[8], o[8];
-        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + j), g);
-        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + H + j), u);
-#pragma unroll
-        for (int k = 0; k < 8; k++) o[k] = silu_f(g[k]) * u[k];
-        *(uint4 *)(out + n * H + j) = f32_to_bf16x8(o);
-    }
-}
-
-/* ACC: dgu += the gradient (read-modify-write), else dgu = the gradient */
-template <bool ACC>
-__global__ void swiglu_bwd_vec_kernel(__nv_bfloat16 *dgu, const __nv_bfloat16 *dout, const __nv_bfloat16 *gu,
-                                      int64_t N, int64_t H) {
-    int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-    if (j >= H) return;
-    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
-        float g[8], u[8], d[8], dg[8], du[8];
-        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + j), g);
-        bf16x8_to_f32(*(const uint4 *)(gu + n * 2 * H + H + j), u);
-        bf16x8_to_f32(*(const uint4 *)(dout + n * H + j), d);
-#pragma unroll
-        for (int k = 0; k < 8; k++) swiglu_grad(g[k], u[k], d[k], &dg[k], &du[k]);
-        uint4 *pg = (uint4 *)(dgu + n * 2 * H + j), *pu = (uint4 *)(dgu + n * 2 * H + H + j);
-        if (ACC) {
-            float og[8], ou[8];
-            bf16x8_to_f32(*pg, og);
-            bf16x8_to_f32(*pu, ou);
-#pragma unroll
-            for (int k = 0; k < 8; k++) dg[k] += og[k], du[k] += ou[k];
-        }
-        *pg = f32_to_bf16x8(dg);
-        *pu = f32_to_bf16x8(du);
-    }
-}
-
-/* any H: one element per thread, grid (H / 256, rows) */
+/* W elements per thread (8: one 16-byte access, needs vec8_ok; 1: any H), grid (H / W / 256, rows) */
+template <int W>
 __global__ void swiglu_fwd_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t N, int64_t H) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= H) return;
+    int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (j >= H) return;
     for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
-        float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]);
-        out[n * H + i] = __float2bfloat16(silu_f(g) * u);
+        float g[W], u[W], o[W];
+        load_bf16<W>(gu + n * 2 * H + j, g);
+        load_bf16<W>(gu + n * 2 * H + H + j, u);
+#pragma unroll
+        for (int k = 0; k < W; k++) o[k] = silu_f(g[k]) * u[k];
+        store_bf16<W>(out + n * H + j, o);
     }
 }
 
-template <bool ACC>
+/* dgu = the gradient (overwritten: the caller needs no zeroed buffer) */
+template <int W>
 __global__ void swiglu_bwd_kernel(__nv_bfloat16 *dgu, const __nv_bfloat16 *dout, const __nv_bfloat16 *gu, int64_t N,
                                   int64_t H) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= H) return;
+    int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (j >= H) return;
     for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
-        float g = __bfloat162float(gu[n * 2 * H + i]), u = __bfloat162float(gu[n * 2 * H + H + i]), dg, du;
-        swiglu_grad(g, u, __bfloat162float(dout[n * H + i]), &dg, &du);
-        __nv_bfloat16 *pg = dgu + n * 2 * H + i, *pu = pg + H;
-        if (ACC) dg += __bfloat162float(*pg), du += __bfloat162float(*pu);
-        *pg = __float2bfloat16(dg);
-        *pu = __float2bfloat16(du);
+        float g[W], u[W], d[W], dg[W], du[W];
+        load_bf16<W>(gu + n * 2 * H + j, g);
+        load_bf16<W>(gu + n * 2 * H + H + j, u);
+        load_bf16<W>(dout + n * H + j, d);
+#pragma unroll
+        for (int k = 0; k < W; k++) swiglu_grad(g[k], u[k], d[k], &dg[k], &du[k]);
+        store_bf16<W>(dgu + n * 2 * H + j, dg);
+        store_bf16<W>(dgu + n * 2 * H + H + j, du);
     }
-}
-
-/* 16-byte accesses need H % 8 == 0 and 16-byte aligned buffers */
-static int vec8_ok(int64_t H, const void *a, const void *b, const void *c) {
-    return H % 8 == 0 && !((uintptr_t)a & 15) && !((uintptr_t)b & 15) && !((uintptr_t)c & 15);
 }
 
 void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu) {
@@ -373,14 +324,15 @@ void cpt_cuda_swiglu_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor gu) {
     CKCHECK(gu.shape[0] == N && gu.shape[1] == 2 * H, op, "gu is [%lld, %lld], want [%lld, %lld]",
             (long long)gu.shape[0], (long long)gu.shape[1], (long long)N, (long long)(2 * H));
     if (N * H == 0) return;
-    if (vec8_ok(H, out.data, gu.data, gu.data))
-        swiglu_fwd_vec_kernel<<<row_grid(N, H / 8, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
+    if (vec8_ok(H, {out.data, gu.data}))
+        swiglu_fwd_kernel<8><<<row_grid(N, H / 8, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
     else
-        swiglu_fwd_kernel<<<row_grid(N, H, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
+        swiglu_fwd_kernel<1><<<row_grid(N, H, 256), 256, 0, ctx->stream>>>(BF(out), BF(gu), N, H);
     LAUNCH_OK("swiglu_fwd_kernel");
 }
 
-static void swiglu_bwd(cpt_cuda_ctx *ctx, const char *op, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu, bool acc) {
+void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
+    const char *op = "swiglu_bwd";
     cpt_cuda_check(op, "dgu", dgu, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "dout", dout, CPT_DT_BF16, 2);
     cpt_cuda_check(op, "gu", gu, CPT_DT_BF16, 2);
@@ -389,26 +341,9 @@ static void swiglu_bwd(cpt_cuda_ctx *ctx, const char *op, cpt_tensor dgu, cpt_te
             "shape mismatch: dout [%lld, %lld], gu [%lld, %lld], dgu [%lld, %lld]", (long long)N, (long long)H,
             (long long)gu.shape[0], (long long)gu.shape[1], (long long)dgu.shape[0], (long long)dgu.shape[1]);
     if (N * H == 0) return;
-    if (vec8_ok(H, dgu.data, dout.data, gu.data)) {
-        dim3 grid = row_grid(N, H / 8, 256);
-        if (acc)
-            swiglu_bwd_vec_kernel<true><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
-        else
-            swiglu_bwd_vec_kernel<false><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
-    } else {
-        dim3 grid = row_grid(N, H, 256);
-        if (acc)
-            swiglu_bwd_kernel<true><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
-        else
-            swiglu_bwd_kernel<false><<<grid, 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
-    }
+    if (vec8_ok(H, {dgu.data, dout.data, gu.data}))
+        swiglu_bwd_kernel<8><<<row_grid(N, H / 8, 256), 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
+    else
+        swiglu_bwd_kernel<1><<<row_grid(N, H, 256), 256, 0, ctx->stream>>>(BF(dgu), BF(dout), BF(gu), N, H);
     LAUNCH_OK("swiglu_bwd_kernel");
-}
-
-void cpt_cuda_swiglu_bwd(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
-    swiglu_bwd(ctx, "swiglu_bwd", dgu, dout, gu, true);
-}
-
-void cpt_cuda_swiglu_bwd_set(cpt_cuda_ctx *ctx, cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
-    swiglu_bwd(ctx, "swiglu_bwd_set", dgu, dout, gu, false);
 }

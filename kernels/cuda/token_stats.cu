@@ -48,25 +48,18 @@ __device__ inline void online_add(online_t &st, const float *x) {
     }
 }
 
-/* One block per row. VEC: V % 8 == 0 and 16-byte aligned rows, 8 logits per load. */
-template <bool VEC>
+/* One block per row, W logits per load (8: vec8_ok rows; 1: any V). */
+template <int W>
 __global__ void token_stats_fwd_kernel(float *logprob, float *entropy, float *lse, const __nv_bfloat16 *logits,
                                        const int32_t *targets, int64_t V) {
     __shared__ online_t red[32];
     int64_t r = blockIdx.x;
     const __nv_bfloat16 *z = logits + r * V;
     online_t st = {-INFINITY, 0.0f, 0.0f};
-    if (VEC) {
-        for (int64_t v = (int64_t)threadIdx.x * 8; v < V; v += (int64_t)blockDim.x * 8) {
-            float x[8];
-            bf16x8_to_f32(*(const uint4 *)(z + v), x);
-            online_add<8>(st, x);
-        }
-    } else {
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-            float x = __bfloat162float(z[v]);
-            online_add<1>(st, &x);
-        }
+    for (int64_t v = (int64_t)threadIdx.x * W; v < V; v += (int64_t)blockDim.x * W) {
+        float x[W];
+        load_bf16<W>(z + v, x);
+        online_add<W>(st, x);
     }
     for (int o = 16; o > 0; o >>= 1) {
         online_t other = {__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o),
@@ -122,10 +115,10 @@ void cpt_cuda_token_stats_fwd(cpt_cuda_ctx *ctx, cpt_tensor logprob, cpt_tensor 
     if (n == 0) return;
     float *lp = cpt_tensor_present(logprob) ? FP(logprob) : NULL, *ent = cpt_tensor_present(entropy) ? FP(entropy) : NULL;
     const int32_t *tg = cpt_tensor_present(targets) ? IP(targets) : NULL;
-    if (V % 8 == 0 && !((uintptr_t)logits.data & 15))
-        token_stats_fwd_kernel<true><<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(lp, ent, FP(lse), BF(logits), tg, V);
+    if (vec8_ok(V, {logits.data}))
+        token_stats_fwd_kernel<8><<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(lp, ent, FP(lse), BF(logits), tg, V);
     else
-        token_stats_fwd_kernel<false><<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(lp, ent, FP(lse), BF(logits), tg, V);
+        token_stats_fwd_kernel<1><<<(unsigned)n, STATS_THREADS, 0, ctx->stream>>>(lp, ent, FP(lse), BF(logits), tg, V);
     LAUNCH_OK("token_stats_fwd_kernel");
 }
 
@@ -143,10 +136,7 @@ __global__ void token_stats_bwd_kernel(__nv_bfloat16 *logits, const float *lse, 
     float H = de != 0.0f ? entropy[r] : 0.0f;
     __nv_bfloat16 *z = logits + r * V + v0;
     float x[W];
-    if (W == 8)
-        bf16x8_to_f32(*(const uint4 *)z, x);
-    else
-        x[0] = __bfloat162float(z[0]);
+    load_bf16<W>(z, x);
 #pragma unroll
     for (int k = 0; k < W; k++) {
         float lp = x[k] - l, p = expf(lp);
@@ -154,10 +144,7 @@ __global__ void token_stats_bwd_kernel(__nv_bfloat16 *logits, const float *lse, 
         if (v0 + k == t) g += dl;
         x[k] = g;
     }
-    if (W == 8)
-        *(uint4 *)z = f32_to_bf16x8(x);
-    else
-        z[0] = __float2bfloat16(x[0]);
+    store_bf16<W>(z, x);
 }
 
 void cpt_cuda_token_stats_bwd(cpt_cuda_ctx *ctx, cpt_tensor logits, cpt_tensor lse, cpt_tensor entropy,
@@ -183,7 +170,7 @@ void cpt_cuda_token_stats_bwd(cpt_cuda_ctx *ctx, cpt_tensor logits, cpt_tensor l
     const int32_t *tg = cpt_tensor_present(targets) ? IP(targets) : NULL;
     const float *dlp = cpt_tensor_present(d_logprob) ? FP(d_logprob) : NULL;
     const float *dent = cpt_tensor_present(d_entropy) ? FP(d_entropy) : NULL;
-    if (V % 8 == 0 && !((uintptr_t)logits.data & 15)) {
+    if (vec8_ok(V, {logits.data})) {
         dim3 grid(cdiv(V / 8, 256), (unsigned)n);
         token_stats_bwd_kernel<8><<<grid, 256, 0, ctx->stream>>>(BF(logits), FP(lse), ent, tg, dlp, dent, V);
     } else {
