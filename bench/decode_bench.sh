@@ -5,7 +5,8 @@
 #                                                against BUILD (default build-decode) into DIR (default .carry-decode)
 #   bench/decode_bench.sh run [DIR] [--no-test] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
-#                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT)
+#                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT,
+#                                                BENCH_V1=1 also the first attention kernel with cuBLASLt only)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
 #                                                (env PROFILE_ARGS, e.g. "--attn-v2 --gemv 8")
@@ -34,13 +35,14 @@ run)
         rc=${PIPESTATUS[0]}
         echo "test_cuda_decode rc=$rc"
     fi
-    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee "$out/decode_bench.log"
-    # the second attention kernel (engine option attn_v2), then with the skinny products (gemv_rows) at batch 1, 4
-    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 2>&1 | tee -a "$out/decode_bench.log"
+    # the engine defaults (cpt_cuda_engine_defaults: attention v2, fused products at <= 4 rows, skinny products),
+    # then batches 1 and 4 without the fused products, then with the first attention kernel and cuBLASLt only
+    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee "$out/decode_bench.log"
     timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
         tee -a "$out/decode_bench.log"
+    [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
     if [ $torch = 1 ]; then
-        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-120} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |
+        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |
             tee "$out/decode_torch.log"
     fi
     echo "== summary =="
@@ -56,7 +58,7 @@ profile)
     for b in 1 64; do
         # the warm-up and timed runs of 16 new tokens; graphs off so every kernel is its own launch
         timeout 240 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
-            "$dir/decode_bench" --shapes 0.5b --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:-} 2>&1 |
+            "$dir/decode_bench" --shapes 0.5b --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:---attn-v2 --gemv 4 --fused} 2>&1 |
             tee "$out/decode_profile_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
     done
     ;;

@@ -3,6 +3,8 @@
  * device and CUDA graphs for decode steps. */
 #include "rollout/cuda_engine.h"
 
+#include "core/fs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #define MAX_SPLITS 16
 #define MAX_GRAPHS 96
 #define SPLIT_MIN_LEN 256 /* positions a split should have at least */
+#define SPLIT_MIN_LEN_FEW 64 /* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows */
 
 typedef struct greq {
     int64_t id;
@@ -81,8 +84,10 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2;
+    int gemv_rows, attn_v2, fused;
     float *skinny; /* split-K partial sums of the skinny products */
+    void *spart;   /* the sampler's per-chunk partials (cpt_cuda_sample_ex) */
+    int *attn_counters; /* [rows][kv heads], zero between calls: attention v2 merges its own splits */
     int *plog_free, n_plog_free;
     /* per-call metadata: pinned host mirror, uploaded in one copy */
     char *meta_h, *meta_d;
@@ -99,6 +104,7 @@ struct cpt_cuda_engine {
     int use_graphs;
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs;
+    cpt_cuda_graph *last_graph; /* the latest decode step's (cpt_cuda_engine_replay_s) */
     char *tail;
     size_t tail_cap;
     cpt_engine_stats st;
@@ -221,13 +227,62 @@ static void mm(cpt_cuda_engine *e, void *out, void *inp, void *w, void *bias, in
         cpt_cuda_matmul_fwd(e->ctx, BT(out, n, OC), BT(inp, n, K), BT(w, OC, K), B1(bias, OC));
 }
 
-/* Rows [n] (tok, pos, tab in the uploaded metadata) through the model; logits [n_out, V] for rows last[0..n_out). */
+static void attention(cpt_cuda_engine *e, int l, int n, int splits) {
+    const cpt_model_config *c = &e->cfg;
+    const dlayer *w = &e->layers[l];
+    cpt_attn_shape shape = {e->H, e->KV, e->D};
+    const int32_t *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
+    cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
+    if (e->attn_v2)
+        cpt_cuda_paged_attention_v2(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
+                                    MD(e, off_split, int32_t), shape, e->attn_counters);
+    else
+        cpt_cuda_paged_attention(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
+                                 MD(e, off_split, int32_t), shape);
+}
+
+static int fused_fits(const cpt_cuda_engine *e, int n) {
+    return e->fused && n <= CPT_CUDA_FUSED_MAX_ROWS && cpt_cuda_fused_gemv_ok(e->C) &&
+           cpt_cuda_fused_gemv_ok((int64_t)e->H * e->D) && cpt_cuda_fused_gemv_ok(e->I);
+}
+
+static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const void *inp, const int32_t *rows,
+                  const void *norm_w, const void *w, const void *bias, int n, int64_t K, int64_t OC) {
+    cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC};
+    cpt_cuda_fused_gemv_run(e->ctx, &g);
+}
+
+/* The forward of a few rows with the fused products: the residual stream x is complete after every layer (the
+ * products add into it), so a layer is qkv = norm(x) W + b, append + attention, x += att Wo + bo,
+ * a = swiglu(norm(x) Wgu), x += a Wdown; logits = norm(x[last]) lm^T. The same roundings as forward(). */
+static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits) {
+    int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
+    cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
+    cpt_cuda_set_pdl(e->ctx, 1);
+    for (int l = 0; l < e->L; l++) {
+        const dlayer *w = &e->layers[l];
+        fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
+        attention(e, l, n, splits);
+        fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C);
+        fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I);
+        fused(e, CPT_FUSED_RESID, e->x, e->a, NULL, NULL, w->wdown, NULL, n, I, C);
+    }
+    if (n_out > 0) /* a prefill chunk that ends no prompt has no logits */
+        fused(e, CPT_FUSED_F32, e->logits, e->x, MD(e, off_last, int32_t), e->norm, e->lm, NULL, n_out, C, e->V);
+}
+
+/* Rows [n] (tok, pos, tab in the uploaded metadata) through the model; logits [n_out, V] for rows last[0..n_out).
+ * Programmatic dependent launch stays on after the fused path (for the sampler that follows): reset by the caller
+ * with cpt_cuda_set_pdl(ctx, 0) once the step's kernels are queued. */
 static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
+    if (fused_fits(e, n) && n_out <= n) {
+        forward_fused(e, n, n_out, splits);
+        return;
+    }
     cpt_cuda_ctx *ctx = e->ctx;
     const cpt_model_config *c = &e->cfg;
     int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
-    cpt_attn_shape shape = {e->H, e->KV, e->D};
-    const int32_t *tok = MD(e, off_tok, int32_t), *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
+    const int32_t *tok = MD(e, off_tok, int32_t);
     cpt_tensor none = cpt_tensor_none();
     cpt_cuda_embed(ctx, e->x, tok, e->embed, n, C);
     for (int l = 0; l < e->L; l++) {
@@ -238,9 +293,7 @@ static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
             cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->mlp, n, C),
                                  B1(w->ln1, C), c->rms_norm_eps);
         mm(e, e->qkv, e->h, w->wqkv, w->bqkv, n, C, QKV);
-        cpt_cuda_kv_append(ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
-        (e->attn_v2 ? cpt_cuda_paged_attention_v2 : cpt_cuda_paged_attention)(
-            ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits, MD(e, off_split, int32_t), shape);
+        attention(e, l, n, splits);
         mm(e, e->o, e->att, w->wo, w->bo, n, HD, C);
         cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->o, n, C),
                              B1(w->ln2, C), c->rms_norm_eps);
@@ -342,6 +395,7 @@ static int prefill(cpt_cuda_engine *e, int n, cpt_err *err) {
         MT(e, off_split, int32_t)[0] = 0;
         if (upload_meta(e, err)) return -1;
         forward(e, nt, no, 1);
+        cpt_cuda_set_pdl(e->ctx, 0);
         e->st.prefill_tokens += nt;
         for (int j = 0; j < no; j++) {
             greq *r = e->slots[e->pre_slot[owner[j]]].r;
@@ -422,8 +476,8 @@ static int admit(cpt_cuda_engine *e, cpt_err *err) {
             fill_row(&rows[k], sl->r, sl->r->plog_row, sl->sample, 0);
         }
         if (upload_meta(e, err)) return -1;
-        cpt_cuda_sample(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->plog, e->V,
-                        MD(e, off_rows, cpt_cuda_sample_row), n_new);
+        cpt_cuda_sample_ex(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->plog, e->V,
+                           MD(e, off_rows, cpt_cuda_sample_row), n_new, e->spart);
         if (cpt_cuda_memcpy_d2h(e->ctx, e->meta_h + e->off_out_tok, e->meta_d + e->off_out_tok,
                                 e->off_out_lp - e->off_out_tok + sizeof(float) * (size_t)e->n_slots, err))
             return -1;
@@ -448,13 +502,23 @@ static int bucket_rows(const cpt_cuda_engine *e, int n) {
 }
 
 static int choose_splits(const cpt_cuda_engine *e, int rows, int max_len) {
-    int by_len = (max_len + SPLIT_MIN_LEN - 1) / SPLIT_MIN_LEN;
+    /* a few rows leave most multiprocessors idle unless their contexts are cut finer */
+    int min_len = rows <= CPT_CUDA_FUSED_MAX_ROWS ? SPLIT_MIN_LEN_FEW : SPLIT_MIN_LEN;
+    int by_len = (max_len + min_len - 1) / min_len;
     int want = (2 * cpt_cuda_num_sms(e->ctx) + rows * e->KV - 1) / (rows * e->KV);
     int s = by_len < want ? by_len : want;
     if (s > MAX_SPLITS) s = MAX_SPLITS;
     int p = 1;
     while (p < s) p *= 2;
     return p;
+}
+
+/* A decode step's kernels: the forward of `rows` rows and the sampler. */
+static void decode_kernels(cpt_cuda_engine *e, int rows, int splits) {
+    forward(e, rows, rows, splits);
+    cpt_cuda_sample_ex(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
+                       MD(e, off_rows, cpt_cuda_sample_row), rows, e->spart);
+    cpt_cuda_set_pdl(e->ctx, 0);
 }
 
 /* The graph of a decode step of `rows` rows and `splits` attention splits: found, or captured now. *g stays NULL
@@ -468,9 +532,7 @@ static int graph_for(cpt_cuda_engine *e, int rows, int splits, cpt_cuda_graph **
         }
     if (e->n_graphs == MAX_GRAPHS) return 0;
     if (cpt_cuda_graph_begin(e->ctx, err)) return -1;
-    forward(e, rows, rows, splits);
-    cpt_cuda_sample(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
-                    MD(e, off_rows, cpt_cuda_sample_row), rows);
+    decode_kernels(e, rows, splits);
     if (!(*g = cpt_cuda_graph_end(e->ctx, err))) return -1;
     e->graphs[e->n_graphs++] = (graph_entry){rows, splits, *g};
     return 0;
@@ -512,12 +574,11 @@ int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) {
     if (upload_meta(e, err)) return -1;
     cpt_cuda_graph *g = NULL;
     if (e->use_graphs && graph_for(e, B, splits, &g, err)) return -1;
+    e->last_graph = g;
     if (g) {
         if (cpt_cuda_graph_launch(e->ctx, g, err)) return -1;
     } else {
-        forward(e, B, B, splits);
-        cpt_cuda_sample(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
-                        MD(e, off_rows, cpt_cuda_sample_row), B);
+        decode_kernels(e, B, splits);
     }
     if (cpt_cuda_memcpy_d2h(e->ctx, e->meta_h + e->off_out_tok, e->meta_d + e->off_out_tok,
                             e->off_out_lp - e->off_out_tok + sizeof(float) * (size_t)n, err))
@@ -532,6 +593,19 @@ int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) {
         active -= rc;
     }
     return active;
+}
+
+double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err) {
+    if (!e->last_graph || reps < 1) {
+        cpt_errf(err, "cuda engine: no decode graph to replay (graphs off, or no decode step yet)");
+        return -1;
+    }
+    if (cpt_cuda_sync(e->ctx, err)) return -1;
+    double t0 = cpt_now();
+    for (int r = 0; r < reps; r++)
+        if (cpt_cuda_graph_launch(e->ctx, e->last_graph, err)) return -1;
+    if (cpt_cuda_sync(e->ctx, err)) return -1;
+    return (cpt_now() - t0) / reps;
 }
 
 /* ---- creation ------------------------------------------------------------------------------------------------ */
@@ -696,6 +770,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->use_graphs = !(o && o->no_graphs);
     e->gemv_rows = o ? o->gemv_rows : 0;
     e->attn_v2 = o ? o->attn_v2 : 0;
+    e->fused = o ? o->fused : 0;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
         goto fail;
@@ -754,8 +829,13 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
         e->logits = cpt_cuda_malloc(sizeof(float) * S * V, "logits", err);
         e->plog = cpt_cuda_malloc(sizeof(float) * (S + 1) * V, "prompt logits", err);
         e->partial = cpt_cuda_malloc(sizeof(float) * (part ? part : 1), "attention partials", err);
+        e->spart = cpt_cuda_malloc(cpt_cuda_sample_partials_bytes((int)S + 1), "sampler partials", err);
+        size_t cnt_bytes = sizeof(int) * (R > S ? R : S) * (size_t)e->KV;
+        e->attn_counters = cpt_cuda_malloc(cnt_bytes, "attention split counters", err);
         e->plog_free = malloc(sizeof *e->plog_free * (S + 1));
-        if (!e->act || !e->logits || !e->plog || !e->partial || !e->plog_free) goto fail;
+        if (!e->act || !e->logits || !e->plog || !e->partial || !e->spart || !e->attn_counters || !e->plog_free)
+            goto fail;
+        if (cpt_cuda_memset(e->ctx, e->attn_counters, 0, cnt_bytes, err)) goto fail;
         for (int i = (int)S; i >= 0; i--) e->plog_free[e->n_plog_free++] = i;
         uint16_t *p = e->act;
 #define TAKE(dst, n) (dst = p, p += al(n))
@@ -855,6 +935,8 @@ void cpt_cuda_engine_free(cpt_cuda_engine *e) {
     cpt_cuda_free(e->logits);
     cpt_cuda_free(e->plog);
     cpt_cuda_free(e->partial);
+    cpt_cuda_free(e->spart);
+    cpt_cuda_free(e->attn_counters);
     cpt_cuda_free(e->skinny);
     free(e->plog_free);
     cpt_cuda_host_free(e->meta_h);
@@ -1049,5 +1131,6 @@ int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, in
 int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { (void)e; return 0; }
+double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err) { (void)e, (void)reps; return no_cuda(err); }
 
 #endif

@@ -31,14 +31,19 @@ typedef struct cpt_cuda_engine_opts {
     int attn_v2;          /* 1: the restructured attention kernel (cpt_cuda_paged_attention_v2); 0: the first one */
     int gemv_rows;        /* products of at most this many rows (<= 8) use cpt_cuda_matmul_skinny instead of
                            * cuBLASLt; 0: off */
+    int fused;            /* 1: forwards of at most CPT_CUDA_FUSED_MAX_ROWS rows (decode steps of small batches,
+                           * short prefill chunks) run the fused products (rmsnorm, bias, residual add, swiglu folded
+                           * in, kernels/cuda/decode_fused.cu) with programmatic dependent launch; needs hidden,
+                           * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused) */
 } cpt_cuda_engine_opts;
 
 /* What the rollout worker and `cpt generate` use: the second attention kernel (1.4-1.7x the first's decode tok/s on
- * the H200, 2026-12-02) and the skinny products up to 4 rows (faster than cuBLASLt at 1-4 rows, slower at 8). A
- * zeroed struct keeps the first kernel and cuBLASLt everywhere (the tests compare the two). */
+ * the H200, 2026-12-02), the fused products up to 4 rows and the skinny products where those do not apply
+ * (faster than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere
+ * (the tests compare them). */
 #define CPT_CUDA_ENGINE_GEMV_ROWS 4
 static inline cpt_cuda_engine_opts cpt_cuda_engine_defaults(cpt_engine_opts base) {
-    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 1, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS};
+    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 1, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 1};
     return o;
 }
 
@@ -76,5 +81,9 @@ int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, in
 int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e);
+/* Benches: replays the latest decode step's graph reps times back to back and returns the seconds per replay: the
+ * device time of a step without the host's share. The replays repeat that step exactly (the same KV row written
+ * with the same values, the same draws), so the engine's state does not change. -1 (err set) without a graph. */
+double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err);
 
 #endif

@@ -291,12 +291,16 @@ void cpt_cuda_attention_bwd(cpt_cuda_ctx *ctx, cpt_tensor dqkv, cpt_tensor dout,
             op, "dqkv, dout, out or lse does not match qkv [%lld, %lld] with %d heads of %d", (long long)N,
             (long long)qkv.shape[1], H, D);
     if (N == 0) return;
-    float *delta = (float *)cpt_cuda_scratch(ctx, (size_t)(N * H) * sizeof(float));
+    int mma = use_mma(D), nsplit = mma ? cpt_attn_bwd_mma_splits(ctx, n_seqs, max_seqlen, KV, D) : 1;
+    size_t delta_bytes = ((size_t)(N * H) * sizeof(float) + 255) & ~(size_t)255;
+    size_t part_bytes = nsplit > 1 ? (size_t)nsplit * (size_t)(N * KV) * 2 * (size_t)D * sizeof(float) : 0;
+    char *scratch = (char *)cpt_cuda_scratch(ctx, delta_bytes + part_bytes);
+    float *delta = (float *)scratch;
     attn_delta_kernel<<<cdiv(N * H, 8), 256, 0, ctx->stream>>>(delta, BF(dout), BF(out), N, H, D);
     LAUNCH_OK("attn_delta_kernel");
-    if (use_mma(D)) {
-        cpt_attn_bwd_mma(ctx, BF(dqkv), BF(dout), FP(lse), delta, BF(qkv), IP(cu_seqlens), n_seqs, max_seqlen, N, H,
-                         KV, D);
+    if (mma) {
+        cpt_attn_bwd_mma(ctx, BF(dqkv), (float *)(scratch + delta_bytes), nsplit, BF(dout), FP(lse), delta, BF(qkv),
+                         IP(cu_seqlens), n_seqs, max_seqlen, N, H, KV, D);
         return;
     }
     DISPATCH_D(D, attn_dkv_simple_kernel<HD_><<<cdiv(N * KV, WARPS), WARPS * 32, 0, ctx->stream>>>(

@@ -5,8 +5,13 @@
  * dK, dV in registers, and walks the group's query heads in order, and for each the query tiles from the diagonal
  * to the sequence's end (Q, dO, lse, delta double-buffered by cp.async): S^T = K Q^T, P^T, dV += P^T dO,
  * dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. One block owns each dK/dV element: no cross-block sum.
+ * When there are too few key tiles to fill the GPU (the first tiles, with the most queries, would run alone at the
+ * end), each tile's (head, query tile) iterations are split into nsplit fixed contiguous parts whose fp32 partial
+ * dK / dV go to scratch and are summed in part order by a small kernel.
  * dQ: a block owns 64 query rows of one head, walks the key tiles up to its last row: S = Q K^T, P, dP = dO V^T,
- * dS = P (dP - delta), dQ += dS K. Both orders are fixed, so dqkv is bitwise reproducible. */
+ * dS = P (dP - delta), dQ += dS K. All orders are fixed, so dqkv is bitwise reproducible (on one GPU model: nsplit
+ * follows the number of multiprocessors). Grids put the tile index in z, the last dimension the hardware walks, so
+ * the longest tiles of every sequence and head start first. */
 #include <math.h>
 
 #include "kernels/cuda/attention_internal.h"
@@ -21,15 +26,16 @@ template <int D> struct dkv_bq {
 };
 
 template <int D>
-__global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                                                                   const float *lse, const float *delta,
-                                                                   const __nv_bfloat16 *qkv, const int32_t *cu, int H,
-                                                                   int KV, float scale_log2, float scale) {
+__global__ void __launch_bounds__(BWD_NW * 32, D == 64 ? 3 : 2) attn_dkv_mma_kernel(__nv_bfloat16 *dqkv, float *partial,
+                                                                   const __nv_bfloat16 *dout, const float *lse,
+                                                                   const float *delta, const __nv_bfloat16 *qkv,
+                                                                   const int32_t *cu, int64_t N, int H, int KV,
+                                                                   int nsplit, float scale_log2, float scale) {
     constexpr int BK = BWD_BK, BQ = dkv_bq<D>::BQ, SD = attn_pad<D>::SD, NT = BWD_NW * 32;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-    const int sq = blockIdx.y, kh = blockIdx.z, group = H / KV;
+    const int kh = blockIdx.x / nsplit, part = blockIdx.x % nsplit, sq = blockIdx.y, group = H / KV;
     const int j0 = cu[sq], len = cu[sq + 1] - j0;
-    const int k0 = blockIdx.x * BK; /* the first tiles have the most queries: they start first */
+    const int k0 = blockIdx.z * BK; /* the first tiles have the most queries: they start first */
     if (k0 >= len) return;
     const int64_t row = (int64_t)(H + 2 * KV) * D, HD = (int64_t)H * D;
 
@@ -41,9 +47,10 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16
     load_tile_async<BK, D, NT>(sV, qkv + (int64_t)(j0 + k0) * row + (int64_t)(H + KV + kh) * D, row, len - k0, tid);
 
     const int qfirst = k0 / BQ, nq = (len + BQ - 1) / BQ - qfirst, niter = nq * group;
-    /* iteration it: head kh * group + it / nq, query tile qfirst + it % nq */
+    const int it0 = (int)((int64_t)niter * part / nsplit), it1 = (int)((int64_t)niter * (part + 1) / nsplit);
+    /* iteration it: head kh * group + it / nq, query tile qfirst + it % nq, buffer (it - it0) & 1 */
     auto issue = [&](int it) {
-        int h = kh * group + it / nq, qs = (qfirst + it % nq) * BQ, b = it & 1;
+        int h = kh * group + it / nq, qs = (qfirst + it % nq) * BQ, b = (it - it0) & 1;
         load_tile_async<BQ, D, NT>(sQ + b * BQ * SD, qkv + (int64_t)(j0 + qs) * row + (int64_t)h * D, row, len - qs,
                                    tid);
         load_tile_async<BQ, D, NT>(sO + b * BQ * SD, dout + (int64_t)(j0 + qs) * HD + (int64_t)h * D, HD, len - qs,
@@ -54,7 +61,7 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16
             sDl[b * BQ + tid] = v ? delta[(int64_t)(j0 + qs + tid) * H + h] : 0.0f;
         }
     };
-    issue(0);
+    if (it0 < it1) issue(it0);
     cp_async_commit();
 
     const int kw = warp * 16, wk0 = k0 + kw; /* this warp's keys: wk0 .. wk0 + 15 */
@@ -64,14 +71,14 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
 
-    for (int it = 0; it < niter; it++) {
+    for (int it = it0; it < it1; it++) {
         cp_async_wait_all();
         __syncthreads();
-        if (it + 1 < niter) {
+        if (it + 1 < it1) {
             issue(it + 1);
             cp_async_commit();
         }
-        const int qs = (qfirst + it % nq) * BQ, b = it & 1;
+        const int qs = (qfirst + it % nq) * BQ, b = (it - it0) & 1;
         if (qs + BQ - 1 < wk0) continue; /* every query of this tile is before every key of this warp */
         const __nv_bfloat16 *cQ = sQ + b * BQ * SD, *cO = sO + b * BQ * SD;
         const float *cL = sL + b * BQ, *cD = sDl + b * BQ;
@@ -129,10 +136,20 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16
             }
         }
     }
+    cp_async_wait_all(); /* a part with no iterations still has K and V in flight */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int r = wk0 + g + i * 8;
         if (r >= len) continue;
+        if (partial) { /* [nsplit][N][KV][dk D, dv D] fp32, dk not yet scaled */
+            float *pr = partial + (((int64_t)part * N + j0 + r) * KV + kh) * 2 * D;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++) {
+                *(float2 *)(pr + dt * 8 + 2 * tq) = make_float2(dk[dt][2 * i], dk[dt][2 * i + 1]);
+                *(float2 *)(pr + D + dt * 8 + 2 * tq) = make_float2(dv[dt][2 * i], dv[dt][2 * i + 1]);
+            }
+            continue;
+        }
         __nv_bfloat16 *dkr = dqkv + (int64_t)(j0 + r) * row + (int64_t)(H + kh) * D;
         __nv_bfloat16 *dvr = dqkv + (int64_t)(j0 + r) * row + (int64_t)(H + KV + kh) * D;
 #pragma unroll
@@ -144,6 +161,26 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dkv_mma_kernel(__nv_bfloat16
     }
 }
 
+/* dK, dV = the nsplit partials summed in part order; one thread per pair of adjacent elements */
+__global__ void attn_dkv_sum_kernel(__nv_bfloat16 *dqkv, const float *partial, int64_t N, int H, int KV, int D,
+                                    int nsplit, float scale) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* over N * KV * D pairs */
+    if (idx >= N * KV * D) return;
+    int64_t n = idx / ((int64_t)KV * D);
+    int rem = (int)(idx % ((int64_t)KV * D)), kh = rem / D, c = 2 * (rem % D); /* c over the 2 D of dk then dv */
+    const float *src = partial + (n * KV + kh) * 2 * D + c;
+    float2 acc = *(const float2 *)src;
+    for (int p = 1; p < nsplit; p++) {
+        float2 v = *(const float2 *)(src + (int64_t)p * N * KV * 2 * D);
+        acc.x += v.x;
+        acc.y += v.y;
+    }
+    int which = c / D, d = c % D;
+    float f = which == 0 ? scale : 1.0f;
+    *(__nv_bfloat162 *)(dqkv + n * (int64_t)(H + 2 * KV) * D + (int64_t)(H + which * KV + kh) * D + d) =
+        __floats2bfloat162_rn(acc.x * f, acc.y * f);
+}
+
 template <int D>
 __global__ void __launch_bounds__(BWD_NW * 32) attn_dq_mma_kernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                                                                   const float *lse, const float *delta,
@@ -151,9 +188,9 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dq_mma_kernel(__nv_bfloat16 
                                                                   int KV, float scale_log2, float scale) {
     constexpr int BM = BWD_BK, BN = DQ_BN, SD = attn_pad<D>::SD, NT = BWD_NW * 32;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-    const int sq = blockIdx.y, h = blockIdx.z, kh = h / (H / KV);
+    const int h = blockIdx.x, sq = blockIdx.y, kh = h / (H / KV);
     const int j0 = cu[sq], len = cu[sq + 1] - j0;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest tiles first */
+    const int q0 = (gridDim.z - 1 - blockIdx.z) * BM; /* longest tiles first */
     if (q0 >= len) return;
     const int64_t row = (int64_t)(H + 2 * KV) * D, HD = (int64_t)H * D;
     const __nv_bfloat16 *Kg = qkv + (int64_t)j0 * row + (int64_t)(H + kh) * D;
@@ -250,33 +287,54 @@ __global__ void __launch_bounds__(BWD_NW * 32) attn_dq_mma_kernel(__nv_bfloat16 
     }
 }
 
+template <int D> static size_t dkv_smem() {
+    constexpr int BQ = dkv_bq<D>::BQ;
+    return (size_t)(2 * BWD_BK + 4 * BQ) * attn_pad<D>::SD * sizeof(__nv_bfloat16) + 4 * BQ * sizeof(float);
+}
+
+template <int D> static int dkv_splits(cpt_cuda_ctx *ctx, int n_seqs, int max_seqlen, int KV) {
+    int per_sm = 0;
+    CUDA_OK(cudaFuncSetAttribute(attn_dkv_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dkv_smem<D>()));
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attn_dkv_mma_kernel<D>, BWD_NW * 32, dkv_smem<D>()));
+    int64_t blocks = (int64_t)cdiv(max_seqlen, BWD_BK) * n_seqs * KV, want = 2 * (int64_t)ctx->num_sms * per_sm;
+    if (blocks <= 0 || blocks >= want) return 1;
+    int64_t ns = (want + blocks - 1) / blocks;
+    return ns > 4 ? 4 : (int)ns;
+}
+
+int cpt_attn_bwd_mma_splits(cpt_cuda_ctx *ctx, int n_seqs, int max_seqlen, int KV, int D) {
+    return D == 64 ? dkv_splits<64>(ctx, n_seqs, max_seqlen, KV) : dkv_splits<128>(ctx, n_seqs, max_seqlen, KV);
+}
+
 template <int D>
-static void launch_bwd(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const float *lse,
-                       const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs, int max_seqlen,
-                       int H, int KV) {
-    constexpr int BQ = dkv_bq<D>::BQ, SD = attn_pad<D>::SD;
+static void launch_bwd(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, float *partial, int nsplit, const __nv_bfloat16 *dout,
+                       const float *lse, const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs,
+                       int max_seqlen, int64_t N, int H, int KV) {
+    constexpr int SD = attn_pad<D>::SD;
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = ATTN_LOG2E * scale;
-    size_t smem_kv = (size_t)(2 * BWD_BK + 4 * BQ) * SD * sizeof(__nv_bfloat16) + 4 * BQ * sizeof(float);
-    CUDA_OK(cudaFuncSetAttribute(attn_dkv_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    dim3 gkv(cdiv(max_seqlen, BWD_BK), (unsigned)n_seqs, (unsigned)KV);
-    attn_dkv_mma_kernel<D><<<gkv, BWD_NW * 32, smem_kv, ctx->stream>>>(dqkv, dout, lse, delta, qkv, cu, H, KV,
-                                                                       scale_log2, scale);
+    CUDA_OK(cudaFuncSetAttribute(attn_dkv_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dkv_smem<D>()));
+    dim3 gkv((unsigned)(KV * nsplit), (unsigned)n_seqs, cdiv(max_seqlen, BWD_BK));
+    attn_dkv_mma_kernel<D><<<gkv, BWD_NW * 32, dkv_smem<D>(), ctx->stream>>>(
+        dqkv, nsplit > 1 ? partial : nullptr, dout, lse, delta, qkv, cu, N, H, KV, nsplit, scale_log2, scale);
     LAUNCH_OK("attn_dkv_mma_kernel");
+    if (nsplit > 1) {
+        attn_dkv_sum_kernel<<<cdiv(N * KV * D, 256), 256, 0, ctx->stream>>>(dqkv, partial, N, H, KV, D, nsplit, scale);
+        LAUNCH_OK("attn_dkv_sum_kernel");
+    }
     size_t smem_q = (size_t)(2 * BWD_BK + 4 * DQ_BN) * SD * sizeof(__nv_bfloat16);
     CUDA_OK(cudaFuncSetAttribute(attn_dq_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-    dim3 gq(cdiv(max_seqlen, BWD_BK), (unsigned)n_seqs, (unsigned)H);
+    dim3 gq((unsigned)H, (unsigned)n_seqs, cdiv(max_seqlen, BWD_BK));
     attn_dq_mma_kernel<D><<<gq, BWD_NW * 32, smem_q, ctx->stream>>>(dqkv, dout, lse, delta, qkv, cu, H, KV, scale_log2,
                                                                     scale);
     LAUNCH_OK("attn_dq_mma_kernel");
 }
 
-void cpt_attn_bwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const float *lse,
-                      const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs, int max_seqlen,
-                      int64_t N, int H, int KV, int D) {
-    (void)N;
-    CKCHECK(n_seqs <= 65535 && H <= 65535, "attention_bwd", "%d sequences or %d heads is more than the grid takes",
-            n_seqs, H);
+void cpt_attn_bwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, float *partial, int nsplit, const __nv_bfloat16 *dout,
+                      const float *lse, const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs,
+                      int max_seqlen, int64_t N, int H, int KV, int D) {
+    CKCHECK(n_seqs <= 65535 && cdiv(max_seqlen, BWD_BK) <= 65535, "attention_bwd",
+            "%d sequences or a longest sequence of %d is more than the grid takes", n_seqs, max_seqlen);
     if (max_seqlen == 0) return;
-    if (D == 64) launch_bwd<64>(ctx, dqkv, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, H, KV);
-    else launch_bwd<128>(ctx, dqkv, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, H, KV);
+    if (D == 64) launch_bwd<64>(ctx, dqkv, partial, nsplit, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, N, H, KV);
+    else launch_bwd<128>(ctx, dqkv, partial, nsplit, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, N, H, KV);
 }

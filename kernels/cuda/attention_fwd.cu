@@ -2,7 +2,8 @@
  * head of one sequence (each warp 16 rows), walks the key tiles up to its last row with K and V staged in shared
  * memory by cp.async (the next tile loads while this one computes), and keeps S, the running max / sum and O in
  * registers. Key tiles past a warp's last row are skipped (causal), the diagonal tiles masked. The grid is
- * (query tile, sequence, head) with the longest tiles issued first; tiles past a sequence's end exit at once. */
+ * (head, sequence, query tile), the tile in z (walked last by the hardware) counted from the end, so the longest
+ * tiles of every sequence and head are issued first; tiles past a sequence's end exit at once. */
 #include <math.h>
 
 #include "kernels/cuda/attention_internal.h"
@@ -15,9 +16,9 @@ __global__ void __launch_bounds__(NW * 32, D == 64 ? 2 : 1) attn_fwd_mma_kernel(
                                                                int KV, float scale_log2) {
     constexpr int BM = 16 * NW, BN = FWD_BN, SD = attn_pad<D>::SD, NT = NW * 32;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-    const int sq = blockIdx.y, h = blockIdx.z, kh = h / (H / KV);
+    const int h = blockIdx.x, sq = blockIdx.y, kh = h / (H / KV);
     const int j0 = cu[sq], len = cu[sq + 1] - j0;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest (last) tiles first */
+    const int q0 = (gridDim.z - 1 - blockIdx.z) * BM; /* longest (last) tiles first: z is walked last */
     if (q0 >= len) return;
     const int64_t row = (int64_t)(H + 2 * KV) * D;
     const __nv_bfloat16 *Qg = qkv + (int64_t)(j0 + q0) * row + (int64_t)h * D;
@@ -138,7 +139,7 @@ static void launch_fwd(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *lse, const 
     constexpr int BM = 16 * NW;
     size_t smem = (size_t)(BM + 4 * FWD_BN) * attn_pad<D>::SD * sizeof(__nv_bfloat16);
     CUDA_OK(cudaFuncSetAttribute(attn_fwd_mma_kernel<D, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(cdiv(max_seqlen, BM), (unsigned)n_seqs, (unsigned)H);
+    dim3 grid((unsigned)H, (unsigned)n_seqs, cdiv(max_seqlen, BM));
     attn_fwd_mma_kernel<D, NW><<<grid, NW * 32, smem, ctx->stream>>>(out, lse, qkv, cu, H, KV,
                                                                      ATTN_LOG2E / sqrtf((float)D));
     LAUNCH_OK("attn_fwd_mma_kernel");
@@ -147,8 +148,8 @@ static void launch_fwd(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *lse, const 
 void cpt_attn_fwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int32_t *cu,
                       int n_seqs, int max_seqlen, int64_t N, int H, int KV, int D) {
     (void)N;
-    CKCHECK(n_seqs <= 65535 && H <= 65535, "attention_fwd", "%d sequences or %d heads is more than the grid takes",
-            n_seqs, H);
+    CKCHECK(n_seqs <= 65535 && cdiv(max_seqlen, 64) <= 65535, "attention_fwd",
+            "%d sequences or a longest sequence of %d is more than the grid takes", n_seqs, max_seqlen);
     if (max_seqlen == 0) return;
     if (D == 64) launch_fwd<64, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV);
     else launch_fwd<128, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV);

@@ -16,10 +16,13 @@
 /* out [N, H*D], lse [N, H] from qkv [N, (H+2KV)*D]; D is 64 or 128 */
 void cpt_attn_fwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int32_t *cu,
                       int n_seqs, int max_seqlen, int64_t N, int H, int KV, int D);
-/* dqkv [N, (H+2KV)*D] overwritten; delta [N, H] = rowsum(dO * O) already computed */
-void cpt_attn_bwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const float *lse,
-                      const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs, int max_seqlen,
-                      int64_t N, int H, int KV, int D);
+/* How many parts the dK/dV work of a key tile is split into (1: none) so that enough blocks fill the GPU. */
+int cpt_attn_bwd_mma_splits(cpt_cuda_ctx *ctx, int n_seqs, int max_seqlen, int KV, int D);
+/* dqkv [N, (H+2KV)*D] overwritten; delta [N, H] = rowsum(dO * O) already computed; partial: fp32 scratch of
+ * nsplit * N * KV * 2 * D when nsplit > 1 */
+void cpt_attn_bwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, float *partial, int nsplit, const __nv_bfloat16 *dout,
+                      const float *lse, const float *delta, const __nv_bfloat16 *qkv, const int32_t *cu, int n_seqs,
+                      int max_seqlen, int64_t N, int H, int KV, int D);
 
 /* tiles in shared memory: rows of D bf16 padded by 8 */
 template <int D> struct attn_pad {

@@ -40,6 +40,7 @@ struct cpt_cuda_ctx {
     void *scratch; /* fp32 partial sums of deterministic reductions; grows on demand */
     size_t scratch_bytes;
     int num_sms;
+    int pdl; /* launch_k launches with programmatic dependent launch (cpt_cuda_set_pdl) */
 };
 
 /* A misused op is a programming error: name the op and the mismatch, abort (as kernels/cpu). */
@@ -99,6 +100,39 @@ static inline int cpt_cuda_err(cpt_err *err, const char *fmt, ...) {
 
 /* The operand must be a present CUDA tensor of dtype dt and ndim dims. */
 void cpt_cuda_check(const char *op, const char *what, cpt_tensor t, cpt_dtype dt, int ndim);
+/* Programmatic dependent launch (sm_90). A kernel launched by launch_k while ctx->pdl is set may start while the
+ * previous kernel of the stream still runs: every block must call pdl_wait() before it reads or writes anything
+ * that kernel (or an earlier one) writes or reads, and before it returns (a grid whose blocks all returned early
+ * would complete before its predecessor, and the next kernel's wait would not cover it). pdl_trigger() lets the
+ * next kernel's blocks be scheduled once every block of this one has started; its pdl_wait() still waits for this
+ * grid to complete. Both are no-ops in a plain launch. */
+static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* kernel<<<grid, block, smem, ctx->stream>>>(args), with programmatic dependent launch when ctx->pdl. */
+template <typename... P, typename... A>
+static inline void launch_k(const cpt_cuda_ctx *ctx, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                            A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ctx->pdl ? 1 : 0;
+    CUDA_OK(cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...));
+}
+
 /* Scratch of at least bytes (synchronises the stream when it has to grow). */
 void *cpt_cuda_scratch(cpt_cuda_ctx *ctx, size_t bytes);
 

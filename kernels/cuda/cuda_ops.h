@@ -184,10 +184,12 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
                               const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                               int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
 /* The same contract, restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over
- * many positions at once); head_dim 8, 16, 32, 64 or 128. Selected by the engine option attn_v2. */
+ * many positions at once); head_dim 8, 16, 32, 64 or 128. Selected by the engine option attn_v2. counters (device,
+ * n_rows x n_kv_heads i32, zeroed once; may be NULL): the last split block of each (row, kv head) merges the splits
+ * itself (same order and values as the merge kernel, one launch fewer) and leaves its counter at zero again. */
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters);
 /* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
 void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
 
@@ -207,6 +209,35 @@ void cpt_cuda_matmul_f32out(cpt_cuda_ctx *ctx, float *out, const void *inp, cons
 size_t cpt_cuda_matmul_skinny_scratch_floats(int n_rows, int64_t OC);
 void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const void *w, const void *bias, int N,
                             int64_t C, int64_t OC, float *scratch);
+/* Fused products of decode steps of 1..CPT_CUDA_FUSED_MAX_ROWS rows (kernels/cuda/decode_fused.cu): out = f(
+ * norm(inp[rows[i]]) @ w^T + bias) with the input's rmsnorm (norm_w, eps; as cpt_cuda_rmsnorm_fwd) folded in and
+ * one of these epilogues, bf16 rounding where the unfused kernels store bf16:
+ *   CPT_FUSED_BF16   out bf16 [n, OC] = the product (+ bias)
+ *   CPT_FUSED_RESID  out bf16 [n, OC] is the residual stream: out += bf16(product + bias); norm_w and rows NULL
+ *   CPT_FUSED_SWIGLU out bf16 [n, OC] = silu(g) * u, g and u the products with w's rows 0..OC and OC..2 OC (w is
+ *                    [2 OC, K], cpt_cuda_swiglu_fwd's gate/up layout); norm_w set
+ *   CPT_FUSED_F32    out fp32 [n, OC] (logits); norm_w set
+ * rows (device, may be NULL: row i) picks the input row of output row i. K a multiple of 8 (cpt_cuda_fused_gemv_ok),
+ * inp, w, norm_w 16-byte aligned. With cpt_cuda_set_pdl on, the launch overlaps the previous kernel's tail. */
+#define CPT_CUDA_FUSED_MAX_ROWS 4
+typedef enum { CPT_FUSED_BF16, CPT_FUSED_RESID, CPT_FUSED_SWIGLU, CPT_FUSED_F32 } cpt_cuda_fused_out;
+typedef struct cpt_cuda_fused_gemv {
+    cpt_cuda_fused_out mode;
+    void *out;
+    const void *inp;
+    const int32_t *rows;
+    const void *norm_w;
+    float eps;
+    const void *w, *bias;
+    int n;
+    int64_t K, OC;
+} cpt_cuda_fused_gemv;
+int cpt_cuda_fused_gemv_ok(int64_t K);
+void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);
+/* Programmatic dependent launch for the kernels that support it (the fused products, kv append, paged attention
+ * v2 and its combine, sampling): each may start while the previous kernel finishes. Off by default. */
+void cpt_cuda_set_pdl(cpt_cuda_ctx *ctx, int on);
+
 /* n bf16 values = mean + std * normal, from a hash of (seed, index): random weights without a host model. */
 void cpt_cuda_fill_normal_bf16(cpt_cuda_ctx *ctx, void *p, size_t n, float mean, float std, uint64_t seed);
 
@@ -224,6 +255,12 @@ typedef struct cpt_cuda_sample_row {
  * device. Deterministic; a row's draw depends only on its logits and (seed, sample, step). */
 void cpt_cuda_sample(cpt_cuda_ctx *ctx, int32_t *tokens, float *logprobs, const float *logits, int64_t V,
                      const cpt_cuda_sample_row *rows, int n_rows);
+/* The same with the first pass (max, first argmax, greedy log-sum-exp) split over SAMPLE_CHUNKS blocks a row:
+ * partials (device, cpt_cuda_sample_partials_bytes(n_rows), 16-byte aligned) hold them. Same tokens; greedy
+ * logprobs equal up to fp32 summation order. Much faster at a few rows; NULL partials is cpt_cuda_sample. */
+size_t cpt_cuda_sample_partials_bytes(int n_rows);
+void cpt_cuda_sample_ex(cpt_cuda_ctx *ctx, int32_t *tokens, float *logprobs, const float *logits, int64_t V,
+                        const cpt_cuda_sample_row *rows, int n_rows, void *partials);
 /* The generator behind it (host side, for tests): Philox4x32-10, key = seed, counter (quad, step, sample). The
  * draw of token i uses word i % 4 of quad i / 4, as u = ((w >> 8) + 0.5) / 2^24. */
 void cpt_cuda_philox4x32(uint32_t out[4], uint64_t seed, uint32_t sample, uint32_t step, uint64_t quad);

@@ -21,11 +21,13 @@ static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, 
 
 /* ---- append: q/k norm (optional), rope, K and V into the pages -------------------------------------------- */
 
-/* One block per row, one warp per head (H query heads, KV key heads, KV value heads). fp32 from the bf16 qkv
+/* One block per row, a warp per head (H query heads, KV key heads, KV value heads). fp32 from the bf16 qkv
  * through norm and rotation, one rounding at the end. */
 static __global__ void kv_append_kernel(cpt_cuda_paged_kv kv, int layer, __nv_bfloat16 *qkv, const int32_t *pos,
                                  const int32_t *tab, const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm,
                                  float eps, const float *inv_freq, int H, int KV, int D) {
+    pdl_trigger();
+    pdl_wait();
     int64_t i = blockIdx.x;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     int QKV = (H + 2 * KV) * D, half = D / 2;
@@ -76,9 +78,11 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
             "kv_append", "shape: %d heads, %d kv heads of %d, cache %d x %d, layer %d of %d", s.n_heads,
             s.n_kv_heads, s.head_dim, kv->n_kv_heads, kv->head_dim, layer, kv->n_layers);
     if (n_rows == 0) return;
-    kv_append_kernel<<<(unsigned)n_rows, 128, 0, ctx->stream>>>(
-        *kv, layer, (__nv_bfloat16 *)qkv, pos, tab, (const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm,
-        eps, inv_freq, s.n_heads, s.n_kv_heads, s.head_dim);
+    /* a warp per head (up to 32): at one row the heads' norm and rotation run side by side */
+    int heads = s.n_heads + 2 * s.n_kv_heads, warps = heads < 32 ? heads : 32;
+    launch_k(ctx, kv_append_kernel, dim3((unsigned)n_rows), dim3(32 * warps), 0, *kv, layer, (__nv_bfloat16 *)qkv, pos, tab,
+             (const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq, s.n_heads, s.n_kv_heads,
+             s.head_dim);
     LAUNCH_OK("kv_append_kernel");
 }
 
@@ -248,25 +252,30 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     }
 }
 
-/* Merges the splits of (row, head) in split order: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
-static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
-    int64_t i = blockIdx.x;
-    int h = blockIdx.y;
+/* Element d of (row i, head h) merged over the splits in split order: out = sum_s e^(m_s - M) o_s / sum_s
+ * e^(m_s - M) l_s. Loads bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
+static __device__ __forceinline__ void combine_elem(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h,
+                                                    int n_splits, int D, int d) {
     const float *pp = partial + (i * H + h) * n_splits * (int64_t)(D + 2);
     float M = -INFINITY;
     for (int s = 0; s < n_splits; s++)
-        if (pp[s * (D + 2) + D + 1] > 0.0f) M = fmaxf(M, pp[s * (D + 2) + D]);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float num = 0.0f, den = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float *q = pp + s * (D + 2);
-            if (q[D + 1] <= 0.0f) continue;
-            float w = expf(q[D] - M);
-            num += w * q[d];
-            den += w * q[D + 1];
-        }
-        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(num / den);
+        if (__ldcg(pp + s * (D + 2) + D + 1) > 0.0f) M = fmaxf(M, __ldcg(pp + s * (D + 2) + D));
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float *q = pp + s * (D + 2);
+        float l = __ldcg(q + D + 1);
+        if (l <= 0.0f) continue;
+        float w = expf(__ldcg(q + D) - M);
+        num += w * __ldcg(q + d);
+        den += w * l;
     }
+    out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(num / den);
+}
+
+static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
+    pdl_trigger();
+    pdl_wait();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) combine_elem(out, partial, blockIdx.x, H, blockIdx.y, n_splits, D, d);
 }
 
 size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits) {
@@ -300,8 +309,8 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
             H, KV, D);
     LAUNCH_OK("paged_attention_kernel");
     if (n_splits > 1) {
-        attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)H), D < 32 ? 32 : D, 0, ctx->stream>>>(
-            (__nv_bfloat16 *)out, partial, n_splits, H, D);
+        launch_k(ctx, attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)H), dim3(D < 32 ? 32 : D), 0,
+                 (__nv_bfloat16 *)out, (const float *)partial, n_splits, H, D);
         LAUNCH_OK("attention_combine_kernel");
     }
 }
@@ -314,13 +323,15 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
  * position) also records each position's row offset in shared memory and loads its whole key row before using
  * it; phase 3 gives each thread 4 dimensions of many positions (8-byte V loads, no table lookups, unrolled so
  * several loads are in flight), and the position groups are summed once per head at the end. Same results up to
- * fp32 summation order. */
+ * fp32 summation order.
+ *
+ * attend_v2: one (row, kv head, split) block over positions [start, end) of table t. */
 template <int MAXG, int MAXD>
-static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
-    __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
-    const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D) {
-    extern __shared__ float sm[];
-    const int G = H / KV;
+static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
+                                                 const cpt_cuda_paged_kv &kv, int layer, int t, int start, int end,
+                                                 int64_t i, int kvh, int sp, int n_splits, int H, int KV, int D,
+                                                 float *sm) {
+    const int G = H / KV, tid = threadIdx.x;
     float *q_s = sm;                    /* [G][D] */
     float *s_s = q_s + MAXG * MAXD;     /* [G][ATT_TILE] */
     float *m_s = s_s + MAXG * ATT_TILE; /* [G] */
@@ -328,16 +339,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     float *a_s = l_s + MAXG;            /* [G] */
     float *red = a_s + MAXG;            /* [ATT_THREADS / (D / 4)][D] = 4 * ATT_THREADS */
     int64_t *off_s = (int64_t *)(red + 4 * ATT_THREADS); /* [ATT_TILE] key row offsets */
-    int64_t i = blockIdx.x;
-    int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
-    int len = pos[i] + 1, t = tab[i];
-    int split_len = n_splits == 1 ? len : *split_len_p;
-    int start = sp * split_len, end = min(len, start + split_len);
     int QKV = (H + 2 * KV) * D;
-    if (start >= end) {
-        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
-        return;
-    }
     const float scale = rsqrtf((float)D);
     for (int x = tid; x < G * D; x += blockDim.x)
         q_s[(x / D) * MAXD + x % D] = __bfloat162float(qkv[i * QKV + (int64_t)(kvh * G) * D + x]) * scale;
@@ -424,9 +426,42 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     }
 }
 
+template <int MAXG, int MAXD>
+static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
+    __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
+    const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D,
+    int *counters) {
+    extern __shared__ float sm[];
+    __shared__ int last_s;
+    const int G = H / KV;
+    pdl_trigger();
+    pdl_wait();
+    int64_t i = blockIdx.x;
+    int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int len = pos[i] + 1, t = tab[i];
+    int split_len = n_splits == 1 ? len : *split_len_p;
+    int start = sp * split_len, end = min(len, start + split_len);
+    if (start >= end) {
+        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
+    } else {
+        attend_v2<MAXG, MAXD>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm);
+    }
+    if (n_splits == 1 || !counters) return;
+    /* the last of the (row, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
+     * order of the merge is the split order whichever block runs it) */
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_s = atomicAdd(&counters[i * KV + kvh], 1) == n_splits - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    for (int x = tid; x < G * D; x += blockDim.x) combine_elem(out, partial, i, H, kvh * G + x / D, n_splits, D, x % D);
+    if (tid == 0) counters[i * KV + kvh] = 0;
+}
+
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s) {
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters) {
     const char *op = "paged_attention_v2";
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
@@ -442,9 +477,8 @@ void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, c
                  sizeof(int64_t) * ATT_TILE;
     dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
 #define V2(G_, D_)                                                                                                 \
-    paged_attention_v2_kernel<G_, D_><<<grid, ATT_THREADS, shm, ctx->stream>>>(                                    \
-        (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, \
-        D)
+    launch_k(ctx, paged_attention_v2_kernel<G_, D_>, grid, dim3(ATT_THREADS), shm, (__nv_bfloat16 *)out, partial,  \
+             (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, D, counters)
     if (maxg == 8) {
         if (maxd == 32) V2(8, 32);
         else if (maxd == 64) V2(8, 64);
@@ -456,9 +490,9 @@ void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, c
     }
 #undef V2
     LAUNCH_OK("paged_attention_v2_kernel");
-    if (n_splits > 1) {
-        attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)H), D < 32 ? 32 : D, 0, ctx->stream>>>(
-            (__nv_bfloat16 *)out, partial, n_splits, H, D);
+    if (n_splits > 1 && !counters) {
+        launch_k(ctx, attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)H), dim3(D < 32 ? 32 : D), 0,
+                 (__nv_bfloat16 *)out, (const float *)partial, n_splits, H, D);
         LAUNCH_OK("attention_combine_kernel");
     }
 }

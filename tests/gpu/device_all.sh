@@ -10,7 +10,7 @@
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
-# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodeprof grpo
+# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodetorch decodeprof grpo
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain].
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -81,7 +81,8 @@ run() {
         trainprof) stage trainprof 240 ncu --clock-control none --print-summary per-kernel \
             --metrics gpu__time_duration.sum "$d/cuda_train_bench" --shape 0.5b --steps 1 --warmup 1 ;;
         xport) stage xport 180 "$d/test_weight_transports" ;;
-        decode) stage decode 420 env TEST_TIMEOUT=90 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" ;;
+        decode) stage decode 420 env TEST_TIMEOUT=120 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" --no-torch ;;
+        decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=400 bench/decode_bench.sh run "$d" --no-test ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own

@@ -179,6 +179,11 @@ int main(void) {
         check_case(mix, 4, 4, 2, 64, simple);   /* ratio 2 */
         check_case(all, 6, 3, 3, 128, simple);  /* ratio 1 */
     }
+    /* many short sequences: enough key tiles that the dK/dV work is not split (the cases above split it) */
+    int many[100];
+    for (int i = 0; i < 100; i++) many[i] = 65 + (int)cpt_rng_below(&rng, 64);
+    check_case(many, 100, 8, 4, 64, 0);
+    check_case(many, 100, 8, 4, 128, 0);
     check_case(all, 6, 4, 2, 32, 0);
     check_case(mix, 6, 7, 1, 16, 0);
     check_case(all, 6, 2, 2, 8, 0);

@@ -14,7 +14,10 @@
  *  - both paged attention kernels against an fp64 reference (scattered blocks, 1 and 4 splits, head_dim 8-128,
  *    1-16 query heads per kv head), and the engine with the second one;
  *  - the skinny product kernel (decode steps of <= 8 rows) against fp64 and cuBLASLt, with timings at Qwen2.5
- *    shapes; the engine's greedy and churn cases again with it enabled (gemv_rows 8).
+ *    shapes; the engine's greedy and churn cases again with it enabled (gemv_rows 8);
+ *  - the fused products (rmsnorm, bias, residual, swiglu folded in) against fp64 with the same bf16 roundings, every
+ *    epilogue, rows beyond the registers' reach; a chain of them with programmatic dependent launch bitwise equal
+ *    to plain launches; the engine's greedy, churn (prefills of 3 rows) and sampling cases with them.
  * Prints a summary table last. */
 #include <math.h>
 #include <stdio.h>
@@ -147,6 +150,7 @@ static void check_against_cpu(cpt_model *m, const cpt_gen_request *rq, const cpt
 static int gemv_rows;     /* the engines' skinny-product setting (cpt_cuda_engine_opts.gemv_rows) */
 static int prefill_chunk; /* the engines' prefill chunk (0: default) */
 static int attn_v2;       /* the engines' attention kernel (cpt_cuda_engine_opts.attn_v2) */
+static int fused;         /* the engines' fused products (cpt_cuda_engine_opts.fused) */
 
 static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_blocks, int no_graphs, int max_len) {
     cpt_cuda_engine_opts o;
@@ -159,6 +163,7 @@ static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_bl
     o.gemv_rows = gemv_rows;
     o.base.prefill_chunk = prefill_chunk;
     o.attn_v2 = attn_v2;
+    o.fused = fused;
     cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
     if (!e) {
         fprintf(stderr, "cuda engine: %s\n", err.msg);
@@ -231,8 +236,8 @@ static void test_greedy(const char *name, cpt_model *m, int block) {
     lp_stats st = {0, 0, 0};
     for (int i = 0; i < NP; i++) check_against_cpu(m, &rq[i], &gres[i], &st);
     printf("greedy%s %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
-           gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, matched, total, div, st.max_dlp, st.max_gap);
-    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
+           fused ? "+fused" : gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, matched, total, div, st.max_dlp, st.max_gap);
+    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", fused ? "+fusd" : gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
         100.0 * matched / total,
         div, st.max_dlp, st.max_gap);
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: GPU logprobs off the CPU model's by %.4f", name, st.max_dlp);
@@ -378,14 +383,15 @@ static void test_sampler_kernel(void) {
     cpt_cuda_sample_row *drows = cpt_cuda_malloc(sizeof(cpt_cuda_sample_row) * N, "rows", &err);
     int32_t *dtok = cpt_cuda_malloc(4 * N, "tokens", &err);
     float *dlp = cpt_cuda_malloc(4 * N, "logprobs", &err);
-    if (!dl || !drows || !dtok || !dlp) {
+    void *dpart = cpt_cuda_malloc(cpt_cuda_sample_partials_bytes(N), "sampler partials", &err);
+    if (!dl || !drows || !dtok || !dlp || !dpart) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }
     OK(cpt_cuda_memcpy_h2d(ctx, dl, l, sizeof(float) * V, &err));
     cpt_cuda_sample_row *rows = calloc(N, sizeof *rows);
     int32_t *tok = malloc(4 * N), *tok2 = malloc(4 * N);
-    float *lp = malloc(4 * N), *prob = malloc(sizeof(float) * V);
+    float *lp = malloc(4 * N), *lp2 = malloc(4 * N), *prob = malloc(sizeof(float) * V);
     int *keep = malloc(sizeof(int) * V);
     long *cnt = malloc(sizeof(long) * V);
     for (int c = 0; c < nc; c++) {
@@ -408,11 +414,17 @@ static void test_sampler_kernel(void) {
         cpt_cuda_sample(ctx, dtok, dlp, dl, V, drows, N);
         OK(cpt_cuda_memcpy_d2h(ctx, tok, dtok, 4 * N, &err));
         OK(cpt_cuda_memcpy_d2h(ctx, lp, dlp, 4 * N, &err));
-        cpt_cuda_sample(ctx, dtok, dlp, dl, V, drows, N);
+        /* again with the first pass split over blocks (what the engine runs): the same tokens, the same logprobs up
+         * to summation order */
+        OK(cpt_cuda_memset(ctx, dtok, 0xFF, 4 * N, &err));
+        OK(cpt_cuda_memset(ctx, dlp, 0xFF, 4 * N, &err));
+        cpt_cuda_sample_ex(ctx, dtok, dlp, dl, V, drows, N, dpart);
         OK(cpt_cuda_memcpy_d2h(ctx, tok2, dtok, 4 * N, &err));
+        OK(cpt_cuda_memcpy_d2h(ctx, lp2, dlp, 4 * N, &err));
         OK(cpt_cuda_sync(ctx, &err));
         int outside = 0, repeat_ok = memcmp(tok, tok2, 4 * N) == 0, pos_ok = 1;
-        double max_dlp = 0, max_z = 0;
+        double max_dlp = 0, max_z = 0, split_dlp = 0;
+        for (int i = 0; i < N; i++) split_dlp = fmax(split_dlp, isnan(lp2[i]) ? INFINITY : fabs(lp2[i] - lp[i]));
         long n_kept = 0;
         if (sp->temperature <= 0) {
             int best = 0;
@@ -447,20 +459,21 @@ static void test_sampler_kernel(void) {
                 if (q > 1e-3 && z > max_z) max_z = z;
             }
         }
-        printf("sampler T=%.1f k=%d p=%.2f min_p=%.2f: kept %ld, outside %d, max |lp err| %.2e, max z %.2f, repeat %s, "
-               "row-independent %s\n",
+        printf("sampler T=%.1f k=%d p=%.2f min_p=%.2f: kept %ld, outside %d, max |lp err| %.2e, max z %.2f, split pass "
+               "same tokens %s (lp diff %.1e), row-independent %s\n",
                sp->temperature, sp->top_k, sp->top_p, sp->min_p, n_kept, outside, max_dlp, max_z,
-               repeat_ok ? "yes" : "NO", pos_ok ? "yes" : "NO");
+               repeat_ok ? "yes" : "NO", split_dlp, pos_ok ? "yes" : "NO");
         SUM("sampler    T=%.1f k=%-2d p=%.2f minp=%.2f kept %4ld outside %d lp err %.1e max z %.2f", sp->temperature,
             sp->top_k, sp->top_p, sp->min_p, n_kept, outside, max_dlp, max_z);
         CHECK_EQ_INT(outside, 0);
         CHECK_MSG(max_dlp < 2e-4, "case %d: logprob error %.3e", c, max_dlp);
         CHECK_MSG(max_z < 5.5, "case %d: a frequency is %.2f sigma off", c, max_z);
         CHECK(repeat_ok);
+        CHECK_MSG(split_dlp < 1e-5, "case %d: split first pass logprobs differ by %.3e", c, split_dlp);
         CHECK(pos_ok);
     }
-    free(l), free(rows), free(tok), free(tok2), free(lp), free(prob), free(keep), free(cnt);
-    cpt_cuda_free(dl), cpt_cuda_free(drows), cpt_cuda_free(dtok), cpt_cuda_free(dlp);
+    free(l), free(rows), free(tok), free(tok2), free(lp), free(lp2), free(prob), free(keep), free(cnt);
+    cpt_cuda_free(dl), cpt_cuda_free(drows), cpt_cuda_free(dtok), cpt_cuda_free(dlp), cpt_cuda_free(dpart);
     cpt_cuda_ctx_free(ctx);
 }
 
@@ -544,6 +557,162 @@ static void test_skinny(void) {
     cpt_cuda_ctx_free(ctx);
 }
 
+/* ---- 5b. the fused decode products against an fp64 reference with the same bf16 roundings ------------------ */
+
+static double bf16d(double v) { return cpt_bf16_to_f32(cpt_f32_to_bf16((float)v)); }
+
+/* The host reference of one fused product (cuda_ops.h, cpt_cuda_fused_gemv): x the input rows [*, K] (bf16
+ * values), out_in the residual stream before (RESID), result [n, OC] as the kernel stores it (bf16 values or fp32). */
+static void fused_ref(cpt_cuda_fused_out mode, const float *x, const int32_t *rows, const float *nw, float eps,
+                      const float *w, const float *b, int n, int K, int OC, const float *out_in, double *res) {
+    double *h = malloc(sizeof(double) * (size_t)K);
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)(rows ? rows[i] : i) * K;
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)xi[k] * xi[k];
+        double s = nw ? 1.0 / sqrt(ss / K + eps) : 1.0;
+        for (int k = 0; k < K; k++) h[k] = nw ? bf16d(nw[k] * (xi[k] * s)) : xi[k];
+        for (int o = 0; o < OC; o++) {
+            double g = 0, u = 0;
+            for (int k = 0; k < K; k++) g += h[k] * w[(size_t)o * K + k];
+            if (mode == CPT_FUSED_SWIGLU)
+                for (int k = 0; k < K; k++) u += h[k] * w[(size_t)(OC + o) * K + k];
+            double bb = b ? b[o] : 0.0, r;
+            switch (mode) {
+            case CPT_FUSED_BF16: r = bf16d(g + bb); break;
+            case CPT_FUSED_RESID: r = bf16d(out_in[(size_t)i * OC + o] + bf16d(g + bb)); break;
+            case CPT_FUSED_SWIGLU:
+                g = bf16d(g), u = bf16d(u);
+                r = bf16d(g / (1.0 + exp(-g)) * u);
+                break;
+            default: r = g + bb; break;
+            }
+            res[(size_t)i * OC + o] = r;
+        }
+    }
+    free(h);
+}
+
+static const char *fused_name(cpt_cuda_fused_out m) {
+    return m == CPT_FUSED_BF16 ? "bf16" : m == CPT_FUSED_RESID ? "resid" : m == CPT_FUSED_SWIGLU ? "swiglu" : "f32";
+}
+
+static void test_fused(void) {
+    cpt_cuda_ctx *ctx = ctx_or_exit("test_cuda_decode");
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 37, 0);
+    /* mode, n, K, OC, bias, gathered rows: the Qwen2.5-0.5B / 1.5B products, odd sizes, and rows longer than the
+     * lanes' registers (the kernel's loop) */
+    static const int cases[][6] = {
+        {CPT_FUSED_BF16, 1, 896, 1152, 1, 0},   {CPT_FUSED_RESID, 1, 896, 896, 1, 0},
+        {CPT_FUSED_SWIGLU, 1, 896, 4864, 0, 0}, {CPT_FUSED_RESID, 1, 4864, 896, 0, 0},
+        {CPT_FUSED_F32, 1, 896, 151936, 0, 1},  {CPT_FUSED_BF16, 2, 1536, 2048, 1, 0},
+        {CPT_FUSED_SWIGLU, 3, 1536, 8960, 0, 0}, {CPT_FUSED_RESID, 4, 8960, 1536, 0, 0},
+        {CPT_FUSED_F32, 4, 1536, 4099, 0, 1},   {CPT_FUSED_BF16, 3, 64, 72, 1, 0},
+        {CPT_FUSED_RESID, 4, 40, 24, 1, 0},     {CPT_FUSED_SWIGLU, 1, 8200, 40, 0, 0},
+        {CPT_FUSED_RESID, 2, 16392, 64, 0, 0},  {CPT_FUSED_BF16, 0, 0, 0, 0, 0}};
+    for (int c = 0; cases[c][1]; c++) {
+        cpt_cuda_fused_out mode = (cpt_cuda_fused_out)cases[c][0];
+        int n = cases[c][1], K = cases[c][2], OC = cases[c][3], hb = cases[c][4], gather = cases[c][5];
+        int nin = gather ? n + 3 : n, wrows = mode == CPT_FUSED_SWIGLU ? 2 * OC : OC;
+        int use_norm = mode != CPT_FUSED_RESID;
+        float *x = rand_bf16(&rng, (size_t)nin * K, 1.0f), *w = rand_bf16(&rng, (size_t)wrows * K, 0.05f);
+        float *b = rand_bf16(&rng, (size_t)OC, 0.5f), *nw = rand_bf16(&rng, (size_t)K, 0.3f);
+        for (int k = 0; k < K; k++) nw[k] = cpt_bf16_to_f32(cpt_f32_to_bf16(1.0f + nw[k]));
+        float *out0 = rand_bf16(&rng, (size_t)n * OC, 1.0f); /* the residual stream before (RESID) */
+        int32_t rows[CPT_CUDA_FUSED_MAX_ROWS];
+        for (int i = 0; i < n; i++) rows[i] = gather ? nin - 1 - 2 * i % nin : i;
+        size_t obytes = (size_t)n * OC * (mode == CPT_FUSED_F32 ? 4 : 2);
+        void *dx = dev_bf16(ctx, x, (size_t)nin * K, "x"), *dw = dev_bf16(ctx, w, (size_t)wrows * K, "w");
+        void *db = dev_bf16(ctx, b, (size_t)OC, "b"), *dn = dev_bf16(ctx, nw, (size_t)K, "norm w");
+        void *dr = dev_raw(ctx, rows, sizeof rows, "rows");
+        void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
+        cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
+                                 1e-6f, dw, hb ? db : NULL, n, K, OC};
+        cpt_cuda_fused_gemv_run(ctx, &g);
+        float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
+        double *ref = malloc(sizeof(double) * (size_t)n * OC);
+        fused_ref(mode, x, gather ? rows : NULL, use_norm ? nw : NULL, 1e-6f, w, hb ? b : NULL, n, K, OC, out0, ref);
+        l2_acc acc = {0};
+        size_t off1 = 0; /* elements more than one bf16 step (of the larger) away */
+        for (size_t i = 0; i < (size_t)n * OC; i++) {
+            l2_add(&acc, got[i], ref[i]);
+            double step = fmax(fabs(ref[i]), fabs(got[i])) / 128.0;
+            if (mode != CPT_FUSED_F32 && fabs(got[i] - ref[i]) > step * 1.01 + 1e-30) off1++;
+        }
+        double rel = acc.den > 0 ? sqrt(acc.num / acc.den) : 0;
+        /* timing: 50 back-to-back launches (RESID accumulates: the values drift, the time does not) */
+        double t0 = now_s();
+        for (int r = 0; r < 50; r++) cpt_cuda_fused_gemv_run(ctx, &g);
+        OK(cpt_cuda_sync(ctx, &err));
+        double us = (now_s() - t0) / 50 * 1e6, gb = 2.0 * wrows * (double)K / 1e9;
+        printf("fused %-6s n=%d K=%-5d OC=%-6d%s%s: rel err %.2e, %zu off by > 1 bf16 step, %zu NaN; %.1f us = %.0f GB/s\n",
+               fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1, acc.nans, us,
+               gb / (us * 1e-6));
+        SUM("fused %-6s n=%d K=%-5d OC=%-6d err %.1e off %zu  %6.1f us %5.0f GB/s", fused_name(mode), n, K, OC, rel,
+            off1, us, gb / (us * 1e-6));
+        CHECK_MSG(acc.nans == 0, "fused %s n=%d K=%d OC=%d: %zu NaN (unwritten outputs)", fused_name(mode), n, K, OC,
+                  acc.nans);
+        CHECK_MSG(rel < 1e-2, "fused %s n=%d K=%d OC=%d: rel err %.3e", fused_name(mode), n, K, OC, rel);
+        /* fp32 accumulation against fp64: only outputs at a bf16 rounding boundary may land one step away */
+        CHECK_MSG(off1 <= (size_t)n * OC / 100 + 2, "fused %s n=%d K=%d OC=%d: %zu outputs off by more than one bf16 step",
+                  fused_name(mode), n, K, OC, off1);
+        free(x), free(w), free(b), free(nw), free(out0), free(got), free(ref);
+        cpt_cuda_free(dx), cpt_cuda_free(dw), cpt_cuda_free(db), cpt_cuda_free(dn), cpt_cuda_free(dr), cpt_cuda_free(dout);
+    }
+
+    /* a chain with programmatic dependent launch: x += a W1; h = swiglu(norm(x) Wgu); x += h W2; logits =
+     * norm(x) Wlm, each reading what the previous wrote, 200 times back to back; bitwise what plain launches give
+     * (a kernel reading before its predecessor finished would differ) */
+    int n = 1, C = 896, I = 4864, V = 32768;
+    float *x0 = rand_bf16(&rng, (size_t)C, 1.0f), *a = rand_bf16(&rng, (size_t)C, 1.0f);
+    float *w1 = rand_bf16(&rng, (size_t)C * C, 0.03f), *wgu = rand_bf16(&rng, (size_t)2 * I * C, 0.03f);
+    float *w2 = rand_bf16(&rng, (size_t)C * I, 0.02f), *wl = rand_bf16(&rng, (size_t)V * C, 0.03f);
+    float *ln = rand_bf16(&rng, (size_t)C, 0.0f);
+    for (int k = 0; k < C; k++) ln[k] = 1.0f;
+    void *dx = dev_bf16(ctx, x0, C, "x"), *da = dev_bf16(ctx, a, C, "a"), *dw1 = dev_bf16(ctx, w1, (size_t)C * C, "w1");
+    void *dgu = dev_bf16(ctx, wgu, (size_t)2 * I * C, "wgu"), *dw2 = dev_bf16(ctx, w2, (size_t)C * I, "w2");
+    void *dl = dev_bf16(ctx, wl, (size_t)V * C, "lm"), *dln = dev_bf16(ctx, ln, C, "ln");
+    void *dh = dev(2 * (size_t)I, "h"), *dlog = dev(4 * (size_t)V, "logits");
+    float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
+    double us[2] = {0, 0};
+    for (int pdl = 0; pdl < 2; pdl++) {
+        OK(cpt_cuda_upload_bf16(ctx, dx, x0, C, &err));
+        OK(cpt_cuda_sync(ctx, &err));
+        double t0 = now_s();
+        cpt_cuda_set_pdl(ctx, pdl);
+        for (int r = 0; r < 200; r++) {
+            cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C};
+            cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I};
+            cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C};
+            cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V};
+            cpt_cuda_fused_gemv_run(ctx, &s1);
+            cpt_cuda_fused_gemv_run(ctx, &s2);
+            cpt_cuda_fused_gemv_run(ctx, &s3);
+            cpt_cuda_fused_gemv_run(ctx, &s4);
+        }
+        cpt_cuda_set_pdl(ctx, 0);
+        OK(cpt_cuda_sync(ctx, &err));
+        us[pdl] = (now_s() - t0) / 200 * 1e6;
+        res[pdl] = get_bf16(ctx, dx, C);
+        lg[pdl] = get_f32(ctx, dlog, V);
+    }
+    int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
+    int finite = 1;
+    for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
+    printf("fused chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", us[0], us[1],
+           same);
+    SUM("fused chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", us[0], us[1],
+        same ? "yes" : "NO");
+    CHECK_MSG(same, "the fused chain with programmatic dependent launch differs from plain launches");
+    CHECK(finite);
+    free(x0), free(a), free(w1), free(wgu), free(w2), free(wl), free(ln);
+    for (int k = 0; k < 2; k++) free(res[k]), free(lg[k]);
+    cpt_cuda_free(dx), cpt_cuda_free(da), cpt_cuda_free(dw1), cpt_cuda_free(dgu), cpt_cuda_free(dw2);
+    cpt_cuda_free(dl), cpt_cuda_free(dln), cpt_cuda_free(dh), cpt_cuda_free(dlog);
+    cpt_cuda_ctx_free(ctx);
+}
+
 /* ---- 6. the paged attention kernels (both versions) against fp64 ------------------------------------------- */
 
 static void test_attention_kernels(void) {
@@ -614,7 +783,8 @@ static void test_attention_kernels(void) {
         int32_t *dpos = cpt_cuda_malloc(4 * (size_t)n, "pos", &err), *dtab = cpt_cuda_malloc(4 * (size_t)n, "tab", &err);
         int32_t *dsplit = cpt_cuda_malloc(4, "split", &err);
         float *dpart = cpt_cuda_malloc(sizeof(float) * cpt_cuda_paged_attention_partial_floats(n, H, D, 4) + 4, "part", &err);
-        if (!dpool || !dqkv || !dout || !dtabs || !dpos || !dtab || !dsplit || !dpart) {
+        int *dcnt = cpt_cuda_malloc(sizeof(int) * (size_t)n * KV, "split counters", &err);
+        if (!dpool || !dqkv || !dout || !dtabs || !dpos || !dtab || !dsplit || !dpart || !dcnt) {
             fprintf(stderr, "%s\n", err.msg);
             exit(1);
         }
@@ -628,13 +798,27 @@ static void test_attention_kernels(void) {
         cpt_cuda_paged_kv kv = {dpool, L, nb, BS, KV, D, max_blocks, dtabs};
         cpt_attn_shape shp = {H, KV, D};
         double worst[2][2];
+        OK(cpt_cuda_memset(ctx, dcnt, 0, sizeof(int) * (size_t)n * KV, &err));
+        float *merged = hbuf((size_t)n * H * D);
         for (int v = 0; v < 2; v++)
             for (int sp = 0; sp < 2; sp++) {
                 int splits = sp ? 4 : 1;
                 OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
-                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
+                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL);
                 else cpt_cuda_paged_attention(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
                 OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)n * H * D, &err));
+                if (v && sp) { /* the splits merged by their last block (twice: the counters must be back at zero) */
+                    int same = 1;
+                    for (int rep = 0; rep < 2; rep++) {
+                        OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
+                        cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit,
+                                                    shp, dcnt);
+                        OK(cpt_cuda_download_bf16(ctx, merged, dout, (size_t)n * H * D, &err));
+                        same &= !memcmp(merged, got, sizeof(float) * (size_t)n * H * D);
+                    }
+                    CHECK_MSG(same, "attention v2 H=%d KV=%d D=%d: the in-kernel merge differs from the merge kernel", H,
+                              KV, D);
+                }
                 double e2 = 0, r2 = 0;
                 int nan = 0;
                 for (size_t k = 0; k < (size_t)n * H * D; k++) {
@@ -646,8 +830,10 @@ static void test_attention_kernels(void) {
                 CHECK_MSG(worst[v][sp] < 1e-2, "attention v%d H=%d KV=%d D=%d splits %d: rel err %.3e (%d NaN)", v + 1,
                           H, KV, D, splits, worst[v][sp], nan);
             }
+        free(merged);
+        cpt_cuda_free(dcnt);
         printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
-               "v2 %.2e / %.2e\n", H, KV, D, BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1]);
+               "v2 %.2e / %.2e (in-kernel merge bitwise the same)\n", H, KV, D, BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1]);
         SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e (1/4 splits)", H, KV, D, worst[0][0],
             worst[0][1], worst[1][0], worst[1][1]);
         free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
@@ -704,9 +890,9 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     const cpt_engine_stats *es = cpt_cuda_engine_get_stats(e);
     printf("paged%s %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
            "CPU-engine token match %.3f, free blocks %d/%d\n",
-           gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
+           fused ? "+fused" : gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
            st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
+    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", fused ? "+fusd" : gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
         es->generated_tokens, es->shared_prefills, st.max_dlp, st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e),
         cpt_cuda_engine_kv_blocks(e));
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: churn logprobs off by %.4f", name, st.max_dlp);
@@ -731,9 +917,15 @@ int main(void) {
         cpt_model *m = fixture(fixtures[i]);
         test_greedy(fixtures[i], m, i == 1 ? 8 : 16);
         if (i == 2) test_paged_churn(fixtures[i], m);
+        /* the fixtures again with the engine defaults (fused products where the sizes allow) */
+        attn_v2 = fused = 1;
+        gemv_rows = 4;
+        test_greedy(fixtures[i], m, i == 1 ? 8 : 16);
+        attn_v2 = fused = gemv_rows = 0;
         cpt_model_free(m);
     }
     test_skinny();
+    test_fused();
     cpt_model *big = big_model();
     test_greedy("random-448x3", big, 16);
     /* the same with the skinny products in the decode steps (and short prefills) */
@@ -748,6 +940,17 @@ int main(void) {
     attn_v2 = 1;
     test_greedy("random-448x3", big, 16);
     test_paged_churn("random-448x3", big);
+    /* what the rollout worker runs (cpt_cuda_engine_defaults): the fused products at <= 4 rows, prefills of <= 4
+     * rows included (chunks of 3), the skinny products elsewhere */
+    fused = 1;
+    gemv_rows = 4;
+    test_greedy("random-448x3", big, 16);
+    prefill_chunk = 3;
+    test_paged_churn("random-448x3", big);
+    test_sampling_engine("random-448x3", big);
+    prefill_chunk = 0;
+    fused = 0;
+    gemv_rows = 0;
     attn_v2 = 0;
     test_sampling_engine("random-448x3", big);
     test_paged_churn("random-448x3", big);
