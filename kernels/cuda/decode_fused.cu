@@ -20,6 +20,7 @@
 #define FG_WARPS (FG_THREADS / 32)
 #define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: FG_PF / rows per output) */
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
+#define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
 
 struct fg_args {
     void *out;
@@ -66,8 +67,15 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(fg_args a
         }
     };
     int64_t grp = blockIdx.x;
-    /* the weights never depend on the previous kernel: the first group's are loaded before waiting for it */
+    /* the weights never depend on the previous kernel: the first group's, and the norm weight's first vectors, are
+     * loaded before waiting for it */
     load(wv, grp * RPB + rib, 0);
+    uint4 gpre[FG_NORM_PF];
+#pragma unroll
+    for (int k = 0; k < FG_NORM_PF; k++) {
+        int64_t v = threadIdx.x + (int64_t)k * FG_THREADS;
+        gpre[k] = NORM && v < nvec ? __ldg((const uint4 *)a.norm_w + v) : make_uint4(0, 0, 0, 0);
+    }
     pdl_wait();
     /* stage the input rows: raw, then (NORM) each scaled by its rstd and the norm weight, rounded to bf16 */
     {
@@ -102,10 +110,14 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(fg_args a
                 float t = 0.0f;
                 for (int w = 0; w < FG_WARPS; w++) t += ss_s[w][n];
                 float s = rsqrtf(t / (float)a.K + a.eps);
-                for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
+                for (int64_t v = threadIdx.x, k = 0; v < nvec; v += FG_THREADS, k++) {
                     float f[8], g[8];
                     bf16x8_to_f32(xs_raw[n * nvec + v], f);
-                    bf16x8_to_f32(__ldg((const uint4 *)a.norm_w + v), g);
+                    uint4 gv = gpre[0];
+#pragma unroll
+                    for (int q = 1; q < FG_NORM_PF; q++)
+                        if (k == q) gv = gpre[q];
+                    bf16x8_to_f32(k < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
 #pragma unroll
                     for (int k = 0; k < 8; k++) f[k] = g[k] * (f[k] * s); /* as cpt_cuda_rmsnorm_fwd */
                     xs_raw[n * nvec + v] = f32_to_bf16x8(f);
