@@ -3,7 +3,7 @@
 #
 #   bench/decode_bench.sh build [BUILD] [DIR]   here: link tests/gpu/test_cuda_decode.c and bench/decode_bench.c
 #                                                against BUILD (default build-decode) into DIR (default .carry-decode)
-#   bench/decode_bench.sh run [DIR] [--no-test] [--no-torch]
+#   bench/decode_bench.sh run [DIR] [--no-test] [--no-bench] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
 #                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT,
 #                                                BENCH_V1=1 also the first attention kernel with cuBLASLt only)
@@ -20,9 +20,9 @@ build)
 run)
     dir=${2:-.carry-decode}
     shift $(( $# < 2 ? $# : 2 ))
-    test=1 torch=1
+    test=1 torch=1 bench=1
     for a in "$@"; do
-        case $a in --no-test) test=0 ;; --no-torch) torch=0 ;; esac
+        case $a in --no-test) test=0 ;; --no-torch) torch=0 ;; --no-bench) bench=0 ;; esac
     done
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
@@ -37,12 +37,14 @@ run)
     fi
     # the engine defaults (cpt_cuda_engine_defaults: attention v2, fused products at <= 4 rows, skinny products),
     # then batches 1 and 4 without the fused products, then with the first attention kernel and cuBLASLt only
-    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee "$out/decode_bench.log"
-    timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
-        tee -a "$out/decode_bench.log"
-    [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
+    if [ $bench = 1 ]; then
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee "$out/decode_bench.log"
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
+            tee -a "$out/decode_bench.log"
+        [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
+    fi
     if [ $torch = 1 ]; then
-        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/decode_torch.py --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |
+        PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/decode_torch.py --shapes ${HF_SHAPES:-1.5b,0.5b} --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |
             tee "$out/decode_torch.log"
     fi
     echo "== summary =="
@@ -62,5 +64,5 @@ profile)
             tee "$out/decode_profile_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
     done
     ;;
-*) echo "usage: $0 build [BUILD] [DIR] | run [DIR] [--no-test] [--no-torch] | profile [DIR]" >&2; exit 2 ;;
+*) echo "usage: $0 build [BUILD] [DIR] | run [DIR] [--no-test] [--no-bench] [--no-torch] | profile [DIR]" >&2; exit 2 ;;
 esac

@@ -82,7 +82,7 @@ run() {
             --metrics gpu__time_duration.sum "$d/cuda_train_bench" --shape 0.5b --steps 1 --warmup 1 ;;
         xport) stage xport 180 "$d/test_weight_transports" ;;
         decode) stage decode 420 env TEST_TIMEOUT=120 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" --no-torch ;;
-        decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=400 bench/decode_bench.sh run "$d" --no-test ;;
+        decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=410 bench/decode_bench.sh run "$d" --no-test --no-bench ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
