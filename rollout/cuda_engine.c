@@ -84,7 +84,7 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused;
+    int gemv_rows, attn_v2, fused, no_pdl;
     float *skinny; /* split-K partial sums of the skinny products */
     void *spart;   /* the sampler's per-chunk partials (cpt_cuda_sample_ex) */
     int *attn_counters; /* [rows][kv heads], zero between calls: attention v2 merges its own splits */
@@ -227,11 +227,19 @@ static void mm(cpt_cuda_engine *e, void *out, void *inp, void *w, void *bias, in
         cpt_cuda_matmul_fwd(e->ctx, BT(out, n, OC), BT(inp, n, K), BT(w, OC, K), B1(bias, OC));
 }
 
-static void attention(cpt_cuda_engine *e, int l, int n, int splits) {
+/* The layer's append and attention; decode: the rows' tables all differ (a decode step), so attention v2 can do
+ * the append itself (one launch fewer). */
+static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) {
     const cpt_model_config *c = &e->cfg;
     const dlayer *w = &e->layers[l];
     cpt_attn_shape shape = {e->H, e->KV, e->D};
     const int32_t *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
+    if (decode && e->attn_v2) {
+        cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
+                                           MD(e, off_split, int32_t), shape, e->attn_counters, w->qn, w->kn,
+                                           c->rms_norm_eps, e->inv_freq);
+        return;
+    }
     cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
     if (e->attn_v2)
         cpt_cuda_paged_attention_v2(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
@@ -255,14 +263,14 @@ static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const 
 /* The forward of a few rows with the fused products: the residual stream x is complete after every layer (the
  * products add into it), so a layer is qkv = norm(x) W + b, append + attention, x += att Wo + bo,
  * a = swiglu(norm(x) Wgu), x += a Wdown; logits = norm(x[last]) lm^T. The same roundings as forward(). */
-static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits) {
+static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int decode) {
     int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
     cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
-    cpt_cuda_set_pdl(e->ctx, 1);
+    cpt_cuda_set_pdl(e->ctx, !e->no_pdl);
     for (int l = 0; l < e->L; l++) {
         const dlayer *w = &e->layers[l];
         fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
-        attention(e, l, n, splits);
+        attention(e, l, n, splits, decode);
         fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C);
         fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I);
         fused(e, CPT_FUSED_RESID, e->x, e->a, NULL, NULL, w->wdown, NULL, n, I, C);
@@ -272,11 +280,12 @@ static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits) {
 }
 
 /* Rows [n] (tok, pos, tab in the uploaded metadata) through the model; logits [n_out, V] for rows last[0..n_out).
+ * decode: one row per table (a decode step), which lets the fused path append inside the attention.
  * Programmatic dependent launch stays on after the fused path (for the sampler that follows): reset by the caller
  * with cpt_cuda_set_pdl(ctx, 0) once the step's kernels are queued. */
-static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
+static void forward(cpt_cuda_engine *e, int n, int n_out, int splits, int decode) {
     if (fused_fits(e, n) && n_out <= n) {
-        forward_fused(e, n, n_out, splits);
+        forward_fused(e, n, n_out, splits, decode);
         return;
     }
     cpt_cuda_ctx *ctx = e->ctx;
@@ -293,7 +302,7 @@ static void forward(cpt_cuda_engine *e, int n, int n_out, int splits) {
             cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->mlp, n, C),
                                  B1(w->ln1, C), c->rms_norm_eps);
         mm(e, e->qkv, e->h, w->wqkv, w->bqkv, n, C, QKV);
-        attention(e, l, n, splits);
+        attention(e, l, n, splits, 0);
         mm(e, e->o, e->att, w->wo, w->bo, n, HD, C);
         cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->o, n, C),
                              B1(w->ln2, C), c->rms_norm_eps);
@@ -394,7 +403,7 @@ static int prefill(cpt_cuda_engine *e, int n, cpt_err *err) {
         if (!nt) break;
         MT(e, off_split, int32_t)[0] = 0;
         if (upload_meta(e, err)) return -1;
-        forward(e, nt, no, 1);
+        forward(e, nt, no, 1, 0);
         cpt_cuda_set_pdl(e->ctx, 0);
         e->st.prefill_tokens += nt;
         for (int j = 0; j < no; j++) {
@@ -515,7 +524,7 @@ static int choose_splits(const cpt_cuda_engine *e, int rows, int max_len) {
 
 /* A decode step's kernels: the forward of `rows` rows and the sampler. */
 static void decode_kernels(cpt_cuda_engine *e, int rows, int splits) {
-    forward(e, rows, rows, splits);
+    forward(e, rows, rows, splits, 1);
     cpt_cuda_sample_ex(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
                        MD(e, off_rows, cpt_cuda_sample_row), rows, e->spart);
     cpt_cuda_set_pdl(e->ctx, 0);
@@ -771,6 +780,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->gemv_rows = o ? o->gemv_rows : 0;
     e->attn_v2 = o ? o->attn_v2 : 0;
     e->fused = o ? o->fused : 0;
+    e->no_pdl = o ? o->no_pdl : 0;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
         goto fail;

@@ -35,6 +35,7 @@ typedef struct cpt_cuda_engine_opts {
                            * short prefill chunks) run the fused products (rmsnorm, bias, residual add, swiglu folded
                            * in, kernels/cuda/decode_fused.cu) with programmatic dependent launch; needs hidden,
                            * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused) */
+    int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
 } cpt_cuda_engine_opts;
 
 /* What the rollout worker and `cpt generate` use: the second attention kernel (1.4-1.7x the first's decode tok/s on

@@ -190,6 +190,15 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                  int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters);
+/* cpt_cuda_kv_append and cpt_cuda_paged_attention_v2 in one launch, for rows whose tables differ (decode steps: no
+ * row reads a position another row of the call appends): each block rotates its own queries (qkv is left as it
+ * is) and the block whose split holds the row's position writes that key and value first. Bitwise the same
+ * outputs and pages as the two calls. */
+void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                                        const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
+                                        const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
+                                        cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
+                                        float eps, const float *inv_freq);
 /* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
 void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
 

@@ -21,6 +21,36 @@ static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, 
 
 /* ---- append: q/k norm (optional), rope, K and V into the pages -------------------------------------------- */
 
+/* One warp: head vector src [D] through the optional rmsnorm (weight w) and RoPE at position p; store(k, x_k,
+ * x_(k + D/2)) for each rotated pair, fp32 (the caller rounds). The one computation behind kv_append and the
+ * attention that appends (bitwise the same results). */
+template <typename Store>
+static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, const __nv_bfloat16 *w, float eps,
+                                                      int p, const float *inv_freq, int D, int lane, Store store) {
+    int half = D / 2;
+    float rstd = 1.0f;
+    if (w) {
+        float ss = 0.0f;
+        for (int d = lane; d < D; d += 32) {
+            float f = __bfloat162float(src[d]);
+            ss += f * f;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        rstd = rsqrtf(ss / (float)D + eps);
+    }
+    __syncwarp();
+    for (int k = lane; k < half; k += 32) {
+        float a = __bfloat162float(src[k]) * rstd, b = __bfloat162float(src[k + half]) * rstd;
+        if (w) {
+            a *= __bfloat162float(w[k]);
+            b *= __bfloat162float(w[k + half]);
+        }
+        float sn, cs;
+        sincosf((float)p * inv_freq[k], &sn, &cs);
+        store(k, a * cs - b * sn, b * cs + a * sn);
+    }
+}
+
 /* One block per row, a warp per head (H query heads, KV key heads, KV value heads). fp32 from the bf16 qkv
  * through norm and rotation, one rounding at the end. */
 static __global__ void kv_append_kernel(cpt_cuda_paged_kv kv, int layer, __nv_bfloat16 *qkv, const int32_t *pos,
@@ -42,30 +72,11 @@ static __global__ void kv_append_kernel(cpt_cuda_paged_kv kv, int layer, __nv_bf
             for (int d = lane; d < D; d += 32) dst[d] = src[d];
             continue;
         }
-        const __nv_bfloat16 *w = hh < H ? q_norm : k_norm;
-        float rstd = 1.0f;
-        if (w) {
-            float ss = 0.0f;
-            for (int d = lane; d < D; d += 32) {
-                float f = __bfloat162float(src[d]);
-                ss += f * f;
-            }
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            rstd = rsqrtf(ss / (float)D + eps);
-        }
-        __syncwarp();
         __nv_bfloat16 *dst = hh < H ? row + (int64_t)hh * D : kc + (int64_t)(hh - H) * D;
-        for (int k = lane; k < half; k += 32) {
-            float a = __bfloat162float(src[k]) * rstd, b = __bfloat162float(src[k + half]) * rstd;
-            if (w) {
-                a *= __bfloat162float(w[k]);
-                b *= __bfloat162float(w[k + half]);
-            }
-            float sn, cs;
-            sincosf((float)p * inv_freq[k], &sn, &cs);
-            dst[k] = __float2bfloat16(a * cs - b * sn);
-            dst[k + half] = __float2bfloat16(b * cs + a * sn);
-        }
+        norm_rope_head(src, hh < H ? q_norm : k_norm, eps, p, inv_freq, D, lane, [&](int k, float x0, float x1) {
+            dst[k] = __float2bfloat16(x0);
+            dst[k + half] = __float2bfloat16(x1);
+        });
     }
 }
 
@@ -315,6 +326,13 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
     }
 }
 
+/* The append fused into attention v2 (cpt_cuda_paged_attention_v2_append); inv_freq NULL: none. */
+struct attn_append {
+    const __nv_bfloat16 *q_norm, *k_norm;
+    float eps;
+    const float *inv_freq;
+};
+
 /* ---- decode attention, second version ---------------------------------------------------------------------
  *
  * The first version's p * v phase walks a tile's positions one after another per thread, each step a block-table
@@ -330,7 +348,7 @@ template <int MAXG, int MAXD>
 static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
                                                  const cpt_cuda_paged_kv &kv, int layer, int t, int start, int end,
                                                  int64_t i, int kvh, int sp, int n_splits, int H, int KV, int D,
-                                                 float *sm) {
+                                                 float *sm, const attn_append &ap, int p) {
     const int G = H / KV, tid = threadIdx.x;
     float *q_s = sm;                    /* [G][D] */
     float *s_s = q_s + MAXG * MAXD;     /* [G][ATT_TILE] */
@@ -341,8 +359,31 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
     int64_t *off_s = (int64_t *)(red + 4 * ATT_THREADS); /* [ATT_TILE] key row offsets */
     int QKV = (H + 2 * KV) * D;
     const float scale = rsqrtf((float)D);
-    for (int x = tid; x < G * D; x += blockDim.x)
-        q_s[(x / D) * MAXD + x % D] = __bfloat162float(qkv[i * QKV + (int64_t)(kvh * G) * D + x]) * scale;
+    if (!ap.inv_freq) {
+        for (int x = tid; x < G * D; x += blockDim.x)
+            q_s[(x / D) * MAXD + x % D] = __bfloat162float(qkv[i * QKV + (int64_t)(kvh * G) * D + x]) * scale;
+    } else { /* the append fused in: the queries rotated here (rounded as kv_append stores them) */
+        int lane = tid & 31, warp = tid >> 5, half = D / 2;
+        for (int g = warp; g < G; g += ATT_THREADS / 32)
+            norm_rope_head(qkv + i * QKV + (int64_t)(kvh * G + g) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
+                           [&](int k, float x0, float x1) {
+                               q_s[g * MAXD + k] = __bfloat162float(__float2bfloat16(x0)) * scale;
+                               q_s[g * MAXD + k + half] = __bfloat162float(__float2bfloat16(x1)) * scale;
+                           });
+        /* the split holding position p writes its key (rotated) and value into the pages before reading them */
+        if (start <= p && p < end) {
+            int64_t kr = kv_row(kv, layer, 0, t, p) + (int64_t)kvh * D, vr = kv_row(kv, layer, 1, t, p) + (int64_t)kvh * D;
+            __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
+            if (warp == 0)
+                norm_rope_head(qkv + i * QKV + (int64_t)(H + kvh) * D, ap.k_norm, ap.eps, p, ap.inv_freq, D, lane,
+                               [&](int k, float x0, float x1) {
+                                   pool[kr + k] = __float2bfloat16(x0);
+                                   pool[kr + k + half] = __float2bfloat16(x1);
+                               });
+            else if (warp == 1)
+                for (int d = lane; d < D; d += 32) pool[vr + d] = qkv[i * QKV + (int64_t)(H + KV + kvh) * D + d];
+        }
+    }
     if (tid < G) {
         m_s[tid] = -INFINITY;
         l_s[tid] = 0.0f;
@@ -430,7 +471,7 @@ template <int MAXG, int MAXD>
 static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
     const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D,
-    int *counters) {
+    int *counters, attn_append ap) {
     extern __shared__ float sm[];
     __shared__ int last_s;
     const int G = H / KV;
@@ -444,7 +485,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     if (start >= end) {
         empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
     } else {
-        attend_v2<MAXG, MAXD>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm);
+        attend_v2<MAXG, MAXD>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
+                              len - 1);
     }
     if (n_splits == 1 || !counters) return;
     /* the last of the (row, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
@@ -459,9 +501,9 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     if (tid == 0) counters[i * KV + kvh] = 0;
 }
 
-void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
-                                 const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters) {
+static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv, const cpt_cuda_paged_kv *kv,
+                         int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
+                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap) {
     const char *op = "paged_attention_v2";
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
@@ -478,7 +520,7 @@ void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, c
     dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
 #define V2(G_, D_)                                                                                                 \
     launch_k(ctx, paged_attention_v2_kernel<G_, D_>, grid, dim3(ATT_THREADS), shm, (__nv_bfloat16 *)out, partial,  \
-             (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, D, counters)
+             (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, D, counters, ap)
     if (maxg == 8) {
         if (maxd == 32) V2(8, 32);
         else if (maxd == 64) V2(8, 64);
@@ -495,6 +537,24 @@ void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, c
                  (__nv_bfloat16 *)out, (const float *)partial, n_splits, H, D);
         LAUNCH_OK("attention_combine_kernel");
     }
+}
+
+void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                                 const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters) {
+    attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
+                 attn_append{NULL, NULL, 0.0f, NULL});
+}
+
+void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
+                                        const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
+                                        const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
+                                        cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
+                                        float eps, const float *inv_freq) {
+    CKCHECK(inv_freq && s.head_dim % 2 == 0, "paged_attention_v2_append", "inv_freq missing or odd head_dim %d",
+            s.head_dim);
+    attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
+                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq});
 }
 
 /* ---- copy-on-write -------------------------------------------------------------------------------------- */

@@ -831,9 +831,61 @@ static void test_attention_kernels(void) {
                           H, KV, D, splits, worst[v][sp], nan);
             }
         free(merged);
+        /* the append fused into the attention (decode rows: one per table, each at its sequence's last position)
+         * against kv_append then attention: outputs and pages bitwise the same, with and without q/k norm */
+        int same_app = 1;
+        {
+            int nd = 0;
+            int32_t dp[3 * NS], dt[3 * NS];
+            for (int r = 0; r < n; r++)
+                if (pos[r] == lens[tab[r]] - 1) dp[nd] = pos[r], dt[nd++] = tab[r];
+            size_t qn = (size_t)nd * QKV, on = (size_t)nd * H * D;
+            float *q2 = malloc(sizeof(float) * qn), *invf = malloc(sizeof(float) * (D / 2));
+            float *qnw = rand_bf16(&rng, (size_t)D, 0.2f), *knw = rand_bf16(&rng, (size_t)D, 0.2f);
+            for (int k = 0; k < D; k++) qnw[k] = cpt_bf16_to_f32(cpt_f32_to_bf16(1.0f + qnw[k])), knw[k] = cpt_bf16_to_f32(cpt_f32_to_bf16(1.0f + knw[k]));
+            for (int k = 0; k < D / 2; k++) invf[k] = (float)pow(10000.0, -2.0 * k / D);
+            for (int r = 0, at = 0; r < n; r++)
+                if (pos[r] == lens[tab[r]] - 1) memcpy(q2 + (size_t)at++ * QKV, qkv + (size_t)r * QKV, sizeof(float) * QKV);
+            void *dq = dev(2 * qn, "qkv (append)"), *dpa = dev(2 * pool_n, "pool a"), *dpb = dev(2 * pool_n, "pool b");
+            void *doa = dev(2 * on, "out a"), *dob = dev(2 * on, "out b");
+            void *dqn = dev_bf16(ctx, qnw, D, "q norm"), *dkn = dev_bf16(ctx, knw, D, "k norm");
+            float *dinv = dev_f32(ctx, invf, D / 2, "inv_freq");
+            int32_t *ddp = dev_raw(ctx, dp, sizeof(int32_t) * nd, "pos"), *ddt = dev_raw(ctx, dt, sizeof(int32_t) * nd, "tab");
+            float *ha = hbuf(on), *hb = hbuf(on), *pa = hbuf(pool_n), *pb = hbuf(pool_n);
+            for (int norm = 0; norm < 2; norm++)
+                for (int sp = 0; sp < 2; sp++) {
+                    int splits = sp ? 4 : 1;
+                    const void *qnp = norm ? dqn : NULL, *knp = norm ? dkn : NULL;
+                    OK(cpt_cuda_upload_bf16(ctx, dpa, pool, pool_n, &err));
+                    OK(cpt_cuda_upload_bf16(ctx, dpb, pool, pool_n, &err));
+                    OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
+                    cpt_cuda_paged_kv ka = kv, kb = kv;
+                    ka.pool = dpa, kb.pool = dpb;
+                    cpt_cuda_kv_append(ctx, &ka, LAYER, dq, ddp, ddt, nd, qnp, knp, 1e-6f, dinv, shp);
+                    cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, dsplit, shp, dcnt);
+                    OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
+                    cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits, dsplit,
+                                                       shp, dcnt, qnp, knp, 1e-6f, dinv);
+                    OK(cpt_cuda_sync(ctx, &err));
+                    OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
+                    OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
+                    OK(cpt_cuda_download_bf16(ctx, pa, dpa, pool_n, &err));
+                    OK(cpt_cuda_download_bf16(ctx, pb, dpb, pool_n, &err));
+                    int ok = !memcmp(ha, hb, sizeof(float) * on) && !memcmp(pa, pb, sizeof(float) * pool_n);
+                    size_t nan = 0;
+                    for (size_t k = 0; k < on; k++) nan += isnan(hb[k]);
+                    CHECK_MSG(ok && !nan, "attention v2 + append H=%d KV=%d D=%d norm %d splits %d: differs from "
+                              "kv_append then attention (%zu NaN)", H, KV, D, norm, splits, nan);
+                    same_app &= ok && !nan;
+                }
+            free(q2), free(invf), free(qnw), free(knw), free(ha), free(hb), free(pa), free(pb);
+            cpt_cuda_free(dq), cpt_cuda_free(dpa), cpt_cuda_free(dpb), cpt_cuda_free(doa), cpt_cuda_free(dob);
+            cpt_cuda_free(dqn), cpt_cuda_free(dkn), cpt_cuda_free(dinv), cpt_cuda_free(ddp), cpt_cuda_free(ddt);
+        }
         cpt_cuda_free(dcnt);
         printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
-               "v2 %.2e / %.2e (in-kernel merge bitwise the same)\n", H, KV, D, BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1]);
+               "v2 %.2e / %.2e (in-kernel merge bitwise the same; append fused in: %s)\n", H, KV, D, BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1],
+               same_app ? "bitwise the same" : "DIFFERS");
         SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e (1/4 splits)", H, KV, D, worst[0][0],
             worst[0][1], worst[1][0], worst[1][1]);
         free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
