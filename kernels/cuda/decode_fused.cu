@@ -20,7 +20,6 @@
 #define FG_WARPS (FG_THREADS / 32)
 #define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: FG_PF / rows per output) */
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
-#define FG_BLOCKS_PER_SM 2 /* 16 warps a multiprocessor, 8 16-byte loads a lane in flight: enough for HBM */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
 
 struct fg_args {
@@ -233,8 +232,9 @@ static int pick_wpr(int64_t K, int nw) {
     return 8;
 }
 
-/* As many blocks as can be resident, up to FG_BLOCKS_PER_SM a multiprocessor (each walks several groups), at most
- * one per group. */
+/* As many blocks as can be resident (each walks several groups), at most one per group. Capping them at 2 a
+ * multiprocessor, to leave room for the next kernel's blocks to start early, made the products slower at 1.5B (the
+ * loads in flight are what the bandwidth needs). */
 template <int MAXN, int WPR, int MODE, bool NORM>
 static void launch_fg_w(cpt_cuda_ctx *ctx, const fg_args &a) {
     auto k = fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
@@ -243,9 +243,7 @@ static void launch_fg_w(cpt_cuda_ctx *ctx, const fg_args &a) {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
         per_sm = 1;
-    /* at most FG_BLOCKS_PER_SM: the rest of each multiprocessor stays free for the next kernel's blocks, which start
-     * (programmatic dependent launch) and load their weights while this kernel runs */
-    if (per_sm > FG_BLOCKS_PER_SM) per_sm = FG_BLOCKS_PER_SM;
+
     int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
     launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
 }

@@ -263,30 +263,58 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     }
 }
 
-/* Element d of (row i, head h) merged over the splits in split order: out = sum_s e^(m_s - M) o_s / sum_s
- * e^(m_s - M) l_s. Loads bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
-static __device__ __forceinline__ void combine_elem(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h,
-                                                    int n_splits, int D, int d) {
-    const float *pp = partial + (i * H + h) * n_splits * (int64_t)(D + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        if (__ldcg(pp + s * (D + 2) + D + 1) > 0.0f) M = fmaxf(M, __ldcg(pp + s * (D + 2) + D));
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float *q = pp + s * (D + 2);
-        float l = __ldcg(q + D + 1);
-        if (l <= 0.0f) continue;
-        float w = expf(__ldcg(q + D) - M);
-        num += w * __ldcg(q + d);
-        den += w * l;
+#define MERGE_MAX_HEADS 16
+#define MERGE_MAX_SPLITS 16
+
+/* Merges the splits of heads h0 .. h0 + nh of row i in split order: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M)
+ * l_s, by the whole block. Every (m, l) is loaded at once, the weights computed once per head, and each output
+ * element issues its split loads together: the merge is a few dependent L2 round trips, not one per split. Loads
+ * bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
+static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h0, int nh,
+                                   int n_splits, int D) {
+    __shared__ float w_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS], den_s[MERGE_MAX_HEADS];
+    int tid = threadIdx.x;
+    for (int x = tid; x < nh * n_splits; x += blockDim.x) {
+        const float *pp = partial + ((i * H + h0 + x / n_splits) * n_splits + x % n_splits) * (int64_t)(D + 2);
+        float l = __ldcg(pp + D + 1);
+        w_s[x / n_splits][x % n_splits] = l > 0.0f ? __ldcg(pp + D) : -INFINITY; /* m, or none */
+        if (x % n_splits == 0) den_s[x / n_splits] = 0.0f;
     }
-    out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(num / den);
+    __syncthreads();
+    for (int g = tid; g < nh; g += blockDim.x) { /* weights e^(m_s - M) (-1: an empty split), the denominator */
+        const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2);
+        float M = -INFINITY, den = 0.0f;
+        for (int s = 0; s < n_splits; s++) M = fmaxf(M, w_s[g][s]);
+        for (int s = 0; s < n_splits; s++) {
+            if (w_s[g][s] == -INFINITY) {
+                w_s[g][s] = -1.0f;
+                continue;
+            }
+            float w = expf(w_s[g][s] - M);
+            w_s[g][s] = w;
+            den += w * __ldcg(pp + s * (D + 2) + D + 1);
+        }
+        den_s[g] = den;
+    }
+    __syncthreads();
+    for (int x = tid; x < nh * D; x += blockDim.x) {
+        int g = x / D, d = x % D;
+        const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2) + d;
+        float o[MERGE_MAX_SPLITS];
+#pragma unroll
+        for (int s = 0; s < MERGE_MAX_SPLITS; s++) o[s] = s < n_splits ? __ldcg(pp + s * (D + 2)) : 0.0f;
+        float num = 0.0f;
+#pragma unroll
+        for (int s = 0; s < MERGE_MAX_SPLITS; s++)
+            if (s < n_splits && w_s[g][s] >= 0.0f) num += w_s[g][s] * o[s];
+        out[i * (int64_t)H * D + (int64_t)(h0 + g) * D + d] = __float2bfloat16(num / den_s[g]);
+    }
 }
 
 static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
     pdl_trigger();
     pdl_wait();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) combine_elem(out, partial, blockIdx.x, H, blockIdx.y, n_splits, D, d);
+    merge_heads(out, partial, blockIdx.x, H, blockIdx.y, 1, n_splits, D);
 }
 
 size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits) {
@@ -304,7 +332,8 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
             op, "shape: %d heads, %d kv heads of %d (head_dim must be a multiple of 8 dividing %d)", H, KV, D,
             ATT_THREADS);
     CKCHECK(H / KV <= 16, op, "%d query heads per kv head; at most 16 supported", H / KV);
-    CKCHECK(n_splits >= 1 && (n_splits == 1 || (partial && split_len)), op, "%d splits need partials", n_splits);
+    CKCHECK(n_splits >= 1 && n_splits <= MERGE_MAX_SPLITS && (n_splits == 1 || (partial && split_len)), op,
+            "%d splits (at most %d; more than one needs partials)", n_splits, MERGE_MAX_SPLITS);
     if (n_rows == 0) return;
     int maxg = H / KV <= 8 ? 8 : 16;
     size_t shm = sizeof(float) * ((size_t)maxg * D + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
@@ -497,7 +526,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    for (int x = tid; x < G * D; x += blockDim.x) combine_elem(out, partial, i, H, kvh * G + x / D, n_splits, D, x % D);
+    merge_heads(out, partial, i, H, kvh * G, G, n_splits, D);
     if (tid == 0) counters[i * KV + kvh] = 0;
 }
 
@@ -511,7 +540,8 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
                 ATT_THREADS % (D / 4) == 0 && layer >= 0 && layer < kv->n_layers,
             op, "shape: %d heads, %d kv heads of %d (head_dim: 8, 16, 32, 64 or 128)", H, KV, D);
     CKCHECK(H / KV <= 16, op, "%d query heads per kv head; at most 16 supported", H / KV);
-    CKCHECK(n_splits >= 1 && (n_splits == 1 || (partial && split_len)), op, "%d splits need partials", n_splits);
+    CKCHECK(n_splits >= 1 && n_splits <= MERGE_MAX_SPLITS && (n_splits == 1 || (partial && split_len)), op,
+            "%d splits (at most %d; more than one needs partials)", n_splits, MERGE_MAX_SPLITS);
     if (n_rows == 0) return;
     int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : 128;
     size_t shm = sizeof(float) * ((size_t)maxg * maxd + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
