@@ -16,8 +16,7 @@
 
 #define MAX_SPLITS 16
 #define MAX_GRAPHS 96
-#define SPLIT_MIN_LEN 128 /* positions a split should have at least */
-#define SPLIT_BLOCKS_PER_SM 8
+#define SPLIT_MIN_LEN 256 /* positions a split should have at least */
 #define SPLIT_MIN_LEN_FEW 64 /* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows */
 
 typedef struct greq {
@@ -515,10 +514,7 @@ static int choose_splits(const cpt_cuda_engine *e, int rows, int max_len) {
     /* a few rows leave most multiprocessors idle unless their contexts are cut finer */
     int min_len = rows <= CPT_CUDA_FUSED_MAX_ROWS ? SPLIT_MIN_LEN_FEW : SPLIT_MIN_LEN;
     int by_len = (max_len + min_len - 1) / min_len;
-    /* blocks for ~SPLIT_BLOCKS_PER_SM a multiprocessor: one (row, kv head) block walks its positions tile after
-     * tile, so at batch 64-256 with one or two splits the attention was latency-bound (the 1.5B step at batch 256
-     * spent most of its time there) */
-    int want = (SPLIT_BLOCKS_PER_SM * cpt_cuda_num_sms(e->ctx) + rows * e->KV - 1) / (rows * e->KV);
+    int want = (2 * cpt_cuda_num_sms(e->ctx) + rows * e->KV - 1) / (rows * e->KV);
     int s = by_len < want ? by_len : want;
     if (s > MAX_SPLITS) s = MAX_SPLITS;
     int p = 1;
