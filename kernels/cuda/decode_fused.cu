@@ -22,17 +22,6 @@
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
 
-struct fg_args {
-    void *out;
-    const __nv_bfloat16 *inp;
-    const int32_t *rows;
-    const __nv_bfloat16 *norm_w;
-    float eps;
-    const __nv_bfloat16 *w, *bias;
-    int n;
-    int64_t K, OC;
-};
-
 static __device__ __forceinline__ float bf16r(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 /* MAXN: rows bound; WPR: warps per output; MODE: cpt_cuda_fused_out; NORM: rmsnorm the input first.
@@ -40,7 +29,7 @@ static __device__ __forceinline__ float bf16r(float v) { return __bfloat162float
  * outputs (grid-stride: no block launch per few outputs); while a group is computed, the next group's weights are
  * already loading into a second set of registers (rows of at most PF vectors a lane; longer rows loop). */
 template <int MAXN, int WPR, int MODE, bool NORM>
-static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(fg_args a) {
+static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(cpt_cuda_fused_gemv a) {
     constexpr int RPB = FG_WARPS / WPR;                  /* outputs per group */
     constexpr int NW = MODE == CPT_FUSED_SWIGLU ? 2 : 1; /* weight rows per output: gate and up */
     constexpr int PF = FG_PF / NW;
@@ -58,7 +47,7 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(fg_args a
         bool live = oc < a.OC;
 #pragma unroll
         for (int r = 0; r < NW; r++) {
-            const uint4 *wr = (const uint4 *)(a.w + ((r ? a.OC : 0) + (live ? oc : 0)) * a.K);
+            const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)a.w + ((r ? a.OC : 0) + (live ? oc : 0)) * a.K);
 #pragma unroll
             for (int u = 0; u < PF; u++) {
                 int64_t v = first + (j0 + u) * stride;
@@ -85,7 +74,7 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(fg_args a
 #pragma unroll
         for (int n = 0; n < MAXN; n++) {
             if (n >= a.n) break;
-            const uint4 *src = (const uint4 *)(a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
+            const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
             for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
                 uint4 raw = src[v];
                 xs_raw[n * nvec + v] = raw;
@@ -205,7 +194,7 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(fg_args a
                 for (int u = 0; u < PF; u++) wv[r][u] = wn[r][u];
         if (!fin) continue;
         int64_t at = (int64_t)n_fin * a.OC + oc_fin;
-        float b = a.bias ? __bfloat162float(a.bias[oc_fin]) : 0.0f;
+        float b = a.bias ? __bfloat162float(((const __nv_bfloat16 *)a.bias)[oc_fin]) : 0.0f;
         if constexpr (MODE == CPT_FUSED_BF16) {
             ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(res[0] + b);
         } else if constexpr (MODE == CPT_FUSED_RESID) {
@@ -236,7 +225,7 @@ static int pick_wpr(int64_t K, int nw) {
  * multiprocessor, to leave room for the next kernel's blocks to start early, made the products slower at 1.5B (the
  * loads in flight are what the bandwidth needs). */
 template <int MAXN, int WPR, int MODE, bool NORM>
-static void launch_fg_w(cpt_cuda_ctx *ctx, const fg_args &a) {
+static void launch_fg_w(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
     auto k = fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
     size_t smem = (size_t)a.n * (size_t)a.K * 2;
     if (smem > 48 * 1024) CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -249,7 +238,7 @@ static void launch_fg_w(cpt_cuda_ctx *ctx, const fg_args &a) {
 }
 
 template <int MAXN, int MODE, bool NORM>
-static void launch_fg(cpt_cuda_ctx *ctx, int wpr, const fg_args &a) {
+static void launch_fg(cpt_cuda_ctx *ctx, int wpr, const cpt_cuda_fused_gemv &a) {
     switch (wpr) {
     case 1: launch_fg_w<MAXN, 1, MODE, NORM>(ctx, a); break;
     case 2: launch_fg_w<MAXN, 2, MODE, NORM>(ctx, a); break;
@@ -259,9 +248,9 @@ static void launch_fg(cpt_cuda_ctx *ctx, int wpr, const fg_args &a) {
 }
 
 template <int MAXN>
-static void launch_mode(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g, const fg_args &a) {
-    int wpr = pick_wpr(a.K, g->mode == CPT_FUSED_SWIGLU ? 2 : 1);
-    switch (g->mode) {
+static void launch_mode(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
+    int wpr = pick_wpr(a.K, a.mode == CPT_FUSED_SWIGLU ? 2 : 1);
+    switch (a.mode) {
     case CPT_FUSED_BF16:
         if (a.norm_w) launch_fg<MAXN, CPT_FUSED_BF16, true>(ctx, wpr, a);
         else launch_fg<MAXN, CPT_FUSED_BF16, false>(ctx, wpr, a);
@@ -285,11 +274,9 @@ void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
     CKCHECK(g->mode == CPT_FUSED_BF16 || (g->mode == CPT_FUSED_RESID) == (g->norm_w == NULL), op,
             "mode %d %s a norm weight", (int)g->mode, g->norm_w ? "with" : "without");
     CKCHECK(!g->rows || g->mode != CPT_FUSED_RESID, op, "a row index with the residual epilogue");
-    fg_args a = {g->out, (const __nv_bfloat16 *)g->inp, g->rows, (const __nv_bfloat16 *)g->norm_w, g->eps,
-                 (const __nv_bfloat16 *)g->w, (const __nv_bfloat16 *)g->bias, g->n, g->K, g->OC};
-    if (g->n == 1) launch_mode<1>(ctx, g, a);
-    else if (g->n == 2) launch_mode<2>(ctx, g, a);
-    else launch_mode<4>(ctx, g, a);
+    if (g->n == 1) launch_mode<1>(ctx, *g);
+    else if (g->n == 2) launch_mode<2>(ctx, *g);
+    else launch_mode<4>(ctx, *g);
     LAUNCH_OK("fused_gemv_kernel");
 }
 
