@@ -237,13 +237,13 @@ static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) 
     if (decode && e->attn_v2) {
         cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                            MD(e, off_split, int32_t), shape, e->attn_counters, w->qn, w->kn,
-                                           c->rms_norm_eps, e->inv_freq);
+                                           c->rms_norm_eps, e->inv_freq, e->attn_v2 == 2 ? 16 : 0);
         return;
     }
     cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
     if (e->attn_v2)
         cpt_cuda_paged_attention_v2(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
-                                    MD(e, off_split, int32_t), shape, e->attn_counters);
+                                    MD(e, off_split, int32_t), shape, e->attn_counters, e->attn_v2 == 2 ? 16 : 0);
     else
         cpt_cuda_paged_attention(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                  MD(e, off_split, int32_t), shape);

@@ -186,10 +186,13 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
 /* The same contract, restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over
  * many positions at once); head_dim 8, 16, 32, 64 or 128. Selected by the engine option attn_v2. counters (device,
  * n_rows x n_kv_heads i32, zeroed once; may be NULL): the last split block of each (row, kv head) merges the splits
- * itself (same order and values as the merge kernel, one launch fewer) and leaves its counter at zero again. */
+ * itself (same order and values as the merge kernel, one launch fewer) and leaves its counter at zero again.
+ * v_loads: 0, or 16 value loads in flight per thread before any is used (bitwise the same results; written for
+ * large batches at head_dim 128, where a thread walks 32 positions a tile; not yet timed on a GPU). */
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters);
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters,
+                                 int v_loads);
 /* cpt_cuda_kv_append and cpt_cuda_paged_attention_v2 in one launch, for rows whose tables differ (decode steps: no
  * row reads a position another row of the call appends): each block rotates its own queries (qkv is left as it
  * is) and the block whose split holds the row's position writes that key and value first. Bitwise the same
@@ -198,7 +201,7 @@ void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *par
                                         const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
                                         const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
                                         cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
-                                        float eps, const float *inv_freq);
+                                        float eps, const float *inv_freq, int v_loads);
 /* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
 void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
 

@@ -373,7 +373,7 @@ struct attn_append {
  * fp32 summation order.
  *
  * attend_v2: one (row, kv head, split) block over positions [start, end) of table t. */
-template <int MAXG, int MAXD>
+template <int MAXG, int MAXD, int VU>
 static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
                                                  const cpt_cuda_paged_kv &kv, int layer, int t, int start, int end,
                                                  int64_t i, int kvh, int sp, int n_splits, int H, int KV, int D,
@@ -461,9 +461,8 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
 #pragma unroll
                 for (int u = 0; u < 4; u++) acc[g][u] *= a;
             }
-#pragma unroll 4
-        for (int j = pr; j < tn; j += rows_par) {
-            uint2 raw = *(const uint2 *)(pool + off_s[j] + vshift + dv);
+        /* p * v for position j (the same arithmetic in both loops below) */
+        auto pv = [&](int j, uint2 raw) {
             float2 v01 = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.x);
             float2 v23 = __bfloat1622float2(*(const __nv_bfloat162 *)&raw.y);
 #pragma unroll
@@ -475,6 +474,22 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
                     acc[g][2] += p * v23.x;
                     acc[g][3] += p * v23.y;
                 }
+            }
+        };
+        if constexpr (VU == 0) {
+#pragma unroll 4
+            for (int j = pr; j < tn; j += rows_par) pv(j, *(const uint2 *)(pool + off_s[j] + vshift + dv));
+        } else { /* VU value loads issued before any is used (head_dim 128 walks 32 positions a tile per thread) */
+            for (int j0 = pr; j0 < tn; j0 += VU * rows_par) {
+                uint2 raw[VU];
+#pragma unroll
+                for (int u = 0; u < VU; u++) {
+                    int j = j0 + u * rows_par;
+                    raw[u] = j < tn ? *(const uint2 *)(pool + off_s[j] + vshift + dv) : make_uint2(0, 0);
+                }
+#pragma unroll
+                for (int u = 0; u < VU; u++)
+                    if (j0 + u * rows_par < tn) pv(j0 + u * rows_par, raw[u]);
             }
         }
         __syncthreads();
@@ -496,7 +511,7 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
     }
 }
 
-template <int MAXG, int MAXD>
+template <int MAXG, int MAXD, int VU>
 static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
     const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D,
@@ -514,7 +529,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     if (start >= end) {
         empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
     } else {
-        attend_v2<MAXG, MAXD>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
+        attend_v2<MAXG, MAXD, VU>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
                               len - 1);
     }
     if (n_splits == 1 || !counters) return;
@@ -532,8 +547,9 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
 
 static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv, const cpt_cuda_paged_kv *kv,
                          int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
-                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap) {
+                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, int v_loads) {
     const char *op = "paged_attention_v2";
+    CKCHECK(v_loads == 0 || v_loads == 16, op, "v_loads %d (0 or 16)", v_loads);
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
     CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= 128 &&
@@ -549,8 +565,9 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
                  sizeof(int64_t) * ATT_TILE;
     dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
 #define V2(G_, D_)                                                                                                 \
-    launch_k(ctx, paged_attention_v2_kernel<G_, D_>, grid, dim3(ATT_THREADS), shm, (__nv_bfloat16 *)out, partial,  \
-             (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, D, counters, ap)
+    launch_k(ctx, v_loads ? paged_attention_v2_kernel<G_, D_, 16> : paged_attention_v2_kernel<G_, D_, 0>, grid,     \
+             dim3(ATT_THREADS), shm, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, \
+             split_len, n_splits, H, KV, D, counters, ap)
     if (maxg == 8) {
         if (maxd == 32) V2(8, 32);
         else if (maxd == 64) V2(8, 64);
@@ -571,20 +588,21 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
 
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters) {
+                                 int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters,
+                                 int v_loads) {
     attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
-                 attn_append{NULL, NULL, 0.0f, NULL});
+                 attn_append{NULL, NULL, 0.0f, NULL}, v_loads);
 }
 
 void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                         const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
                                         const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
                                         cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
-                                        float eps, const float *inv_freq) {
+                                        float eps, const float *inv_freq, int v_loads) {
     CKCHECK(inv_freq && s.head_dim % 2 == 0, "paged_attention_v2_append", "inv_freq missing or odd head_dim %d",
             s.head_dim);
     attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
-                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq});
+                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq}, v_loads);
 }
 
 /* ---- copy-on-write -------------------------------------------------------------------------------------- */

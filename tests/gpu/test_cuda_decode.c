@@ -236,8 +236,8 @@ static void test_greedy(const char *name, cpt_model *m, int block) {
     lp_stats st = {0, 0, 0};
     for (int i = 0; i < NP; i++) check_against_cpu(m, &rq[i], &gres[i], &st);
     printf("greedy%s %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
-           fused ? "+fused" : gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, matched, total, div, st.max_dlp, st.max_gap);
-    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", fused ? "+fusd" : gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
+           attn_v2 == 2 ? "+attn2deep" : fused ? "+fused" : gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, matched, total, div, st.max_dlp, st.max_gap);
+    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", attn_v2 == 2 ? "+deep" : fused ? "+fusd" : gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
         100.0 * matched / total,
         div, st.max_dlp, st.max_gap);
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: GPU logprobs off the CPU model's by %.4f", name, st.max_dlp);
@@ -804,20 +804,21 @@ static void test_attention_kernels(void) {
             for (int sp = 0; sp < 2; sp++) {
                 int splits = sp ? 4 : 1;
                 OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
-                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL);
+                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL, 0);
                 else cpt_cuda_paged_attention(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
                 OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)n * H * D, &err));
-                if (v && sp) { /* the splits merged by their last block (twice: the counters must be back at zero) */
+                if (v) { /* the splits merged by their last block (twice: the counters must be back at zero), then
+                          * with 16 value loads in flight: both bitwise the same */
                     int same = 1;
-                    for (int rep = 0; rep < 2; rep++) {
+                    for (int rep = 0; rep < 3; rep++) {
                         OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
                         cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit,
-                                                    shp, dcnt);
+                                                    shp, dcnt, rep == 2 ? 16 : 0);
                         OK(cpt_cuda_download_bf16(ctx, merged, dout, (size_t)n * H * D, &err));
                         same &= !memcmp(merged, got, sizeof(float) * (size_t)n * H * D);
                     }
-                    CHECK_MSG(same, "attention v2 H=%d KV=%d D=%d: the in-kernel merge differs from the merge kernel", H,
-                              KV, D);
+                    CHECK_MSG(same, "attention v2 H=%d KV=%d D=%d splits %d: the in-kernel merge or 16 value loads "
+                              "differ from the merge kernel", H, KV, D, splits);
                 }
                 double e2 = 0, r2 = 0;
                 int nan = 0;
@@ -862,10 +863,10 @@ static void test_attention_kernels(void) {
                     cpt_cuda_paged_kv ka = kv, kb = kv;
                     ka.pool = dpa, kb.pool = dpb;
                     cpt_cuda_kv_append(ctx, &ka, LAYER, dq, ddp, ddt, nd, qnp, knp, 1e-6f, dinv, shp);
-                    cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, dsplit, shp, dcnt);
+                    cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, dsplit, shp, dcnt, 0);
                     OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
                     cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits, dsplit,
-                                                       shp, dcnt, qnp, knp, 1e-6f, dinv);
+                                                       shp, dcnt, qnp, knp, 1e-6f, dinv, sp ? 16 : 0);
                     OK(cpt_cuda_sync(ctx, &err));
                     OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
                     OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
@@ -942,9 +943,9 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     const cpt_engine_stats *es = cpt_cuda_engine_get_stats(e);
     printf("paged%s %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
            "CPU-engine token match %.3f, free blocks %d/%d\n",
-           fused ? "+fused" : gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
+           attn_v2 == 2 ? "+attn2deep" : fused ? "+fused" : gemv_rows ? "+gemv" : attn_v2 ? "+attn2" : "", name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
            st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", fused ? "+fusd" : gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
+    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", attn_v2 == 2 ? "+deep" : fused ? "+fusd" : gemv_rows ? "+gemv" : attn_v2 ? "+att2" : "     ", name,
         es->generated_tokens, es->shared_prefills, st.max_dlp, st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e),
         cpt_cuda_engine_kv_blocks(e));
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: churn logprobs off by %.4f", name, st.max_dlp);
@@ -1001,6 +1002,10 @@ int main(void) {
     test_paged_churn("random-448x3", big);
     test_sampling_engine("random-448x3", big);
     prefill_chunk = 0;
+    /* and attention v2 with 16 value loads in flight (attn_v2 = 2) */
+    attn_v2 = 2;
+    test_greedy("random-448x3", big, 16);
+    attn_v2 = 1;
     fused = 0;
     gemv_rows = 0;
     attn_v2 = 0;
