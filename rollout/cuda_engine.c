@@ -26,11 +26,7 @@ typedef struct greq {
     int n_prompt, n_samples, max_new;
     cpt_sample_params sp;
     uint64_t seed;
-    int32_t *stop_ids;
-    int n_stop_ids;
-    char **stop_strs;
-    size_t *stop_lens, max_stop_len;
-    int n_stop_strs;
+    cpt_gen_stops stops;
     int next_sample, done_samples, live;
     cpt_gen_sample *samples;
     int *cap;
@@ -121,10 +117,7 @@ static cpt_tensor B1(void *p, int64_t a) { return p ? cpt_cuda_tensor(p, CPT_DT_
 static void req_free(greq *r) {
     if (!r) return;
     free(r->prompt);
-    free(r->stop_ids);
-    for (int i = 0; i < r->n_stop_strs; i++) free(r->stop_strs[i]);
-    free(r->stop_strs);
-    free(r->stop_lens);
+    cpt_gen_stops_free(&r->stops);
     for (int i = 0; r->samples && i < r->n_samples; i++) {
         free(r->samples[i].tokens);
         free(r->samples[i].logprobs);
@@ -348,11 +341,7 @@ static int advance(cpt_cuda_engine *e, int si, int32_t tok, float lp, cpt_err *e
     if (cpt_gen_sample_append(&r->samples[sl->sample], &r->cap[sl->sample], tok, lp, err)) return -1;
     e->st.generated_tokens++;
     cpt_gen_sample *s = &r->samples[sl->sample];
-    int stop = 0;
-    for (int i = 0; i < r->n_stop_ids && !stop; i++) stop = tok == r->stop_ids[i];
-    if (!stop)
-        stop = cpt_gen_ends_with_stop(e->tok, s, r->stop_strs, r->stop_lens, r->n_stop_strs, r->max_stop_len, &e->tail,
-                                      &e->tail_cap);
+    int stop = cpt_gen_stops_hit(&r->stops, e->tok, s, &e->tail, &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
         r->done_samples++;
@@ -963,18 +952,7 @@ void cpt_cuda_engine_free(cpt_cuda_engine *e) {
 /* ---- the request interface (as rollout/engine.c) -------------------------------------------------------- */
 
 int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *g, cpt_err *err) {
-    if (!g->prompt || g->n_prompt < 1) return cpt_errf(err, "request: empty prompt");
-    if (g->n_prompt > e->max_len)
-        return cpt_errf(err, "request: prompt of %d tokens exceeds the context of %d", g->n_prompt, e->max_len);
-    for (int i = 0; i < g->n_prompt; i++)
-        if (g->prompt[i] < 0 || g->prompt[i] >= e->V)
-            return cpt_errf(err, "request: prompt token %d at %d is outside the vocabulary [0, %d)", g->prompt[i], i, e->V);
-    if (g->n_samples < 1 || g->n_samples > CPT_MAX_SAMPLES)
-        return cpt_errf(err, "request: n_samples %d must be in [1, %d]", g->n_samples, CPT_MAX_SAMPLES);
-    if (g->max_new_tokens < 1) return cpt_errf(err, "request: max_new_tokens %d must be >= 1", g->max_new_tokens);
-    if (cpt_sample_params_check(&g->sp, err)) return -1;
-    if (g->n_stop_strs > 0 && !e->tok) return cpt_errf(err, "request: stop strings need a tokenizer");
-    if (g->n_stop_ids < 0 || g->n_stop_strs < 0) return cpt_errf(err, "request: negative stop list length");
+    if (cpt_gen_request_check(g, e->V, e->max_len, e->tok != NULL, err)) return -1;
     if (e->n_reqs == e->cap_reqs) {
         int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
         greq **p = realloc(e->reqs, sizeof *p * (size_t)cap);
@@ -996,11 +974,8 @@ int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *g, cpt
     r->prompt = malloc(sizeof(int32_t) * (size_t)g->n_prompt);
     r->samples = calloc((size_t)g->n_samples, sizeof *r->samples);
     r->cap = calloc((size_t)g->n_samples, sizeof *r->cap);
-    r->stop_ids = malloc(sizeof(int32_t) * (size_t)(g->n_stop_ids + 1));
-    r->stop_strs = calloc((size_t)g->n_stop_strs + 1, sizeof(char *));
-    r->stop_lens = calloc((size_t)g->n_stop_strs + 1, sizeof(size_t));
     r->pblocks = malloc(sizeof(int32_t) * (size_t)blocks_for(e, g->n_prompt));
-    if (!r->prompt || !r->samples || !r->cap || !r->stop_ids || !r->stop_strs || !r->stop_lens || !r->pblocks) {
+    if (!r->prompt || !r->samples || !r->cap || !r->pblocks) {
         req_free(r);
         return cpt_errf(err, "cuda engine: out of memory for a request");
     }
@@ -1009,25 +984,11 @@ int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *g, cpt
         req_free(r);
         return cpt_errf(err, "request: needs %d KV blocks, the pool has %d", need, e->total_blocks);
     }
-    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
-    if (g->n_stop_ids) memcpy(r->stop_ids, g->stop_ids, sizeof(int32_t) * (size_t)g->n_stop_ids);
-    r->n_stop_ids = g->n_stop_ids;
-    for (int i = 0; i < g->n_stop_strs; i++) {
-        size_t n = strlen(g->stop_strs[i]);
-        if (n == 0) {
-            req_free(r);
-            return cpt_errf(err, "request: stop string %d is empty", i);
-        }
-        r->stop_strs[i] = malloc(n + 1);
-        if (!r->stop_strs[i]) {
-            req_free(r);
-            return cpt_errf(err, "cuda engine: out of memory");
-        }
-        memcpy(r->stop_strs[i], g->stop_strs[i], n + 1);
-        r->stop_lens[i] = n;
-        if (n > r->max_stop_len) r->max_stop_len = n;
-        r->n_stop_strs = i + 1;
+    if (cpt_gen_stops_copy(&r->stops, g, err)) {
+        req_free(r);
+        return -1;
     }
+    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
     e->reqs[e->n_reqs++] = r;
     return e->next_id++;
 }

@@ -14,11 +14,7 @@ typedef struct req {
     int n_samples, max_new;
     cpt_sample_params sp;
     uint64_t seed;
-    int32_t *stop_ids;
-    int n_stop_ids;
-    char **stop_strs;
-    size_t *stop_lens, max_stop_len;
-    int n_stop_strs;
+    cpt_gen_stops stops;
     float *prompt_logits; /* [V] after the prompt's last token, once prefilled */
     int prefilled;
     int next_sample;  /* next sample to admit */
@@ -74,10 +70,7 @@ void cpt_gen_result_free(cpt_gen_result *r) {
 static void req_free(req *r) {
     if (!r) return;
     free(r->prompt);
-    free(r->stop_ids);
-    for (int i = 0; i < r->n_stop_strs; i++) free(r->stop_strs[i]);
-    free(r->stop_strs);
-    free(r->stop_lens);
+    cpt_gen_stops_free(&r->stops);
     free(r->prompt_logits);
     for (int i = 0; r->samples && i < r->n_samples; i++) {
         free(r->samples[i].tokens);
@@ -162,19 +155,61 @@ void cpt_engine_free(cpt_engine *e) {
     free(e);
 }
 
-int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err) {
+int cpt_gen_request_check(const cpt_gen_request *g, int V, int max_len, int have_tok, cpt_err *err) {
     if (!g->prompt || g->n_prompt < 1) return cpt_errf(err, "request: empty prompt");
-    if (g->n_prompt > e->cache.max_len)
-        return cpt_errf(err, "request: prompt of %d tokens exceeds the context of %d", g->n_prompt, e->cache.max_len);
+    if (g->n_prompt > max_len)
+        return cpt_errf(err, "request: prompt of %d tokens exceeds the context of %d", g->n_prompt, max_len);
     for (int i = 0; i < g->n_prompt; i++)
-        if (g->prompt[i] < 0 || g->prompt[i] >= e->V)
-            return cpt_errf(err, "request: prompt token %d at %d is outside the vocabulary [0, %d)", g->prompt[i], i, e->V);
+        if (g->prompt[i] < 0 || g->prompt[i] >= V)
+            return cpt_errf(err, "request: prompt token %d at %d is outside the vocabulary [0, %d)", g->prompt[i], i, V);
     if (g->n_samples < 1 || g->n_samples > CPT_MAX_SAMPLES)
         return cpt_errf(err, "request: n_samples %d must be in [1, %d]", g->n_samples, CPT_MAX_SAMPLES);
     if (g->max_new_tokens < 1) return cpt_errf(err, "request: max_new_tokens %d must be >= 1", g->max_new_tokens);
     if (cpt_sample_params_check(&g->sp, err)) return -1;
-    if (g->n_stop_strs > 0 && !e->tok) return cpt_errf(err, "request: stop strings need a tokenizer");
+    if (g->n_stop_strs > 0 && !have_tok) return cpt_errf(err, "request: stop strings need a tokenizer");
     if (g->n_stop_ids < 0 || g->n_stop_strs < 0) return cpt_errf(err, "request: negative stop list length");
+    return 0;
+}
+
+int cpt_gen_stops_copy(cpt_gen_stops *s, const cpt_gen_request *g, cpt_err *err) {
+    s->ids = malloc(sizeof(int32_t) * (size_t)(g->n_stop_ids + 1));
+    s->strs = calloc((size_t)g->n_stop_strs + 1, sizeof(char *));
+    s->lens = calloc((size_t)g->n_stop_strs + 1, sizeof(size_t));
+    if (!s->ids || !s->strs || !s->lens) {
+        cpt_gen_stops_free(s);
+        return cpt_errf(err, "engine: out of memory for a request");
+    }
+    if (g->n_stop_ids) memcpy(s->ids, g->stop_ids, sizeof(int32_t) * (size_t)g->n_stop_ids);
+    s->n_ids = g->n_stop_ids;
+    for (int i = 0; i < g->n_stop_strs; i++) {
+        size_t n = strlen(g->stop_strs[i]);
+        if (n == 0) {
+            cpt_gen_stops_free(s);
+            return cpt_errf(err, "request: stop string %d is empty", i);
+        }
+        s->strs[i] = malloc(n + 1);
+        if (!s->strs[i]) {
+            cpt_gen_stops_free(s);
+            return cpt_errf(err, "engine: out of memory");
+        }
+        memcpy(s->strs[i], g->stop_strs[i], n + 1);
+        s->lens[i] = n;
+        if (n > s->max_len) s->max_len = n;
+        s->n_strs = i + 1;
+    }
+    return 0;
+}
+
+void cpt_gen_stops_free(cpt_gen_stops *s) {
+    free(s->ids);
+    for (int i = 0; s->strs && i < s->n_strs; i++) free(s->strs[i]);
+    free(s->strs);
+    free(s->lens);
+    memset(s, 0, sizeof *s);
+}
+
+int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err) {
+    if (cpt_gen_request_check(g, e->V, e->cache.max_len, e->tok != NULL, err)) return -1;
     if (e->n_reqs == e->cap_reqs) {
         int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
         req **p = realloc(e->reqs, sizeof *p * (size_t)cap);
@@ -197,32 +232,15 @@ int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err)
     r->prompt_logits = malloc(sizeof(float) * (size_t)e->V);
     r->samples = calloc((size_t)g->n_samples, sizeof *r->samples);
     r->cap = calloc((size_t)g->n_samples, sizeof *r->cap);
-    r->stop_ids = malloc(sizeof(int32_t) * (size_t)(g->n_stop_ids + 1));
-    r->stop_strs = calloc((size_t)g->n_stop_strs + 1, sizeof(char *));
-    r->stop_lens = calloc((size_t)g->n_stop_strs + 1, sizeof(size_t));
-    if (!r->prompt || !r->prompt_logits || !r->samples || !r->cap || !r->stop_ids || !r->stop_strs || !r->stop_lens) {
+    if (!r->prompt || !r->prompt_logits || !r->samples || !r->cap) {
         req_free(r);
         return cpt_errf(err, "engine: out of memory for a request");
     }
-    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
-    if (g->n_stop_ids) memcpy(r->stop_ids, g->stop_ids, sizeof(int32_t) * (size_t)g->n_stop_ids);
-    r->n_stop_ids = g->n_stop_ids;
-    for (int i = 0; i < g->n_stop_strs; i++) {
-        size_t n = strlen(g->stop_strs[i]);
-        if (n == 0) {
-            req_free(r);
-            return cpt_errf(err, "request: stop string %d is empty", i);
-        }
-        r->stop_strs[i] = malloc(n + 1);
-        if (!r->stop_strs[i]) {
-            req_free(r);
-            return cpt_errf(err, "engine: out of memory");
-        }
-        memcpy(r->stop_strs[i], g->stop_strs[i], n + 1);
-        r->stop_lens[i] = n;
-        if (n > r->max_stop_len) r->max_stop_len = n;
-        r->n_stop_strs = i + 1;
+    if (cpt_gen_stops_copy(&r->stops, g, err)) {
+        req_free(r);
+        return -1;
     }
+    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
     e->reqs[e->n_reqs++] = r;
     return e->next_id++;
 }
@@ -245,12 +263,15 @@ int cpt_gen_sample_append(cpt_gen_sample *s, int *cap, int32_t tok, float lp, cp
     return 0;
 }
 
-int cpt_gen_ends_with_stop(const cpt_tokenizer *tok, const cpt_gen_sample *s, char *const *strs, const size_t *lens,
-                           int n_strs, size_t max_len, char **tail, size_t *tail_cap) {
-    if (!n_strs) return 0;
+int cpt_gen_stops_hit(const cpt_gen_stops *st, const cpt_tokenizer *tok, const cpt_gen_sample *s, char **tail,
+                      size_t *tail_cap) {
+    if (s->n_tokens < 1) return 0;
+    for (int i = 0; i < st->n_ids; i++)
+        if (s->tokens[s->n_tokens - 1] == st->ids[i]) return 1;
+    if (!st->n_strs) return 0;
     size_t total = 0, n;
     int k = s->n_tokens;
-    while (k > 0 && total < max_len) {
+    while (k > 0 && total < st->max_len) {
         const char *b = cpt_tokenizer_id_bytes(tok, s->tokens[k - 1], &n);
         total += b ? n : 0;
         k--;
@@ -266,8 +287,8 @@ int cpt_gen_ends_with_stop(const cpt_tokenizer *tok, const cpt_gen_sample *s, ch
         const char *b = cpt_tokenizer_id_bytes(tok, s->tokens[i], &n);
         if (b && n) memcpy(*tail + at, b, n), at += n;
     }
-    for (int i = 0; i < n_strs; i++)
-        if (lens[i] <= at && memcmp(*tail + at - lens[i], strs[i], lens[i]) == 0) return 1;
+    for (int i = 0; i < st->n_strs; i++)
+        if (st->lens[i] <= at && memcmp(*tail + at - st->lens[i], st->strs[i], st->lens[i]) == 0) return 1;
     return 0;
 }
 
@@ -281,11 +302,7 @@ static int advance(cpt_engine *e, int si, const float *logits, cpt_err *err) {
     if (cpt_gen_sample_append(&r->samples[sl->sample], &r->cap[sl->sample], tok, lp, err)) return -1;
     e->st.generated_tokens++;
     cpt_gen_sample *s = &r->samples[sl->sample];
-    int stop = 0;
-    for (int i = 0; i < r->n_stop_ids && !stop; i++) stop = tok == r->stop_ids[i];
-    if (!stop)
-        stop = cpt_gen_ends_with_stop(e->tok, s, r->stop_strs, r->stop_lens, r->n_stop_strs, r->max_stop_len, &e->tail,
-                                      &e->tail_cap);
+    int stop = cpt_gen_stops_hit(&r->stops, e->tok, s, &e->tail, &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
         r->done_samples++;

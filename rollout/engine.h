@@ -98,9 +98,27 @@ int cpt_sample_params_check(const cpt_sample_params *sp, cpt_err *err);
 
 /* Appends token tok with behaviour logprob lp to s, growing its arrays (capacity in *cap, doubling from 32). */
 int cpt_gen_sample_append(cpt_gen_sample *s, int *cap, int32_t tok, float lp, cpt_err *err);
-/* 1 when the bytes of s's tokens end with one of the n stop strings strs (lengths lens, the longest max_len). Only
- * the last tokens are decoded: enough to cover max_len bytes. *tail / *tail_cap is the caller's scratch buffer. */
-int cpt_gen_ends_with_stop(const cpt_tokenizer *tok, const cpt_gen_sample *s, char *const *strs, const size_t *lens,
-                           int n, size_t max_len, char **tail, size_t *tail_cap);
+/* The checks both engines make of a request: a prompt of 1..max_len tokens in [0, V), n_samples in [1,
+ * CPT_MAX_SAMPLES], max_new_tokens >= 1, the sampling parameters, stop lists (stop strings need a tokenizer:
+ * have_tok). 0, or -1 with err naming the field. */
+int cpt_gen_request_check(const cpt_gen_request *g, int V, int max_len, int have_tok, cpt_err *err);
+
+/* A request's stop rules, the engine's own copies. */
+typedef struct cpt_gen_stops {
+    int32_t *ids;
+    int n_ids;
+    char **strs;
+    size_t *lens, max_len; /* byte lengths, the longest */
+    int n_strs;
+} cpt_gen_stops;
+/* Copies g's stop ids and strings into s (zeroed by the caller). -1 with err set (an empty stop string, out of
+ * memory), s then freed. */
+int cpt_gen_stops_copy(cpt_gen_stops *s, const cpt_gen_request *g, cpt_err *err);
+void cpt_gen_stops_free(cpt_gen_stops *s);
+/* 1 when the sample's last token (already appended) is a stop id, or the bytes of its tokens end with a stop string:
+ * only the last tokens are decoded, enough to cover the longest. *tail / *tail_cap is the caller's scratch
+ * buffer. */
+int cpt_gen_stops_hit(const cpt_gen_stops *s, const cpt_tokenizer *tok, const cpt_gen_sample *smp, char **tail,
+                      size_t *tail_cap);
 
 #endif

@@ -223,6 +223,11 @@ static void stop_strings(void) {
     CHECK_EQ_INT(g2.samples[0].n_tokens, expect);
     CHECK_EQ_INT(g2.samples[0].finish, CPT_FINISH_STOP);
     CHECK(!memcmp(g2.samples[0].tokens, g.samples[0].tokens, sizeof(int32_t) * (size_t)expect));
+    /* an empty stop string is refused, naming it, and leaves nothing queued */
+    const char *bad[2] = {stop, ""};
+    r.stop_strs = bad, r.n_stop_strs = 2;
+    CHECK(cpt_engine_submit(e, &r, &err) == -1 && strstr(err.msg, "stop string 1 is empty"));
+    CHECK_EQ_INT(cpt_engine_pending(e), 0);
     cpt_gen_result_free(&g);
     cpt_gen_result_free(&g2);
     cpt_engine_free(e);
