@@ -259,7 +259,7 @@ static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const 
 static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int decode) {
     int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
     cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
-    cpt_cuda_set_pdl(e->ctx, !e->no_pdl);
+    cpt_cuda_set_pdl(e->ctx, !e->no_pdl); /* the layers' kernels only: off again at the end */
     for (int l = 0; l < e->L; l++) {
         const dlayer *w = &e->layers[l];
         fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
@@ -270,14 +270,13 @@ static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int 
     }
     if (n_out > 0) /* a prefill chunk that ends no prompt has no logits */
         fused(e, CPT_FUSED_F32, e->logits, e->x, MD(e, off_last, int32_t), e->norm, e->lm, NULL, n_out, C, e->V);
+    cpt_cuda_set_pdl(e->ctx, 0);
 }
 
 /* Rows [n] (tok, pos, tab in the uploaded metadata) through the model; logits [n_out, V] for rows last[0..n_out).
- * decode: one row per table (a decode step), which lets the fused path append inside the attention.
- * Programmatic dependent launch stays on after the fused path (for the sampler that follows): reset by the caller
- * with cpt_cuda_set_pdl(ctx, 0) once the step's kernels are queued. */
+ * decode: one row per table (a decode step), which lets the fused path append inside the attention. */
 static void forward(cpt_cuda_engine *e, int n, int n_out, int splits, int decode) {
-    if (fused_fits(e, n) && n_out <= n) {
+    if (fused_fits(e, n)) {
         forward_fused(e, n, n_out, splits, decode);
         return;
     }
@@ -393,7 +392,6 @@ static int prefill(cpt_cuda_engine *e, int n, cpt_err *err) {
         MT(e, off_split, int32_t)[0] = 0;
         if (upload_meta(e, err)) return -1;
         forward(e, nt, no, 1, 0);
-        cpt_cuda_set_pdl(e->ctx, 0);
         e->st.prefill_tokens += nt;
         for (int j = 0; j < no; j++) {
             greq *r = e->slots[e->pre_slot[owner[j]]].r;
@@ -516,7 +514,6 @@ static void decode_kernels(cpt_cuda_engine *e, int rows, int splits) {
     forward(e, rows, rows, splits, 1);
     cpt_cuda_sample_ex(e->ctx, MD(e, off_out_tok, int32_t), MD(e, off_out_lp, float), e->logits, e->V,
                        MD(e, off_rows, cpt_cuda_sample_row), rows, e->spart);
-    cpt_cuda_set_pdl(e->ctx, 0);
 }
 
 /* The graph of a decode step of `rows` rows and `splits` attention splits: found, or captured now. *g stays NULL

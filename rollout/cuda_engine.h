@@ -84,8 +84,9 @@ int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e);
 /* Benches: replays the latest decode step's graph reps times back to back and returns the seconds per replay: the
- * device time of a step without the host's share. The replays repeat that step exactly (the same KV row written
- * with the same values, the same draws), so the engine's state does not change. -1 (err set) without a graph. */
+ * device time of a step without the host's share. Call it right after a step, before the next step or submit: the
+ * replays repeat that step exactly (the same KV rows written with the same values, into blocks that step's slots
+ * held, the same draws), so nothing another request uses changes. -1 (err set) without a graph. */
 double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err);
 
 #endif

@@ -170,6 +170,10 @@ static __device__ __forceinline__ uint4 f32_to_bf16x8(const float f[8]) {
     return raw;
 }
 
+/* v rounded to bf16 and back: where a kernel reproduces a value another kernel would have stored as bf16. */
+static __device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
+static __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
 /* W consecutive bf16 at p <-> fp32: W = 8 is one 16-byte access (vec8_ok), W = 1 one element. The kernels with an
  * 8-wide and a scalar form are one template over W. */
 template <int W>

@@ -3,8 +3,8 @@
  * At batch 1 a decode step is bound by streaming the weights once, and the unfused layer (rmsnorm, product,
  * split-K sum, rope/append, attention, product, residual + rmsnorm, product, swiglu, product) spends more time in
  * ~12 short kernels' launch and ramp than in the bytes. Here a product carries its neighbours: the rmsnorm of its
- * input (every block recomputes the few rows' rstd; the normalised values are formed on the fly), the bias, and
- * one of three epilogues (residual add, swiglu of the gate/up pair, fp32 logits). The kernels are launched with
+ * input (every block stages the few input rows in shared memory and normalises them there), the bias, and one of
+ * three epilogues (residual add, swiglu of the gate/up pair, fp32 logits). The kernels are launched with
  * programmatic dependent launch when ctx->pdl is set: a block loads its first weight vectors, which never depend on
  * the previous kernel, before waiting for that kernel, so the next layer's weights stream while this one finishes.
  *
@@ -21,8 +21,6 @@
 #define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: FG_PF / rows per output) */
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
-
-static __device__ __forceinline__ float bf16r(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 /* MAXN: rows bound; WPR: warps per output; MODE: cpt_cuda_fused_out; NORM: rmsnorm the input first.
  * Shared memory holds the n (normalised) input rows, bf16, staged once per block. The grid walks the groups of RPB
@@ -99,14 +97,14 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(cpt_cuda_
                 float t = 0.0f;
                 for (int w = 0; w < FG_WARPS; w++) t += ss_s[w][n];
                 float s = rsqrtf(t / (float)a.K + a.eps);
-                for (int64_t v = threadIdx.x, k = 0; v < nvec; v += FG_THREADS, k++) {
+                for (int64_t v = threadIdx.x, j = 0; v < nvec; v += FG_THREADS, j++) {
                     float f[8], g[8];
                     bf16x8_to_f32(xs_raw[n * nvec + v], f);
-                    uint4 gv = gpre[0];
+                    uint4 gv = gpre[0]; /* the j-th vector this thread takes: prefetched for j < FG_NORM_PF */
 #pragma unroll
                     for (int q = 1; q < FG_NORM_PF; q++)
-                        if (k == q) gv = gpre[q];
-                    bf16x8_to_f32(k < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
+                        if (j == q) gv = gpre[q];
+                    bf16x8_to_f32(j < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
 #pragma unroll
                     for (int k = 0; k < 8; k++) f[k] = g[k] * (f[k] * s); /* as cpt_cuda_rmsnorm_fwd */
                     xs_raw[n * nvec + v] = f32_to_bf16x8(f);
@@ -199,10 +197,10 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(cpt_cuda_
             ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(res[0] + b);
         } else if constexpr (MODE == CPT_FUSED_RESID) {
             __nv_bfloat16 *x = (__nv_bfloat16 *)a.out;
-            x[at] = __float2bfloat16(__bfloat162float(x[at]) + bf16r(res[0] + b));
+            x[at] = __float2bfloat16(__bfloat162float(x[at]) + bf16_round(res[0] + b));
         } else if constexpr (MODE == CPT_FUSED_SWIGLU) {
-            float g = bf16r(res[0]), u = bf16r(res[NW - 1]);
-            ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(g / (1.0f + expf(-g)) * u); /* as swiglu_fwd_kernel */
+            float g = bf16_round(res[0]), u = bf16_round(res[NW - 1]);
+            ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(silu_f(g) * u); /* as swiglu_fwd_kernel */
         } else {
             ((float *)a.out)[at] = res[0] + b;
         }
@@ -232,7 +230,6 @@ static void launch_fg_w(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
         per_sm = 1;
-
     int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
     launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
 }

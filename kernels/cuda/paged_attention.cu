@@ -267,32 +267,28 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
 #define MERGE_MAX_SPLITS 16
 
 /* Merges the splits of heads h0 .. h0 + nh of row i in split order: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M)
- * l_s, by the whole block. Every (m, l) is loaded at once, the weights computed once per head, and each output
- * element issues its split loads together: the merge is a few dependent L2 round trips, not one per split. Loads
- * bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
+ * l_s over the splits with l_s > 0, by the whole block. Every (m, l) is loaded at once, the weights computed once per
+ * head, and each output element issues its split loads together: the merge is a few dependent L2 round trips, not
+ * one per split. Loads bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
 static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h0, int nh,
                                    int n_splits, int D) {
-    __shared__ float w_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS], den_s[MERGE_MAX_HEADS];
+    __shared__ float w_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS], l_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS],
+        den_s[MERGE_MAX_HEADS];
     int tid = threadIdx.x;
-    for (int x = tid; x < nh * n_splits; x += blockDim.x) {
+    for (int x = tid; x < nh * n_splits; x += blockDim.x) { /* m into w_s for now */
         const float *pp = partial + ((i * H + h0 + x / n_splits) * n_splits + x % n_splits) * (int64_t)(D + 2);
-        float l = __ldcg(pp + D + 1);
-        w_s[x / n_splits][x % n_splits] = l > 0.0f ? __ldcg(pp + D) : -INFINITY; /* m, or none */
-        if (x % n_splits == 0) den_s[x / n_splits] = 0.0f;
+        w_s[x / n_splits][x % n_splits] = __ldcg(pp + D);
+        l_s[x / n_splits][x % n_splits] = __ldcg(pp + D + 1);
     }
     __syncthreads();
-    for (int g = tid; g < nh; g += blockDim.x) { /* weights e^(m_s - M) (-1: an empty split), the denominator */
-        const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2);
+    for (int g = tid; g < nh; g += blockDim.x) { /* the weights e^(m_s - M) of the non-empty splits, the denominator */
         float M = -INFINITY, den = 0.0f;
-        for (int s = 0; s < n_splits; s++) M = fmaxf(M, w_s[g][s]);
+        for (int s = 0; s < n_splits; s++)
+            if (l_s[g][s] > 0.0f) M = fmaxf(M, w_s[g][s]);
         for (int s = 0; s < n_splits; s++) {
-            if (w_s[g][s] == -INFINITY) {
-                w_s[g][s] = -1.0f;
-                continue;
-            }
-            float w = expf(w_s[g][s] - M);
-            w_s[g][s] = w;
-            den += w * __ldcg(pp + s * (D + 2) + D + 1);
+            if (l_s[g][s] <= 0.0f) continue;
+            w_s[g][s] = expf(w_s[g][s] - M);
+            den += w_s[g][s] * l_s[g][s];
         }
         den_s[g] = den;
     }
@@ -306,7 +302,7 @@ static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int
         float num = 0.0f;
 #pragma unroll
         for (int s = 0; s < MERGE_MAX_SPLITS; s++)
-            if (s < n_splits && w_s[g][s] >= 0.0f) num += w_s[g][s] * o[s];
+            if (s < n_splits && l_s[g][s] > 0.0f) num += w_s[g][s] * o[s];
         out[i * (int64_t)H * D + (int64_t)(h0 + g) * D + d] = __float2bfloat16(num / den_s[g]);
     }
 }
@@ -396,8 +392,8 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
         for (int g = warp; g < G; g += ATT_THREADS / 32)
             norm_rope_head(qkv + i * QKV + (int64_t)(kvh * G + g) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
                            [&](int k, float x0, float x1) {
-                               q_s[g * MAXD + k] = __bfloat162float(__float2bfloat16(x0)) * scale;
-                               q_s[g * MAXD + k + half] = __bfloat162float(__float2bfloat16(x1)) * scale;
+                               q_s[g * MAXD + k] = bf16_round(x0) * scale;
+                               q_s[g * MAXD + k + half] = bf16_round(x1) * scale;
                            });
         /* the split holding position p writes its key (rotated) and value into the pages before reading them */
         if (start <= p && p < end) {

@@ -274,8 +274,6 @@ static dim3 row_grid(int64_t N, int64_t per_row, int threads) {
     return dim3(cdiv(per_row, threads), (unsigned)(N < 65535 ? N : 65535));
 }
 
-__device__ inline float silu_f(float g) { return g / (1.0f + expf(-g)); }
-
 /* d/dg, d/du of silu(g) * u times d */
 __device__ inline void swiglu_grad(float g, float u, float d, float *dg, float *du) {
     float sg = 1.0f / (1.0f + expf(-g));

@@ -60,7 +60,7 @@ static __device__ maxarg block_maxarg(maxarg x, maxarg *sh) {
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = x;
     __syncthreads();
     maxarg r = sh[0];
-    for (int w = 1; w < NW; w++) r = better(r, sh[w]);
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) r = better(r, sh[w]);
     return r;
 }
 
@@ -70,7 +70,7 @@ static __device__ float block_sumf(float x, float *sh) {
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = x;
     __syncthreads();
     float r = 0.0f;
-    for (int w = 0; w < NW; w++) r += sh[w];
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) r += sh[w];
     return r;
 }
 
@@ -80,7 +80,7 @@ static __device__ unsigned long long block_sumu(unsigned long long x, unsigned l
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = x;
     __syncthreads();
     unsigned long long r = 0;
-    for (int w = 0; w < NW; w++) r += sh[w];
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) r += sh[w];
     return r;
 }
 
@@ -213,23 +213,13 @@ static __global__ void __launch_bounds__(PART_THREADS) sample_partial_kernel(flo
     int n = (int)V, c = blockIdx.y, lo = (int)((int64_t)n * c / SAMPLE_CHUNKS), hi = (int)((int64_t)n * (c + 1) / SAMPLE_CHUNKS);
     maxarg best = {-INFINITY, n};
     for (int i = lo + threadIdx.x; i < hi; i += PART_THREADS) best = better(best, maxarg{l[i], i});
-    for (int o = 16; o > 0; o >>= 1) best = better(best, maxarg{__shfl_xor_sync(0xffffffffu, best.v, o),
-                                                               __shfl_xor_sync(0xffffffffu, best.i, o)});
-    if ((threadIdx.x & 31) == 0) ma[threadIdx.x >> 5] = best;
-    __syncthreads();
-    best = ma[0];
-    for (int w = 1; w < PART_THREADS / 32; w++) best = better(best, ma[w]);
+    best = block_maxarg(best, ma);
     float s = 0.0f;
     if (best.v > -INFINITY)
         for (int i = lo + threadIdx.x; i < hi; i += PART_THREADS) s += expf(l[i] - best.v);
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) fs[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = 0.0f;
-        for (int w = 0; w < PART_THREADS / 32; w++) t += fs[w];
-        part[(int64_t)blockIdx.x * SAMPLE_CHUNKS + c] = make_float4(best.v, t, __int_as_float(best.i), 0.0f);
-    }
+    s = block_sumf(s, fs);
+    if (threadIdx.x == 0)
+        part[(int64_t)blockIdx.x * SAMPLE_CHUNKS + c] = make_float4(best.v, s, __int_as_float(best.i), 0.0f);
 }
 
 static __global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(int32_t *tok_out, float *lp_out, const float *logits,
