@@ -106,7 +106,7 @@ size_t cpt_data_order_at(cpt_data_order *o, uint64_t epoch, uint64_t index);
 /* Record index under the cursor; advances it (into the next epoch after the last record). */
 size_t cpt_data_order_next(cpt_data_order *o);
 cpt_data_cursor cpt_data_order_tell(const cpt_data_order *o);
-/* Restores a saved cursor; -1 if it does not fit this dataset (index >= n). */
+/* Restores a saved cursor; (e, n), the end of epoch e, is (e + 1, 0); -1 if it does not fit (index > n). */
 int cpt_data_order_seek(cpt_data_order *o, cpt_data_cursor c, cpt_err *err);
 
 #endif

@@ -46,6 +46,11 @@ size_t cpt_data_order_next(cpt_data_order *o) {
 cpt_data_cursor cpt_data_order_tell(const cpt_data_order *o) { return o->cursor; }
 
 int cpt_data_order_seek(cpt_data_order *o, cpt_data_cursor c, cpt_err *err) {
+    if (c.index == o->n && c.epoch < UINT64_MAX) {
+        /* The end of an epoch (what a cursor that does not wrap says) is the start of the next. */
+        c.epoch++;
+        c.index = 0;
+    }
     if (c.index >= o->n)
         return cpt_errf(err, "data cursor (epoch %llu, index %llu) does not fit a dataset of %zu records",
                         (unsigned long long)c.epoch, (unsigned long long)c.index, o->n);

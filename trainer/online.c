@@ -171,8 +171,11 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     free(c->st.outstanding);
     c->st.outstanding = NULL;
     if (cpt_book_outstanding(&c->book, &c->st.outstanding, &c->st.n_outstanding, err)) return -1;
-    c->st.data_epoch = (int64_t)c->book.next_epoch;
-    c->st.data_index = (int64_t)c->book.next_index;
+    /* The order's cursor, not the book's: the book's is one past the last id and does not wrap at the end of an
+     * epoch, (0, n) where the order says (1, 0). */
+    cpt_data_cursor cur = cpt_data_order_tell(&c->order);
+    c->st.data_epoch = (int64_t)cur.epoch;
+    c->st.data_index = (int64_t)cur.index;
     int keep = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last");
     char dir[CPT_CKPT_PATH_MAX + 64];
     if (c->critic) {
@@ -227,6 +230,7 @@ static int resume(online_ctx *c, cpt_err *err) {
     c->st.config_hash = hash;
     cpt_data_cursor cur = {(uint64_t)c->st.data_epoch, (uint64_t)c->st.data_index};
     if (cpt_data_order_seek(&c->order, cur, err)) return cpt_err_prefix(err, "resume: data cursor");
+    cur = cpt_data_order_tell(&c->order); /* normalised: the end of an epoch is the start of the next */
     cpt_book_init(&c->book, cur.epoch, cur.index);
     return 0;
 }

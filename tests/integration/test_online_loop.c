@@ -6,7 +6,9 @@
  *      versions 1..6 are published, older files pruned; the good completion's logprob rises, the bad one's falls.
  *   2. the same run resumed to 10 steps and stopped with SIGTERM while a step's prompts are unanswered: exit 3 with
  *      a checkpoint; restarted, it issues exactly those ids again (a new attempt) and finishes.
- *   3. an async run (max_staleness 1) where one answer claims an old version: dropped as stale, issued again. */
+ *   3. an async run (max_staleness 1) where one answer claims an old version: dropped as stale, issued again.
+ *   4. a run whose checkpoint falls exactly at the end of an epoch (4 records, 2 steps of 2 groups): the cursor is
+ *      saved as (1, 0) and the resumed run goes on with epoch 1's ids. */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "core/tokenizer.h"
 #include "redis_helper.h"
 #include "tests/check.h"
+#include "trainer/checkpoint.h"
 #include "trainer/online.h"
 #include "trainer/online_book.h"
 #include "trainer/sft.h"
@@ -369,11 +372,55 @@ static void test_async_stale(test_redis *R) {
     player_free(&p);
 }
 
+static void test_epoch_end_resume(test_redis *R) {
+    char run_dir[256], cfg_path[300], data[300], path[400], ov_data[400];
+    snprintf(run_dir, sizeof run_dir, "%s/run-epoch", R->dir);
+    cpt_err err;
+    cpt_mkdir_p(run_dir, 0755, &err);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
+    write_config(cfg_path, "olepoch", run_dir, R->srv.url, "sync");
+    snprintf(data, sizeof data, "%s/four.jsonl", run_dir);
+    const char *four = "{\"prompt\":\"What is 5 * 5?\",\"answer\":\"25\"}\n"
+                       "{\"prompt\":\"What is 41 + 62?\",\"answer\":\"103\"}\n"
+                       "{\"prompt\":\"What is 8 + 12?\",\"answer\":\"20\"}\n"
+                       "{\"prompt\":\"What is 75 + 15?\",\"answer\":\"90\"}\n";
+    CHECK_EQ_INT(cpt_write_file_atomic(data, four, strlen(four), &err), 0);
+    snprintf(ov_data, sizeof ov_data, "data.train=%s", data);
+    player p;
+    player_init(&p, R, cfg_path, "olepoch");
+
+    char *ov2[] = {ov_data, "train.steps=2"};
+    pid_t pid = start_trainer(cfg_path, 2, ov2);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0), 0);
+    CHECK_EQ_INT(p.n_prompts, 4);
+    cpt_train_state st;
+    memset(&st, 0, sizeof st);
+    snprintf(path, sizeof path, "%s/checkpoints/step-2/trainer_state.json", run_dir);
+    CHECK_EQ_INT(cpt_train_state_read(path, &st, &err), 0);
+    CHECK_EQ_INT(st.data_epoch, 1);
+    CHECK_EQ_INT(st.data_index, 0);
+    cpt_train_state_free(&st);
+
+    char *ov4[] = {ov_data, "train.steps=4"};
+    p.n_seen = 0;
+    p.n_prompts = 0;
+    pid = start_trainer(cfg_path, 2, ov4);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0), 0);
+    CHECK_EQ_INT(p.n_prompts, 4);
+    int epoch1 = 1;
+    for (int i = 0; i < p.n_seen; i++)
+        if (cpt_online_base_id(p.seen[i]).epoch != 1) epoch1 = 0;
+    CHECK(epoch1);
+    CHECK_EQ_INT(last_metric(run_dir, "version"), 4);
+    player_free(&p);
+}
+
 int main(void) {
     test_redis R;
     test_redis_start(&R, "everysec");
     test_sync_and_resume(&R);
     test_async_stale(&R);
+    test_epoch_end_resume(&R);
     test_redis_stop(&R);
     return check_summary("test_online_loop");
 }

@@ -264,7 +264,11 @@ static void test_order(void) {
     for (int i = 0; i < 6; i++)
         if (cpt_data_order_next(&s) != want[i]) in_order = 0;
     CHECK(in_order);
-    CHECK(cpt_data_order_seek(&s, (cpt_data_cursor){2, 4}, &err) == -1 && strstr(err.msg, "does not fit"));
+    /* The end of epoch 2 is the start of epoch 3; one past it does not fit. */
+    CHECK(cpt_data_order_seek(&s, (cpt_data_cursor){2, 4}, &err) == 0);
+    CHECK(cpt_data_order_tell(&s).epoch == 3 && cpt_data_order_tell(&s).index == 0);
+    CHECK(cpt_data_order_next(&s) == 0 && cpt_data_order_tell(&s).index == 1);
+    CHECK(cpt_data_order_seek(&s, (cpt_data_cursor){2, 5}, &err) == -1 && strstr(err.msg, "does not fit"));
     cpt_data_order_free(&s);
     cpt_data_order z;
     CHECK(cpt_data_order_init(&z, 0, 1, 1, &err) == -1 && strstr(err.msg, "empty"));
