@@ -1,7 +1,7 @@
 /* GPU decode throughput of the cuda engine (rollout/cuda_engine.h) on Qwen2.5-shaped random models.
  *
  *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--gemv N]
- *                [--attn-v2|--attn-v2-deep] [--fused] [--no-pdl] [--bw 4.3e12]
+ *                [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--bw 4.3e12]
  *
  * For each shape and batch B: B requests of random prompts, greedy, exactly --new tokens each (no stop ids), in an
  * engine with B slots; one untimed run first (graph capture, cuBLASLt heuristics), then a timed one. Reports the
@@ -106,11 +106,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemv") && i + 1 < argc) gemv = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--attn-v2")) attn_v2 = 1;
         else if (!strcmp(argv[i], "--attn-v2-deep")) attn_v2 = 2;
+        else if (!strcmp(argv[i], "--attn-mma")) attn_v2 = 3;
         else if (!strcmp(argv[i], "--fused")) fused = 1;
         else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
         else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--gemv N] [--attn-v2|--attn-v2-deep] [--fused] [--no-pdl] [--bw 4.3e12]\n");
+                            "[--no-graphs] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--bw 4.3e12]\n");
             return 2;
         }
     }

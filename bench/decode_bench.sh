@@ -41,7 +41,10 @@ run)
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee "$out/decode_bench.log"
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
             tee -a "$out/decode_bench.log"
-        # attention v2 with 16 value loads in flight (engine attn_v2 = 2) where the attention weighs most
+        # the tensor-core attention (engine attn_v2 = 3), then attention v2 with 16 value loads in flight
+        # (attn_v2 = 2) where the attention weighs most
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --batches 1,64,256 2>&1 |
+            tee -a "$out/decode_bench.log"
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2-deep --gemv 4 --fused --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"
         [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"

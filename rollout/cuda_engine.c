@@ -227,16 +227,17 @@ static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) 
     const dlayer *w = &e->layers[l];
     cpt_attn_shape shape = {e->H, e->KV, e->D};
     const int32_t *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
+    cpt_attn_kind kind = (cpt_attn_kind)(e->attn_v2 - 1);
     if (decode && e->attn_v2) {
         cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                            MD(e, off_split, int32_t), shape, e->attn_counters, w->qn, w->kn,
-                                           c->rms_norm_eps, e->inv_freq, e->attn_v2 == 2 ? 16 : 0);
+                                           c->rms_norm_eps, e->inv_freq, kind);
         return;
     }
     cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
     if (e->attn_v2)
         cpt_cuda_paged_attention_v2(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
-                                    MD(e, off_split, int32_t), shape, e->attn_counters, e->attn_v2 == 2 ? 16 : 0);
+                                    MD(e, off_split, int32_t), shape, e->attn_counters, kind);
     else
         cpt_cuda_paged_attention(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                  MD(e, off_split, int32_t), shape);
@@ -769,6 +770,10 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->no_pdl = o ? o->no_pdl : 0;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
+        goto fail;
+    }
+    if (e->attn_v2 < 0 || e->attn_v2 > 3) {
+        cpt_errf(err, "cuda engine: attn_v2 %d must be in [0, 3]", e->attn_v2);
         goto fail;
     }
     if (e->n_slots > 1024) {

@@ -183,25 +183,32 @@ size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head
 void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                               const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                               int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
-/* The same contract, restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over
- * many positions at once); head_dim 8, 16, 32, 64 or 128. Selected by the engine option attn_v2. counters (device,
- * n_rows x n_kv_heads i32, zeroed once; may be NULL): the last split block of each (row, kv head) merges the splits
- * itself (same order and values as the merge kernel, one launch fewer) and leaves its counter at zero again.
- * v_loads: 0, or 16 value loads in flight per thread before any is used (bitwise the same results; written for
- * large batches at head_dim 128, where a thread walks 32 positions a tile; not yet timed on a GPU). */
+/* The kernel behind cpt_cuda_paged_attention_v2 (the engine option attn_v2 is this + 1):
+ * - CPT_ATTN_V2: restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over many
+ *   positions at once); head_dim 8, 16, 32, 64 or 128.
+ * - CPT_ATTN_V2_DEEP: the same with 16 value loads in flight per thread before any is used (bitwise the same
+ *   results; for large batches at head_dim 128, where a thread walks 32 positions a tile).
+ * - CPT_ATTN_MMA: the products on the tensor cores (mma.sync, P rounded to bf16 as in the training forward; within
+ *   bf16 tolerance of the others, not bitwise); where cpt_cuda_paged_attention_mma_ok (head_dim 64 or 128, at most
+ *   16 query heads per kv head), else CPT_ATTN_V2 runs. */
+typedef enum cpt_attn_kind { CPT_ATTN_V2 = 0, CPT_ATTN_V2_DEEP = 1, CPT_ATTN_MMA = 2 } cpt_attn_kind;
+int cpt_cuda_paged_attention_mma_ok(cpt_attn_shape s);
+/* The same contract as cpt_cuda_paged_attention, by the kernel `kind`. counters (device, n_rows x n_kv_heads i32,
+ * zeroed once; may be NULL): the last split block of each (row, kv head) merges the splits itself (same order and
+ * values as the merge kernel, one launch fewer) and leaves its counter at zero again. */
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                  int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters,
-                                 int v_loads);
+                                 cpt_attn_kind kind);
 /* cpt_cuda_kv_append and cpt_cuda_paged_attention_v2 in one launch, for rows whose tables differ (decode steps: no
  * row reads a position another row of the call appends): each block rotates its own queries (qkv is left as it
  * is) and the block whose split holds the row's position writes that key and value first. Bitwise the same
- * outputs and pages as the two calls. */
+ * outputs and pages as the two calls with the same kind. */
 void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                         const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
                                         const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
                                         cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
-                                        float eps, const float *inv_freq, int v_loads);
+                                        float eps, const float *inv_freq, cpt_attn_kind kind);
 /* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
 void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
 

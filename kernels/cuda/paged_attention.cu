@@ -8,48 +8,12 @@
  * one row per prompt token (causal by construction). */
 #include <math.h>
 
-#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/paged_attention_internal.h"
 
 #define ATT_THREADS 128
 #define ATT_TILE 128 /* positions scored per pass over shared memory */
 
-static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, int which, int tab, int p) {
-    int32_t blk = kv.block_tables[(int64_t)tab * kv.max_blocks + p / kv.block_size];
-    return ((((int64_t)layer * 2 + which) * kv.n_blocks + blk) * kv.block_size + p % kv.block_size) *
-           (int64_t)kv.n_kv_heads * kv.head_dim;
-}
-
 /* ---- append: q/k norm (optional), rope, K and V into the pages -------------------------------------------- */
-
-/* One warp: head vector src [D] through the optional rmsnorm (weight w) and RoPE at position p; store(k, x_k,
- * x_(k + D/2)) for each rotated pair, fp32 (the caller rounds). The one computation behind kv_append and the
- * attention that appends (bitwise the same results). */
-template <typename Store>
-static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, const __nv_bfloat16 *w, float eps,
-                                                      int p, const float *inv_freq, int D, int lane, Store store) {
-    int half = D / 2;
-    float rstd = 1.0f;
-    if (w) {
-        float ss = 0.0f;
-        for (int d = lane; d < D; d += 32) {
-            float f = __bfloat162float(src[d]);
-            ss += f * f;
-        }
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        rstd = rsqrtf(ss / (float)D + eps);
-    }
-    __syncwarp();
-    for (int k = lane; k < half; k += 32) {
-        float a = __bfloat162float(src[k]) * rstd, b = __bfloat162float(src[k + half]) * rstd;
-        if (w) {
-            a *= __bfloat162float(w[k]);
-            b *= __bfloat162float(w[k + half]);
-        }
-        float sn, cs;
-        sincosf((float)p * inv_freq[k], &sn, &cs);
-        store(k, a * cs - b * sn, b * cs + a * sn);
-    }
-}
 
 /* One block per row, a warp per head (H query heads, KV key heads, KV value heads). fp32 from the bf16 qkv
  * through norm and rotation, one rounding at the end. */
@@ -97,19 +61,8 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
     LAUNCH_OK("kv_append_kernel");
 }
 
-/* ---- decode attention ------------------------------------------------------------------------------------- */
-
 /* ---- decode attention: pieces of both versions --------------------------------------------------------------- */
 
-/* The (unnormalised o, m, l) partial of an empty split: m = -inf, l = 0, which the combine skips. */
-static __device__ __forceinline__ void empty_split_partials(float *partial, int64_t i, int H, int kvh, int G,
-                                                            int n_splits, int sp, int D, int tid) {
-    for (int g = tid; g < G; g += blockDim.x) {
-        float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
-        pp[D] = -INFINITY;
-        pp[D + 1] = 0.0f;
-    }
-}
 
 /* s[g] += q_g . k over the 8 dimensions from c: k the 8 bf16 of raw, q_g at q + g * qstride (each thread scores
  * one position against the group's G query heads) */
@@ -155,22 +108,6 @@ static __device__ __forceinline__ void tile_online_softmax(float *s_s, float *m_
     }
 }
 
-/* Element d of head h's result o (running max m, sum l): with one split the normalised bf16 output, else the
- * split's partial (o, and m, l once per head). */
-static __device__ __forceinline__ void store_head(__nv_bfloat16 *out, float *partial, int64_t i, int H, int h,
-                                                  int n_splits, int sp, int D, int d, float o, const float *m,
-                                                  const float *l) {
-    if (n_splits == 1) {
-        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(o / *l);
-    } else {
-        float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
-        pp[d] = o;
-        if (d == 0) {
-            pp[D] = *m;
-            pp[D + 1] = *l;
-        }
-    }
-}
 
 /* Block (row i, kv head, split): the G = H / KV query heads of the group over positions [start, end) of the
  * split, a tile of ATT_TILE positions at a time with an online softmax. Phase 1: one thread per position scores
@@ -263,49 +200,6 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     }
 }
 
-#define MERGE_MAX_HEADS 16
-#define MERGE_MAX_SPLITS 16
-
-/* Merges the splits of heads h0 .. h0 + nh of row i in split order: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M)
- * l_s over the splits with l_s > 0, by the whole block. Every (m, l) is loaded at once, the weights computed once per
- * head, and each output element issues its split loads together: the merge is a few dependent L2 round trips, not
- * one per split. Loads bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
-static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h0, int nh,
-                                   int n_splits, int D) {
-    __shared__ float w_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS], l_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS],
-        den_s[MERGE_MAX_HEADS];
-    int tid = threadIdx.x;
-    for (int x = tid; x < nh * n_splits; x += blockDim.x) { /* m into w_s for now */
-        const float *pp = partial + ((i * H + h0 + x / n_splits) * n_splits + x % n_splits) * (int64_t)(D + 2);
-        w_s[x / n_splits][x % n_splits] = __ldcg(pp + D);
-        l_s[x / n_splits][x % n_splits] = __ldcg(pp + D + 1);
-    }
-    __syncthreads();
-    for (int g = tid; g < nh; g += blockDim.x) { /* the weights e^(m_s - M) of the non-empty splits, the denominator */
-        float M = -INFINITY, den = 0.0f;
-        for (int s = 0; s < n_splits; s++)
-            if (l_s[g][s] > 0.0f) M = fmaxf(M, w_s[g][s]);
-        for (int s = 0; s < n_splits; s++) {
-            if (l_s[g][s] <= 0.0f) continue;
-            w_s[g][s] = expf(w_s[g][s] - M);
-            den += w_s[g][s] * l_s[g][s];
-        }
-        den_s[g] = den;
-    }
-    __syncthreads();
-    for (int x = tid; x < nh * D; x += blockDim.x) {
-        int g = x / D, d = x % D;
-        const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2) + d;
-        float o[MERGE_MAX_SPLITS];
-#pragma unroll
-        for (int s = 0; s < MERGE_MAX_SPLITS; s++) o[s] = s < n_splits ? __ldcg(pp + s * (D + 2)) : 0.0f;
-        float num = 0.0f;
-#pragma unroll
-        for (int s = 0; s < MERGE_MAX_SPLITS; s++)
-            if (s < n_splits && l_s[g][s] > 0.0f) num += w_s[g][s] * o[s];
-        out[i * (int64_t)H * D + (int64_t)(h0 + g) * D + d] = __float2bfloat16(num / den_s[g]);
-    }
-}
 
 static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
     pdl_trigger();
@@ -351,12 +245,6 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
     }
 }
 
-/* The append fused into attention v2 (cpt_cuda_paged_attention_v2_append); inv_freq NULL: none. */
-struct attn_append {
-    const __nv_bfloat16 *q_norm, *k_norm;
-    float eps;
-    const float *inv_freq;
-};
 
 /* ---- decode attention, second version ---------------------------------------------------------------------
  *
@@ -513,7 +401,6 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D,
     int *counters, attn_append ap) {
     extern __shared__ float sm[];
-    __shared__ int last_s;
     const int G = H / KV;
     pdl_trigger();
     pdl_wait();
@@ -528,24 +415,14 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
         attend_v2<MAXG, MAXD, VU>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
                               len - 1);
     }
-    if (n_splits == 1 || !counters) return;
-    /* the last of the (row, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
-     * order of the merge is the split order whichever block runs it) */
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last_s = atomicAdd(&counters[i * KV + kvh], 1) == n_splits - 1;
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();
-    merge_heads(out, partial, i, H, kvh * G, G, n_splits, D);
-    if (tid == 0) counters[i * KV + kvh] = 0;
+    merge_if_last(out, partial, counters, i, H, KV, kvh, n_splits, D);
 }
 
 static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv, const cpt_cuda_paged_kv *kv,
                          int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
-                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, int v_loads) {
+                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, cpt_attn_kind kind) {
     const char *op = "paged_attention_v2";
-    CKCHECK(v_loads == 0 || v_loads == 16, op, "v_loads %d (0 or 16)", v_loads);
+    CKCHECK(kind == CPT_ATTN_V2 || kind == CPT_ATTN_V2_DEEP || kind == CPT_ATTN_MMA, op, "kernel kind %d", (int)kind);
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
     CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= 128 &&
@@ -555,26 +432,31 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
     CKCHECK(n_splits >= 1 && n_splits <= MERGE_MAX_SPLITS && (n_splits == 1 || (partial && split_len)), op,
             "%d splits (at most %d; more than one needs partials)", n_splits, MERGE_MAX_SPLITS);
     if (n_rows == 0) return;
-    int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : 128;
-    size_t shm = sizeof(float) * ((size_t)maxg * maxd + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
-                                  4 * (size_t)ATT_THREADS) +
-                 sizeof(int64_t) * ATT_TILE;
-    dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
+    if (kind == CPT_ATTN_MMA && cpt_cuda_paged_attention_mma_ok(s)) {
+        cpt_paged_attention_mma_launch(ctx, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, kv, layer, pos,
+                                       tab, n_rows, n_splits, split_len, H, KV, D, counters, ap);
+    } else {
+        int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : 128, deep = kind == CPT_ATTN_V2_DEEP;
+        size_t shm = sizeof(float) * ((size_t)maxg * maxd + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
+                                      4 * (size_t)ATT_THREADS) +
+                     sizeof(int64_t) * ATT_TILE;
+        dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
 #define V2(G_, D_)                                                                                                 \
-    launch_k(ctx, v_loads ? paged_attention_v2_kernel<G_, D_, 16> : paged_attention_v2_kernel<G_, D_, 0>, grid,     \
+    launch_k(ctx, deep ? paged_attention_v2_kernel<G_, D_, 16> : paged_attention_v2_kernel<G_, D_, 0>, grid,        \
              dim3(ATT_THREADS), shm, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, \
              split_len, n_splits, H, KV, D, counters, ap)
-    if (maxg == 8) {
-        if (maxd == 32) V2(8, 32);
-        else if (maxd == 64) V2(8, 64);
-        else V2(8, 128);
-    } else {
-        if (maxd == 32) V2(16, 32);
-        else if (maxd == 64) V2(16, 64);
-        else V2(16, 128);
-    }
+        if (maxg == 8) {
+            if (maxd == 32) V2(8, 32);
+            else if (maxd == 64) V2(8, 64);
+            else V2(8, 128);
+        } else {
+            if (maxd == 32) V2(16, 32);
+            else if (maxd == 64) V2(16, 64);
+            else V2(16, 128);
+        }
 #undef V2
-    LAUNCH_OK("paged_attention_v2_kernel");
+        LAUNCH_OK("paged_attention_v2_kernel");
+    }
     if (n_splits > 1 && !counters) {
         launch_k(ctx, attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)H), dim3(D < 32 ? 32 : D), 0,
                  (__nv_bfloat16 *)out, (const float *)partial, n_splits, H, D);
@@ -585,20 +467,20 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                  const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                  int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters,
-                                 int v_loads) {
+                                 cpt_attn_kind kind) {
     attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
-                 attn_append{NULL, NULL, 0.0f, NULL}, v_loads);
+                 attn_append{NULL, NULL, 0.0f, NULL}, kind);
 }
 
 void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                         const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
                                         const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
                                         cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
-                                        float eps, const float *inv_freq, int v_loads) {
+                                        float eps, const float *inv_freq, cpt_attn_kind kind) {
     CKCHECK(inv_freq && s.head_dim % 2 == 0, "paged_attention_v2_append", "inv_freq missing or odd head_dim %d",
             s.head_dim);
     attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
-                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq}, v_loads);
+                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq}, kind);
 }
 
 /* ---- copy-on-write -------------------------------------------------------------------------------------- */

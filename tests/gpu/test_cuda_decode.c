@@ -155,6 +155,7 @@ static int fused;         /* the engines' fused products (cpt_cuda_engine_opts.f
 
 /* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
 static const char *variant(int wide) {
+    if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
     if (fused) return wide ? "+fused" : "+fusd";
     if (gemv_rows) return "+gemv";
@@ -807,28 +808,32 @@ static void test_attention_kernels(void) {
         OK(cpt_cuda_memcpy_h2d(ctx, dsplit, &split_len, 4, &err));
         cpt_cuda_paged_kv kv = {dpool, L, nb, BS, KV, D, max_blocks, dtabs};
         cpt_attn_shape shp = {H, KV, D};
-        double worst[2][2];
+        /* v: 0 the first kernel, 1 the second, 2 the tensor-core one (head_dim 64 and 128) */
+        int has_mma = cpt_cuda_paged_attention_mma_ok(shp);
+        double worst[3][2] = {{0}};
         OK(cpt_cuda_memset(ctx, dcnt, 0, sizeof(int) * (size_t)n * KV, &err));
         float *merged = hbuf((size_t)n * H * D);
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < 2 + has_mma; v++)
             for (int sp = 0; sp < 2; sp++) {
                 int splits = sp ? 4 : 1;
+                cpt_attn_kind kind = v == 2 ? CPT_ATTN_MMA : CPT_ATTN_V2;
                 OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
-                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL, 0);
+                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL, kind);
                 else cpt_cuda_paged_attention(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
                 OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)n * H * D, &err));
                 if (v) { /* the splits merged by their last block (twice: the counters must be back at zero), then
-                          * with 16 value loads in flight: both bitwise the same */
+                          * (v2) with 16 value loads in flight: all bitwise the same as the merge kernel's */
                     int same = 1;
                     for (int rep = 0; rep < 3; rep++) {
                         OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
                         cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit,
-                                                    shp, dcnt, rep == 2 ? 16 : 0);
+                                                    shp, dcnt, rep == 2 && v == 1 ? CPT_ATTN_V2_DEEP : kind);
                         OK(cpt_cuda_download_bf16(ctx, merged, dout, (size_t)n * H * D, &err));
                         same &= !memcmp(merged, got, sizeof(float) * (size_t)n * H * D);
                     }
-                    CHECK_MSG(same, "attention v2 H=%d KV=%d D=%d splits %d: the in-kernel merge or 16 value loads "
-                              "differ from the merge kernel", H, KV, D, splits);
+                    CHECK_MSG(same, "attention %s H=%d KV=%d D=%d splits %d: the in-kernel merge%s differs from the "
+                              "merge kernel", v == 2 ? "mma" : "v2", H, KV, D, splits,
+                              v == 1 ? " or 16 value loads" : "");
                 }
                 double e2 = 0, r2 = 0;
                 int nan = 0;
@@ -838,8 +843,8 @@ static void test_attention_kernels(void) {
                     r2 += ref[k] * ref[k];
                 }
                 worst[v][sp] = nan ? INFINITY : sqrt(e2 / r2);
-                CHECK_MSG(worst[v][sp] < 1e-2, "attention v%d H=%d KV=%d D=%d splits %d: rel err %.3e (%d NaN)", v + 1,
-                          H, KV, D, splits, worst[v][sp], nan);
+                CHECK_MSG(worst[v][sp] < 1e-2, "attention %s H=%d KV=%d D=%d splits %d: rel err %.3e (%d NaN)",
+                          v == 2 ? "mma" : v ? "v2" : "v1", H, KV, D, splits, worst[v][sp], nan);
             }
         free(merged);
         /* the append fused into the attention (decode rows: one per table, each at its sequence's last position)
@@ -863,42 +868,48 @@ static void test_attention_kernels(void) {
             float *dinv = dev_f32(ctx, invf, D / 2, "inv_freq");
             int32_t *ddp = dev_raw(ctx, dp, sizeof(int32_t) * nd, "pos"), *ddt = dev_raw(ctx, dt, sizeof(int32_t) * nd, "tab");
             float *ha = hbuf(on), *hb = hbuf(on), *pa = hbuf(pool_n), *pb = hbuf(pool_n);
-            for (int norm = 0; norm < 2; norm++)
-                for (int sp = 0; sp < 2; sp++) {
-                    int splits = sp ? 4 : 1;
-                    const void *qnp = norm ? dqn : NULL, *knp = norm ? dkn : NULL;
-                    OK(cpt_cuda_upload_bf16(ctx, dpa, pool, pool_n, &err));
-                    OK(cpt_cuda_upload_bf16(ctx, dpb, pool, pool_n, &err));
-                    OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
-                    cpt_cuda_paged_kv ka = kv, kb = kv;
-                    ka.pool = dpa, kb.pool = dpb;
-                    cpt_cuda_kv_append(ctx, &ka, LAYER, dq, ddp, ddt, nd, qnp, knp, 1e-6f, dinv, shp);
-                    cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, dsplit, shp, dcnt, 0);
-                    OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
-                    cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits, dsplit,
-                                                       shp, dcnt, qnp, knp, 1e-6f, dinv, sp ? 16 : 0);
-                    OK(cpt_cuda_sync(ctx, &err));
-                    OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
-                    OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
-                    OK(cpt_cuda_download_bf16(ctx, pa, dpa, pool_n, &err));
-                    OK(cpt_cuda_download_bf16(ctx, pb, dpb, pool_n, &err));
-                    int ok = !memcmp(ha, hb, sizeof(float) * on) && !memcmp(pa, pb, sizeof(float) * pool_n);
-                    size_t nan = 0;
-                    for (size_t k = 0; k < on; k++) nan += isnan(hb[k]);
-                    CHECK_MSG(ok && !nan, "attention v2 + append H=%d KV=%d D=%d norm %d splits %d: differs from "
-                              "kv_append then attention (%zu NaN)", H, KV, D, norm, splits, nan);
-                    same_app &= ok && !nan;
-                }
+            for (int mma = 0; mma < 1 + has_mma; mma++)
+                for (int norm = 0; norm < 2; norm++)
+                    for (int sp = 0; sp < 2; sp++) {
+                        int splits = sp ? 4 : 1;
+                        const void *qnp = norm ? dqn : NULL, *knp = norm ? dkn : NULL;
+                        cpt_attn_kind ka_kind = mma ? CPT_ATTN_MMA : CPT_ATTN_V2;
+                        cpt_attn_kind kb_kind = mma ? CPT_ATTN_MMA : sp ? CPT_ATTN_V2_DEEP : CPT_ATTN_V2;
+                        OK(cpt_cuda_upload_bf16(ctx, dpa, pool, pool_n, &err));
+                        OK(cpt_cuda_upload_bf16(ctx, dpb, pool, pool_n, &err));
+                        OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
+                        cpt_cuda_paged_kv ka = kv, kb = kv;
+                        ka.pool = dpa, kb.pool = dpb;
+                        cpt_cuda_kv_append(ctx, &ka, LAYER, dq, ddp, ddt, nd, qnp, knp, 1e-6f, dinv, shp);
+                        cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, dsplit, shp,
+                                                    dcnt, ka_kind);
+                        OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
+                        cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits,
+                                                           dsplit, shp, dcnt, qnp, knp, 1e-6f, dinv, kb_kind);
+                        OK(cpt_cuda_sync(ctx, &err));
+                        OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
+                        OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
+                        OK(cpt_cuda_download_bf16(ctx, pa, dpa, pool_n, &err));
+                        OK(cpt_cuda_download_bf16(ctx, pb, dpb, pool_n, &err));
+                        int ok = !memcmp(ha, hb, sizeof(float) * on) && !memcmp(pa, pb, sizeof(float) * pool_n);
+                        size_t nan = 0;
+                        for (size_t k = 0; k < on; k++) nan += isnan(hb[k]);
+                        CHECK_MSG(ok && !nan, "attention %s + append H=%d KV=%d D=%d norm %d splits %d: differs from "
+                                  "kv_append then attention (%zu NaN)", mma ? "mma" : "v2", H, KV, D, norm, splits,
+                                  nan);
+                        same_app &= ok && !nan;
+                    }
             free(q2), free(invf), free(qnw), free(knw), free(ha), free(hb), free(pa), free(pb);
             cpt_cuda_free(dq), cpt_cuda_free(dpa), cpt_cuda_free(dpb), cpt_cuda_free(doa), cpt_cuda_free(dob);
             cpt_cuda_free(dqn), cpt_cuda_free(dkn), cpt_cuda_free(dinv), cpt_cuda_free(ddp), cpt_cuda_free(ddt);
         }
         cpt_cuda_free(dcnt);
         printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
-               "v2 %.2e / %.2e (in-kernel merge bitwise the same; append fused in: %s)\n", H, KV, D, BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1],
-               same_app ? "bitwise the same" : "DIFFERS");
-        SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e (1/4 splits)", H, KV, D, worst[0][0],
-            worst[0][1], worst[1][0], worst[1][1]);
+               "v2 %.2e / %.2e, mma %.2e / %.2e%s (in-kernel merge bitwise the same; append fused in: %s)\n", H, KV, D,
+               BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1],
+               has_mma ? "" : " (not run: head_dim)", same_app ? "bitwise the same" : "DIFFERS");
+        SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e  mma %.1e/%.1e (1/4 splits)", H, KV, D,
+            worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1]);
         free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
         cpt_cuda_free(dpool), cpt_cuda_free(dqkv), cpt_cuda_free(dout), cpt_cuda_free(dtabs), cpt_cuda_free(dpos);
         cpt_cuda_free(dtab), cpt_cuda_free(dsplit), cpt_cuda_free(dpart);
@@ -1015,6 +1026,11 @@ int main(void) {
     /* and attention v2 with 16 value loads in flight (attn_v2 = 2) */
     attn_v2 = 2;
     test_greedy("random-448x3", big, 16);
+    /* and the tensor-core attention (attn_v2 = 3; head_dim 64 here), prefills and decode steps */
+    attn_v2 = 3;
+    test_greedy("random-448x3", big, 16);
+    test_paged_churn("random-448x3", big);
+    test_sampling_engine("random-448x3", big);
     attn_v2 = 1;
     fused = 0;
     gemv_rows = 0;

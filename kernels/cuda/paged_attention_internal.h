@@ -1,0 +1,151 @@
+/* Device pieces shared by the paged decode attention kernels (paged_attention.cu: v1, v2 and the append;
+ * paged_attention_mma.cu: the tensor-core version): page addressing, the q/k norm + RoPE of one head, the split
+ * partials and their merge. .cu files only. */
+#ifndef CPT_KERNELS_CUDA_PAGED_ATTENTION_INTERNAL_H
+#define CPT_KERNELS_CUDA_PAGED_ATTENTION_INTERNAL_H
+
+#include <math.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+/* Offset (bf16 values) of position p's row in table tab, layer `layer`, which = 0 keys / 1 values. */
+static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, int which, int tab, int p) {
+    int32_t blk = kv.block_tables[(int64_t)tab * kv.max_blocks + p / kv.block_size];
+    return ((((int64_t)layer * 2 + which) * kv.n_blocks + blk) * kv.block_size + p % kv.block_size) *
+           (int64_t)kv.n_kv_heads * kv.head_dim;
+}
+
+/* One warp: head vector src [D] through the optional rmsnorm (weight w) and RoPE at position p; store(k, x_k,
+ * x_(k + D/2)) for each rotated pair, fp32 (the caller rounds). The one computation behind kv_append and the
+ * attention that appends (bitwise the same results). */
+template <typename Store>
+static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, const __nv_bfloat16 *w, float eps,
+                                                      int p, const float *inv_freq, int D, int lane, Store store) {
+    int half = D / 2;
+    float rstd = 1.0f;
+    if (w) {
+        float ss = 0.0f;
+        for (int d = lane; d < D; d += 32) {
+            float f = __bfloat162float(src[d]);
+            ss += f * f;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        rstd = rsqrtf(ss / (float)D + eps);
+    }
+    __syncwarp();
+    for (int k = lane; k < half; k += 32) {
+        float a = __bfloat162float(src[k]) * rstd, b = __bfloat162float(src[k + half]) * rstd;
+        if (w) {
+            a *= __bfloat162float(w[k]);
+            b *= __bfloat162float(w[k + half]);
+        }
+        float sn, cs;
+        sincosf((float)p * inv_freq[k], &sn, &cs);
+        store(k, a * cs - b * sn, b * cs + a * sn);
+    }
+}
+
+/* The (unnormalised o, m, l) partial of an empty split: m = -inf, l = 0, which the combine skips. */
+static __device__ __forceinline__ void empty_split_partials(float *partial, int64_t i, int H, int kvh, int G,
+                                                            int n_splits, int sp, int D, int tid) {
+    for (int g = tid; g < G; g += blockDim.x) {
+        float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
+        pp[D] = -INFINITY;
+        pp[D + 1] = 0.0f;
+    }
+}
+
+/* Element d of head h's result o (running max m, sum l): with one split the normalised bf16 output, else the
+ * split's partial (o, and m, l once per head). */
+static __device__ __forceinline__ void store_head(__nv_bfloat16 *out, float *partial, int64_t i, int H, int h,
+                                                  int n_splits, int sp, int D, int d, float o, const float *m,
+                                                  const float *l) {
+    if (n_splits == 1) {
+        out[i * (int64_t)H * D + (int64_t)h * D + d] = __float2bfloat16(o / *l);
+    } else {
+        float *pp = partial + ((i * H + h) * n_splits + sp) * (int64_t)(D + 2);
+        pp[d] = o;
+        if (d == 0) {
+            pp[D] = *m;
+            pp[D + 1] = *l;
+        }
+    }
+}
+
+/* The append fused into the attention (cpt_cuda_paged_attention_v2_append); inv_freq NULL: none. */
+struct attn_append {
+    const __nv_bfloat16 *q_norm, *k_norm;
+    float eps;
+    const float *inv_freq;
+};
+
+#define MERGE_MAX_HEADS 16
+#define MERGE_MAX_SPLITS 16
+
+/* Merges the splits of heads h0 .. h0 + nh of row i in split order: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M)
+ * l_s over the splits with l_s > 0, by the whole block. Every (m, l) is loaded at once, the weights computed once per
+ * head, and each output element issues its split loads together: the merge is a few dependent L2 round trips, not
+ * one per split. Loads bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
+static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h0, int nh,
+                                   int n_splits, int D) {
+    __shared__ float w_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS], l_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS],
+        den_s[MERGE_MAX_HEADS];
+    int tid = threadIdx.x;
+    for (int x = tid; x < nh * n_splits; x += blockDim.x) { /* m into w_s for now */
+        const float *pp = partial + ((i * H + h0 + x / n_splits) * n_splits + x % n_splits) * (int64_t)(D + 2);
+        w_s[x / n_splits][x % n_splits] = __ldcg(pp + D);
+        l_s[x / n_splits][x % n_splits] = __ldcg(pp + D + 1);
+    }
+    __syncthreads();
+    for (int g = tid; g < nh; g += blockDim.x) { /* the weights e^(m_s - M) of the non-empty splits, the denominator */
+        float M = -INFINITY, den = 0.0f;
+        for (int s = 0; s < n_splits; s++)
+            if (l_s[g][s] > 0.0f) M = fmaxf(M, w_s[g][s]);
+        for (int s = 0; s < n_splits; s++) {
+            if (l_s[g][s] <= 0.0f) continue;
+            w_s[g][s] = expf(w_s[g][s] - M);
+            den += w_s[g][s] * l_s[g][s];
+        }
+        den_s[g] = den;
+    }
+    __syncthreads();
+    for (int x = tid; x < nh * D; x += blockDim.x) {
+        int g = x / D, d = x % D;
+        const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2) + d;
+        float o[MERGE_MAX_SPLITS];
+#pragma unroll
+        for (int s = 0; s < MERGE_MAX_SPLITS; s++) o[s] = s < n_splits ? __ldcg(pp + s * (D + 2)) : 0.0f;
+        float num = 0.0f;
+#pragma unroll
+        for (int s = 0; s < MERGE_MAX_SPLITS; s++)
+            if (s < n_splits && l_s[g][s] > 0.0f) num += w_s[g][s] * o[s];
+        out[i * (int64_t)H * D + (int64_t)(h0 + g) * D + d] = __float2bfloat16(num / den_s[g]);
+    }
+}
+
+/* The tensor-core kernel of cpt_cuda_paged_attention_v2 (paged_attention_mma.cu); operands already checked,
+ * cpt_cuda_paged_attention_mma_ok holds. */
+void cpt_paged_attention_mma_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
+                                    const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
+                                    int n_rows, int n_splits, const int32_t *split_len, int H, int KV, int D,
+                                    int *counters, attn_append ap);
+
+/* The last of the (row i, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
+ * order of the merge is the split order whichever block runs it) and leaves the counter at zero again. Called by
+ * every thread of the block; nothing to do with one split or without counters (the combine kernel merges). */
+static __device__ __forceinline__ void merge_if_last(__nv_bfloat16 *out, const float *partial, int *counters,
+                                                     int64_t i, int H, int KV, int kvh, int n_splits, int D) {
+    __shared__ int last_s;
+    if (n_splits == 1 || !counters) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_s = atomicAdd(&counters[i * KV + kvh], 1) == n_splits - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    const int G = H / KV;
+    merge_heads(out, partial, i, H, kvh * G, G, n_splits, D);
+    if (threadIdx.x == 0) counters[i * KV + kvh] = 0;
+}
+
+#endif
