@@ -20,8 +20,7 @@
 
 #include "core/fs.h"
 #include "core/json_util.h"
-#include "rollout/cuda_engine.h"
-#include "rollout/engine.h"
+#include "rollout/gen_engine.h"
 #include "rollout/model_source.h"
 #include "rollout/prompts.h"
 #include "scheduler/commands.h"
@@ -307,22 +306,6 @@ static int bench(const gen_args *a) {
     return rc;
 }
 
-/* The engine of a run: the CPU one or the GPU one (the same interface). */
-typedef struct gen_engine {
-    cpt_engine *cpu;
-    cpt_cuda_engine *gpu;
-} gen_engine;
-
-static int64_t ge_submit(gen_engine *g, const cpt_gen_request *r, cpt_err *err) {
-    return g->gpu ? cpt_cuda_engine_submit(g->gpu, r, err) : cpt_engine_submit(g->cpu, r, err);
-}
-static int ge_step(gen_engine *g, cpt_err *err) {
-    return g->gpu ? cpt_cuda_engine_step(g->gpu, err) : cpt_engine_step(g->cpu, err);
-}
-static int ge_take(gen_engine *g, cpt_gen_result *r) {
-    return g->gpu ? cpt_cuda_engine_take(g->gpu, r) : cpt_engine_take(g->cpu, r);
-}
-
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int prc = parse_args(argc, argv, &a);
@@ -356,7 +339,7 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!a.no_eos) a.n_stop_ids += cpt_rollout_eos_ids(m, tok, a.stop_ids + a.n_stop_ids);
     if (!rc && a.n_stops && !tok) rc = cpt_errf(&err, "--stop needs a tokenizer");
-    gen_engine e = {0};
+    cpt_gen_engine e = {0};
     if (!rc) {
         cpt_engine_opts o = {.slots = a.slots ? a.slots : (pl.n * a.n < 16 ? pl.n * a.n : 16), .tok = tok};
         if (a.cuda) {
@@ -372,7 +355,7 @@ int cmd_generate(int argc, char **argv) {
                              .seed = a.seed + (uint64_t)p, .max_new_tokens = a.max_new, .stop_ids = a.stop_ids,
                              .n_stop_ids = a.n_stop_ids, .stop_strs = a.stops, .n_stop_strs = a.n_stops,
                              .tag = (uint64_t)p};
-        if (ge_submit(&e, &r, &err) < 0) {
+        if (cpt_gen_engine_submit(&e, &r, &err) < 0) {
             cpt_err_prefix(&err, "prompt %d", p);
             rc = -1;
         }
@@ -382,12 +365,12 @@ int cmd_generate(int argc, char **argv) {
     char *have = rc ? NULL : calloc((size_t)pl.n, 1);
     int next = 0;
     while (!rc && next < pl.n) {
-        if (ge_step(&e, &err) < 0) {
+        if (cpt_gen_engine_step(&e, &err) < 0) {
             rc = -1;
             break;
         }
         cpt_gen_result r;
-        while (ge_take(&e, &r)) done[r.tag] = r, have[r.tag] = 1;
+        while (cpt_gen_engine_take(&e, &r)) done[r.tag] = r, have[r.tag] = 1;
         while (next < pl.n && have[next]) {
             print_result(&a, tok, next, &pl, &done[next]);
             cpt_gen_result_free(&done[next]);
@@ -399,8 +382,7 @@ int cmd_generate(int argc, char **argv) {
     for (int p = 0; done && p < pl.n; p++) cpt_gen_result_free(&done[p]);
     free(done);
     free(have);
-    cpt_engine_free(e.cpu);
-    cpt_cuda_engine_free(e.gpu);
+    cpt_gen_engine_free(&e);
     cpt_prompt_list_free(&pl);
     cpt_tokenizer_free(tok);
     cpt_model_free(m);

@@ -2,6 +2,7 @@
  * with shared prompt blocks, the bf16 model forward over "rows" (token, position, block table), sampling on the
  * device and CUDA graphs for decode steps. */
 #include "rollout/cuda_engine.h"
+#include "rollout/gen_engine.h"
 
 #include "core/fs.h"
 
@@ -1038,29 +1039,8 @@ int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { return e->n_graphs; }
 
 int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results,
                              cpt_err *err) {
-    int64_t first = -1;
-    for (int i = 0; i < n; i++) {
-        int64_t id = cpt_cuda_engine_submit(e, &reqs[i], err);
-        if (id < 0) return -1;
-        if (i == 0) first = id;
-        memset(&results[i], 0, sizeof results[i]);
-    }
-    int got = 0;
-    while (got < n) {
-        if (cpt_cuda_engine_idle(e) && !cpt_cuda_engine_pending(e)) return cpt_errf(err, "cuda engine: requests lost");
-        if (cpt_cuda_engine_step(e, err) < 0) return -1;
-        cpt_gen_result r;
-        while (cpt_cuda_engine_take(e, &r)) {
-            int64_t k = r.id - first;
-            if (k < 0 || k >= n) {
-                cpt_gen_result_free(&r);
-                continue;
-            }
-            results[k] = r;
-            got++;
-        }
-    }
-    return 0;
+    cpt_gen_engine g = {NULL, e};
+    return cpt_gen_engine_generate(&g, reqs, n, results, err);
 }
 
 #else /* built without CUDA */

@@ -1,6 +1,7 @@
 /* The generation engine (rollout/engine.h): requests, slots, the admission of waiting samples (with shared
  * prefill) and one batched decode step at a time. */
 #include "rollout/engine.h"
+#include "rollout/gen_engine.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -485,27 +486,6 @@ int cpt_engine_slots(const cpt_engine *e) { return e->n_slots; }
 const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e) { return &e->st; }
 
 int cpt_engine_generate(cpt_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results, cpt_err *err) {
-    int64_t first = -1;
-    for (int i = 0; i < n; i++) {
-        int64_t id = cpt_engine_submit(e, &reqs[i], err);
-        if (id < 0) return -1;
-        if (i == 0) first = id;
-        memset(&results[i], 0, sizeof results[i]);
-    }
-    int got = 0;
-    while (got < n) {
-        if (cpt_engine_idle(e) && !cpt_engine_pending(e)) return cpt_errf(err, "engine: requests lost");
-        if (cpt_engine_step(e, err) < 0) return -1;
-        cpt_gen_result r;
-        while (cpt_engine_take(e, &r)) {
-            int64_t k = r.id - first;
-            if (k < 0 || k >= n) {
-                cpt_gen_result_free(&r); /* a request submitted before this call: not ours to return */
-                continue;
-            }
-            results[k] = r;
-            got++;
-        }
-    }
-    return 0;
+    cpt_gen_engine g = {e, NULL};
+    return cpt_gen_engine_generate(&g, reqs, n, results, err);
 }

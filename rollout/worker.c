@@ -12,8 +12,7 @@
 #include "core/fs.h"
 #include "queue/conn.h"
 #include "queue/stream.h"
-#include "rollout/cuda_engine.h"
-#include "rollout/engine.h"
+#include "rollout/gen_engine.h"
 #include "rollout/model_source.h"
 #include "rollout/weights_rx.h"
 #include "trainer/sft.h"
@@ -36,8 +35,7 @@ typedef struct worker {
     cpt_queue *q;
     cpt_model *m;
     cpt_tokenizer *tok;
-    cpt_engine *e;
-    cpt_cuda_engine *ge; /* rollout.device = cuda: the GPU engine instead of e */
+    cpt_gen_engine eng; /* the CPU engine, or with rollout.device = cuda the GPU one (eng.gpu) */
     cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (rollout/weights_rx.h) */
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
@@ -49,22 +47,6 @@ typedef struct worker {
     int n_eos;
     int block_ms;
 } worker;
-
-/* The engine calls, on whichever engine the worker runs (the two share one interface). */
-static int64_t eng_submit(worker *w, const cpt_gen_request *r, cpt_err *err) {
-    return w->ge ? cpt_cuda_engine_submit(w->ge, r, err) : cpt_engine_submit(w->e, r, err);
-}
-static int eng_step(worker *w, cpt_err *err) { return w->ge ? cpt_cuda_engine_step(w->ge, err) : cpt_engine_step(w->e, err); }
-static int eng_take(worker *w, cpt_gen_result *r) { return w->ge ? cpt_cuda_engine_take(w->ge, r) : cpt_engine_take(w->e, r); }
-static int eng_idle(const worker *w) { return w->ge ? cpt_cuda_engine_idle(w->ge) : cpt_engine_idle(w->e); }
-static int eng_waiting(const worker *w) { return w->ge ? cpt_cuda_engine_waiting(w->ge) : cpt_engine_waiting(w->e); }
-static int eng_active(const worker *w) { return w->ge ? cpt_cuda_engine_active(w->ge) : cpt_engine_active(w->e); }
-static int eng_slots(const worker *w) { return w->ge ? cpt_cuda_engine_slots(w->ge) : cpt_engine_slots(w->e); }
-static const cpt_engine_stats *eng_stats(const worker *w) {
-    static const cpt_engine_stats none;
-    if (w->ge) return cpt_cuda_engine_get_stats(w->ge);
-    return w->e ? cpt_engine_get_stats(w->e) : &none;
-}
 
 static int n_generating(const worker *w) {
     int n = 0;
@@ -159,8 +141,8 @@ static int make_engine(worker *w, cpt_err *err) {
                          .tok = w->tok};
     if (!strcmp(cpt_cfg_str(w->cfg, "rollout.device"), "cuda")) {
         cpt_cuda_engine_opts co = cpt_cuda_engine_defaults(o);
-        if (!(w->ge = cpt_cuda_engine_new(w->m, &co, err))) return -1;
-    } else if (!(w->e = cpt_engine_new(w->m, &o, err))) {
+        if (!(w->eng.gpu = cpt_cuda_engine_new(w->m, &co, err))) return -1;
+    } else if (!(w->eng.cpu = cpt_engine_new(w->m, &o, err))) {
         return -1;
     }
     w->n_eos = cpt_cfg_bool(w->cfg, "rollout.stop_on_eos") ? cpt_rollout_eos_ids(w->m, w->tok, w->eos) : 0;
@@ -183,13 +165,13 @@ static int load_wanted(worker *w, cpt_err *err) {
     }
     double t0 = cpt_now();
     if (ok && gpu_tr) {
-        int lrc = cpt_weights_rx_load(w->rx, w->ge, w->m, wm, &lerr);
+        int lrc = cpt_weights_rx_load(w->rx, w->eng.gpu, w->m, wm, &lerr);
         if (lrc == 0) return 0; /* superseded or not received in our epoch: wait for the next announcement */
         if (lrc < 0) ok = 0;
     }
     if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
     /* the GPU engine's bf16 copy follows the host weights; a failed upload leaves it half old, half new: fatal */
-    if (ok && !gpu_tr && w->ge && cpt_cuda_engine_load_weights(w->ge, w->m, err)) return -1;
+    if (ok && !gpu_tr && w->eng.gpu && cpt_cuda_engine_load_weights(w->eng.gpu, w->m, err)) return -1;
     if (!ok) {
         w->bad_version = wm->version;
         cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
@@ -211,7 +193,7 @@ static void poll_weights(worker *w) {
         cpt_warn("cpt-rollout %s: reading weights: %s", w->me, err.msg);
         return;
     }
-    if (w->rx && cpt_weights_rx_poll(w->rx, w->ge, w->m, rc == 1 ? &wm : NULL, &err))
+    if (w->rx && cpt_weights_rx_poll(w->rx, w->eng.gpu, w->m, rc == 1 ? &wm : NULL, &err))
         cpt_warn("cpt-rollout %s: weight group: %s", w->me, err.msg);
     if (rc == 0) return;
     /* Any version other than the one held is the trainer's current one: after a trainer resume from a checkpoint
@@ -261,7 +243,7 @@ static void start_flight(worker *w, int i) {
                          .max_new_tokens = (int)s->max_new_tokens, .stop_ids = stop_ids, .n_stop_ids = n_stop,
                          .stop_strs = (const char *const *)s->stop_strs, .n_stop_strs = (int)s->n_stop_strs};
     cpt_err err;
-    int64_t id = eng_submit(w, &r, &err);
+    int64_t id = cpt_gen_engine_submit(&w->eng, &r, &err);
     if (id < 0) {
         dead_letter(w, i, err.msg);
         return;
@@ -273,7 +255,7 @@ static void start_flight(worker *w, int i) {
 static void take_group(worker *w) {
     cpt_err err;
     cpt_queue_item it;
-    w->q->block_ms = eng_idle(w) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
+    w->q->block_ms = cpt_gen_engine_idle(&w->eng) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
     int got = cpt_queue_next(w->q, CPT_STREAM_PROMPTS, "rollout", w->me, &it, &err);
     w->q->block_ms = w->block_ms;
     if (got < 0) {
@@ -406,11 +388,11 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         }
         if (w->has_want && gen == 0 && load_wanted(w, err)) goto done;
         if (now - t_hb >= hb_s) {
-            const cpt_engine_stats *es = eng_stats(w);
+            const cpt_engine_stats *es = cpt_gen_engine_stats(&w->eng);
             double dt = t_hb > 0 ? now - t_hb : 0;
             long steps = es->decode_steps - hb_steps;
             heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
-                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * eng_slots(w)) : 0);
+                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_gen_engine_slots(&w->eng)) : 0);
             hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
             t_hb = now;
         }
@@ -439,13 +421,13 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
                 f->t_touch = now;
             }
         }
-        if (!*stop && !w->has_want && !waiting && eng_waiting(w) == 0 && eng_active(w) < eng_slots(w))
+        if (!*stop && !w->has_want && !waiting && cpt_gen_engine_waiting(&w->eng) == 0 && cpt_gen_engine_active(&w->eng) < cpt_gen_engine_slots(&w->eng))
             take_group(w);
-        else if (eng_idle(w))
+        else if (cpt_gen_engine_idle(&w->eng))
             usleep(20000);
-        if (!eng_idle(w) && eng_step(w, err) < 0) goto done;
+        if (!cpt_gen_engine_idle(&w->eng) && cpt_gen_engine_step(&w->eng, err) < 0) goto done;
         cpt_gen_result res;
-        while (eng_take(w, &res)) {
+        while (cpt_gen_engine_take(&w->eng, &res)) {
             finish_group(w, &res);
             cpt_gen_result_free(&res);
         }
@@ -468,8 +450,7 @@ done:
     free(w->fl);
     cpt_weights_rx_free(w->rx); /* leaves the nccl group: a new epoch without this worker */
     cpt_queue_close(w->q);
-    cpt_engine_free(w->e);
-    cpt_cuda_engine_free(w->ge);
+    cpt_gen_engine_free(&w->eng);
     cpt_model_free(w->m);
     cpt_tokenizer_free(w->tok);
     return rc;
