@@ -9,7 +9,8 @@
 #                                                BENCH_V1=1 also the first attention kernel with cuBLASLt only)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
-#                                                (env PROFILE_ARGS, e.g. "--attn-v2 --gemv 8")
+#                                                (env PROFILE_ARGS, e.g. "--attn-v2 --gemv 8"; PROFILE_SHAPE 0.5b|1.5b;
+#                                                PROFILE_BATCHES, default "1 64")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -31,7 +32,7 @@ run)
     out=${OUT:-/tmp}
     rc=0
     if [ $test = 1 ]; then
-        timeout ${TEST_TIMEOUT:-90} "$dir/test_cuda_decode" 2>&1 | tee "$out/test_cuda_decode.log"
+        timeout ${TEST_TIMEOUT:-150} "$dir/test_cuda_decode" 2>&1 | tee "$out/test_cuda_decode.log"
         rc=${PIPESTATUS[0]}
         echo "test_cuda_decode rc=$rc"
     fi
@@ -63,11 +64,12 @@ profile)
     eval "$(tests/gpu/run_on_device.sh env)"
     export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
     out=${OUT:-/tmp}
-    for b in 1 64; do
+    shape=${PROFILE_SHAPE:-0.5b}
+    for b in ${PROFILE_BATCHES:-1 64}; do
         # the warm-up and timed runs of 16 new tokens; graphs off so every kernel is its own launch
-        timeout 240 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
-            "$dir/decode_bench" --shapes 0.5b --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:---attn-v2 --gemv 4 --fused} 2>&1 |
-            tee "$out/decode_profile_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
+        timeout ${PROFILE_TIMEOUT:-240} ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
+            "$dir/decode_bench" --shapes "$shape" --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:---attn-v2 --gemv 4 --fused} 2>&1 |
+            tee "$out/decode_profile_${shape}_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
     done
     ;;
 *) echo "usage: $0 build [BUILD] [DIR] | run [DIR] [--no-test] [--no-bench] [--no-torch] | profile [DIR]" >&2; exit 2 ;;

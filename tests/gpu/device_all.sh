@@ -10,7 +10,8 @@
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
-# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodetorch decodeprof grpo
+# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodetorch decodeprof
+# decodeprof15 decodeprof15mma grpo
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain].
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -84,6 +85,11 @@ run() {
         decode) stage decode 420 env TEST_TIMEOUT=120 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" --no-torch ;;
         decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=410 bench/decode_bench.sh run "$d" --no-test --no-bench ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
+        # 1.5B at batches 1 and 256 (where the targets are missed): the defaults, then the tensor-core attention
+        decodeprof15) stage decodeprof15 300 env PROFILE_SHAPE=1.5b PROFILE_BATCHES="1 256" PROFILE_TIMEOUT=140 \
+            bench/decode_bench.sh profile "$d" ;;
+        decodeprof15mma) stage decodeprof15mma 300 env PROFILE_SHAPE=1.5b PROFILE_BATCHES="1 256" PROFILE_TIMEOUT=140 \
+            PROFILE_ARGS="--attn-mma --gemv 4 --fused" bench/decode_bench.sh profile "$d" ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
