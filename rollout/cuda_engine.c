@@ -21,16 +21,13 @@
 #define SPLIT_MIN_LEN_FEW 64 /* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows */
 
 typedef struct greq {
-    int64_t id;
-    uint64_t tag;
+    cpt_gen_req_head h; /* first: e->reqs holds these */
     int32_t *prompt;
-    int n_prompt, n_samples, max_new;
+    int n_prompt, max_new;
     cpt_sample_params sp;
     uint64_t seed;
     cpt_gen_stops stops;
-    int next_sample, done_samples, live;
-    cpt_gen_sample *samples;
-    int *cap;
+    int live;
     /* prompt sharing: the request's own references to its prompt blocks, held from its prefill until every
      * sample is admitted, and the logits after the prompt's last token */
     int held, prefilling;
@@ -93,8 +90,7 @@ struct cpt_cuda_engine {
     /* requests and slots */
     gslot *slots;
     int n_slots, max_len, prefill_chunk;
-    greq **reqs;
-    int n_reqs, cap_reqs;
+    cpt_gen_reqs reqs;
     int64_t next_id;
     int *new_slot, *pre_slot, *prog;
     /* graphs */
@@ -119,12 +115,7 @@ static void req_free(greq *r) {
     if (!r) return;
     free(r->prompt);
     cpt_gen_stops_free(&r->stops);
-    for (int i = 0; r->samples && i < r->n_samples; i++) {
-        free(r->samples[i].tokens);
-        free(r->samples[i].logprobs);
-    }
-    free(r->samples);
-    free(r->cap);
+    cpt_gen_req_head_free(&r->h);
     free(r->pblocks);
     free(r);
 }
@@ -339,13 +330,13 @@ static int advance(cpt_cuda_engine *e, int si, int32_t tok, float lp, cpt_err *e
     gslot *sl = &e->slots[si];
     greq *r = sl->r;
     if (tok < 0 || tok >= e->V) return cpt_errf(err, "cuda engine: sampled token %d outside [0, %d)", tok, e->V);
-    if (cpt_gen_sample_append(&r->samples[sl->sample], &r->cap[sl->sample], tok, lp, err)) return -1;
+    if (cpt_gen_sample_append(&r->h.samples[sl->sample], &r->h.cap[sl->sample], tok, lp, err)) return -1;
     e->st.generated_tokens++;
-    cpt_gen_sample *s = &r->samples[sl->sample];
+    cpt_gen_sample *s = &r->h.samples[sl->sample];
     int stop = cpt_gen_stops_hit(&r->stops, e->tok, s, &e->tail, &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
-        r->done_samples++;
+        r->h.done_samples++;
         r->live--;
         slot_release(e, si);
         return 1;
@@ -356,11 +347,7 @@ static int advance(cpt_cuda_engine *e, int si, int32_t tok, float lp, cpt_err *e
 
 /* ---- admission and prefill ------------------------------------------------------------------------------- */
 
-static greq *next_waiting(cpt_cuda_engine *e) {
-    for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->next_sample < e->reqs[i]->n_samples) return e->reqs[i];
-    return NULL;
-}
+static greq *next_waiting(cpt_cuda_engine *e) { return (greq *)cpt_gen_reqs_next_waiting(&e->reqs); }
 
 /* Runs the prompts of the slots pre_slot[0..n) (their blocks already in their tables) in chunks of at most R rows;
  * each prompt's last logits go to its request's plog row; then the request takes its references to the blocks. */
@@ -427,7 +414,7 @@ static int admit(cpt_cuda_engine *e, cpt_err *err) {
             if (e->slots[s].r) continue;
             greq *r = next_waiting(e);
             if (!r) break;
-            int hold = r->held || r->n_samples == 1 ? 0 : blocks_for(e, r->n_prompt);
+            int hold = r->held || r->h.n_samples == 1 ? 0 : blocks_for(e, r->n_prompt);
             int need = need_of(e, r);
             if (e->reserved + need + hold > e->total_blocks) break; /* wait for blocks to free */
             if (!r->held && e->n_plog_free == 0) break;
@@ -435,7 +422,7 @@ static int admit(cpt_cuda_engine *e, cpt_err *err) {
             gslot *sl = &e->slots[s];
             memset(sl, 0, sizeof *sl);
             sl->r = r;
-            sl->sample = r->next_sample++;
+            sl->sample = r->h.next_sample++;
             sl->need = need;
             r->live++;
             e->new_slot[n_new++] = s;
@@ -485,8 +472,10 @@ static int admit(cpt_cuda_engine *e, cpt_err *err) {
             if (rc < 0) return -1;
             freed += rc;
         }
-        for (int i = 0; i < e->n_reqs; i++)
-            if (e->reqs[i]->held && e->reqs[i]->next_sample == e->reqs[i]->n_samples) req_release_prompt(e, e->reqs[i]);
+        for (int i = 0; i < e->reqs.n; i++) {
+            greq *r = (greq *)e->reqs.r[i];
+            if (r->held && r->h.next_sample == r->h.n_samples) req_release_prompt(e, r);
+        }
         if (!freed) return 0;
     }
 }
@@ -558,7 +547,7 @@ int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) {
             tok[k] = sl->pending;
             pos[k] = sl->len;
             tab[k] = act[k];
-            fill_row(&rows[k], sl->r, k, sl->sample, sl->r->samples[sl->sample].n_tokens);
+            fill_row(&rows[k], sl->r, k, sl->sample, sl->r->h.samples[sl->sample].n_tokens);
         } else { /* padding: position 0 of the padding table, greedy */
             tok[k] = 0;
             pos[k] = 0;
@@ -913,17 +902,18 @@ cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_
 void cpt_cuda_engine_clear(cpt_cuda_engine *e) {
     for (int s = 0; e->slots && s < e->n_slots; s++)
         if (e->slots[s].r) slot_release(e, s);
-    for (int i = 0; i < e->n_reqs; i++) {
-        req_release_prompt(e, e->reqs[i]);
-        req_free(e->reqs[i]);
+    for (int i = 0; i < e->reqs.n; i++) {
+        greq *r = (greq *)e->reqs.r[i];
+        req_release_prompt(e, r);
+        req_free(r);
     }
-    e->n_reqs = 0;
+    e->reqs.n = 0;
 }
 
 void cpt_cuda_engine_free(cpt_cuda_engine *e) {
     if (!e) return;
     if (e->slots && e->refcnt) cpt_cuda_engine_clear(e);
-    free(e->reqs);
+    cpt_gen_reqs_free(&e->reqs);
     for (int i = 0; i < e->n_graphs; i++) cpt_cuda_graph_free(e->graphs[i].g);
     cpt_cuda_free(e->wmem);
     cpt_cuda_free(e->inv_freq);
@@ -956,63 +946,43 @@ void cpt_cuda_engine_free(cpt_cuda_engine *e) {
 
 int64_t cpt_cuda_engine_submit(cpt_cuda_engine *e, const cpt_gen_request *g, cpt_err *err) {
     if (cpt_gen_request_check(g, e->V, e->max_len, e->tok != NULL, err)) return -1;
-    if (e->n_reqs == e->cap_reqs) {
-        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
-        greq **p = realloc(e->reqs, sizeof *p * (size_t)cap);
-        if (!p) return cpt_errf(err, "cuda engine: out of memory");
-        e->reqs = p;
-        e->cap_reqs = cap;
-    }
     greq *r = calloc(1, sizeof *r);
     if (!r) return cpt_errf(err, "cuda engine: out of memory");
-    r->id = e->next_id;
-    r->tag = g->tag;
+    if (cpt_gen_req_head_init(&r->h, e->next_id, g, err)) {
+        free(r);
+        return -1;
+    }
     r->n_prompt = g->n_prompt;
-    r->n_samples = g->n_samples;
     int room = e->max_len - g->n_prompt + 1;
     r->max_new = g->max_new_tokens < room ? g->max_new_tokens : room;
     r->sp = g->sp;
     r->seed = g->seed;
     r->plog_row = -1;
     r->prompt = malloc(sizeof(int32_t) * (size_t)g->n_prompt);
-    r->samples = calloc((size_t)g->n_samples, sizeof *r->samples);
-    r->cap = calloc((size_t)g->n_samples, sizeof *r->cap);
     r->pblocks = malloc(sizeof(int32_t) * (size_t)blocks_for(e, g->n_prompt));
-    if (!r->prompt || !r->samples || !r->cap || !r->pblocks) {
+    if (!r->prompt || !r->pblocks) {
         req_free(r);
         return cpt_errf(err, "cuda engine: out of memory for a request");
     }
-    if (need_of(e, r) + (r->n_samples > 1 ? blocks_for(e, r->n_prompt) : 0) > e->total_blocks) {
-        int need = need_of(e, r) + (r->n_samples > 1 ? blocks_for(e, r->n_prompt) : 0);
+    int need = need_of(e, r) + (g->n_samples > 1 ? blocks_for(e, r->n_prompt) : 0);
+    if (need > e->total_blocks) {
         req_free(r);
         return cpt_errf(err, "request: needs %d KV blocks, the pool has %d", need, e->total_blocks);
     }
-    if (cpt_gen_stops_copy(&r->stops, g, err)) {
+    if (cpt_gen_stops_copy(&r->stops, g, err) || cpt_gen_reqs_push(&e->reqs, &r->h, err)) {
         req_free(r);
         return -1;
     }
     memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
-    e->reqs[e->n_reqs++] = r;
     return e->next_id++;
 }
 
 int cpt_cuda_engine_take(cpt_cuda_engine *e, cpt_gen_result *out) {
-    for (int i = 0; i < e->n_reqs; i++) {
-        greq *r = e->reqs[i];
-        if (r->done_samples < r->n_samples) continue;
-        memset(out, 0, sizeof *out);
-        out->tag = r->tag;
-        out->id = r->id;
-        out->n_samples = r->n_samples;
-        out->samples = r->samples;
-        r->samples = NULL;
-        req_release_prompt(e, r);
-        req_free(r);
-        memmove(e->reqs + i, e->reqs + i + 1, sizeof *e->reqs * (size_t)(e->n_reqs - i - 1));
-        e->n_reqs--;
-        return 1;
-    }
-    return 0;
+    greq *r = (greq *)cpt_gen_reqs_take(&e->reqs, out);
+    if (!r) return 0;
+    req_release_prompt(e, r);
+    req_free(r);
+    return 1;
 }
 
 int cpt_cuda_engine_active(const cpt_cuda_engine *e) {
@@ -1020,17 +990,9 @@ int cpt_cuda_engine_active(const cpt_cuda_engine *e) {
     for (int s = 0; s < e->n_slots; s++) n += e->slots[s].r != NULL;
     return n;
 }
-int cpt_cuda_engine_idle(const cpt_cuda_engine *e) {
-    for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->done_samples < e->reqs[i]->n_samples) return 0;
-    return 1;
-}
-int cpt_cuda_engine_pending(const cpt_cuda_engine *e) { return e->n_reqs; }
-int cpt_cuda_engine_waiting(const cpt_cuda_engine *e) {
-    int n = 0;
-    for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->n_samples - e->reqs[i]->next_sample;
-    return n;
-}
+int cpt_cuda_engine_idle(const cpt_cuda_engine *e) { return cpt_gen_reqs_idle(&e->reqs); }
+int cpt_cuda_engine_pending(const cpt_cuda_engine *e) { return e->reqs.n; }
+int cpt_cuda_engine_waiting(const cpt_cuda_engine *e) { return cpt_gen_reqs_waiting(&e->reqs); }
 int cpt_cuda_engine_slots(const cpt_cuda_engine *e) { return e->n_slots; }
 const cpt_engine_stats *cpt_cuda_engine_get_stats(const cpt_cuda_engine *e) { return &e->st; }
 int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { return e->total_blocks; }

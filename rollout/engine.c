@@ -8,21 +8,16 @@
 #include <string.h>
 
 typedef struct req {
-    int64_t id;
-    uint64_t tag;
+    cpt_gen_req_head h; /* first: e->reqs holds these */
     int32_t *prompt;
     int n_prompt;
-    int n_samples, max_new;
+    int max_new;
     cpt_sample_params sp;
     uint64_t seed;
     cpt_gen_stops stops;
     float *prompt_logits; /* [V] after the prompt's last token, once prefilled */
     int prefilled;
-    int next_sample;  /* next sample to admit */
-    int done_samples; /* finished samples */
-    int live;         /* samples now in slots */
-    cpt_gen_sample *samples;
-    int *cap;
+    int live; /* samples now in slots */
 } req;
 
 typedef struct slot {
@@ -40,8 +35,7 @@ struct cpt_engine {
     cpt_decode_work work;
     cpt_sampler_work sw;
     slot *slots;
-    req **reqs;
-    int n_reqs, cap_reqs;
+    cpt_gen_reqs reqs;
     int64_t next_id;
     float *logits; /* [slots, V] */
     int32_t *toks;
@@ -59,26 +53,100 @@ struct cpt_engine {
     cpt_engine_stats st;
 };
 
-void cpt_gen_result_free(cpt_gen_result *r) {
-    for (int i = 0; r->samples && i < r->n_samples; i++) {
-        free(r->samples[i].tokens);
-        free(r->samples[i].logprobs);
+static void samples_free(cpt_gen_sample *s, int n) {
+    for (int i = 0; s && i < n; i++) {
+        free(s[i].tokens);
+        free(s[i].logprobs);
     }
-    free(r->samples);
+    free(s);
+}
+
+void cpt_gen_result_free(cpt_gen_result *r) {
+    samples_free(r->samples, r->n_samples);
     memset(r, 0, sizeof *r);
 }
+
+/* ---- the request list both engines keep ---- */
+
+int cpt_gen_req_head_init(cpt_gen_req_head *h, int64_t id, const cpt_gen_request *g, cpt_err *err) {
+    memset(h, 0, sizeof *h);
+    h->id = id;
+    h->tag = g->tag;
+    h->n_samples = g->n_samples;
+    h->samples = calloc((size_t)g->n_samples, sizeof *h->samples);
+    h->cap = calloc((size_t)g->n_samples, sizeof *h->cap);
+    if (h->samples && h->cap) return 0;
+    cpt_gen_req_head_free(h);
+    return cpt_errf(err, "engine: out of memory for a request");
+}
+
+void cpt_gen_req_head_free(cpt_gen_req_head *h) {
+    samples_free(h->samples, h->n_samples);
+    free(h->cap);
+    h->samples = NULL;
+    h->cap = NULL;
+}
+
+int cpt_gen_reqs_push(cpt_gen_reqs *l, cpt_gen_req_head *h, cpt_err *err) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        cpt_gen_req_head **p = realloc(l->r, sizeof *p * (size_t)cap);
+        if (!p) return cpt_errf(err, "engine: out of memory");
+        l->r = p;
+        l->cap = cap;
+    }
+    l->r[l->n++] = h;
+    return 0;
+}
+
+cpt_gen_req_head *cpt_gen_reqs_next_waiting(const cpt_gen_reqs *l) {
+    for (int i = 0; i < l->n; i++)
+        if (l->r[i]->next_sample < l->r[i]->n_samples) return l->r[i];
+    return NULL;
+}
+
+cpt_gen_req_head *cpt_gen_reqs_take(cpt_gen_reqs *l, cpt_gen_result *out) {
+    for (int i = 0; i < l->n; i++) {
+        cpt_gen_req_head *h = l->r[i];
+        if (h->done_samples < h->n_samples) continue;
+        memset(out, 0, sizeof *out);
+        out->tag = h->tag;
+        out->id = h->id;
+        out->n_samples = h->n_samples;
+        out->samples = h->samples;
+        h->samples = NULL;
+        memmove(l->r + i, l->r + i + 1, sizeof *l->r * (size_t)(l->n - i - 1));
+        l->n--;
+        return h;
+    }
+    return NULL;
+}
+
+int cpt_gen_reqs_idle(const cpt_gen_reqs *l) {
+    for (int i = 0; i < l->n; i++)
+        if (l->r[i]->done_samples < l->r[i]->n_samples) return 0;
+    return 1;
+}
+
+int cpt_gen_reqs_waiting(const cpt_gen_reqs *l) {
+    int n = 0;
+    for (int i = 0; i < l->n; i++) n += l->r[i]->n_samples - l->r[i]->next_sample;
+    return n;
+}
+
+void cpt_gen_reqs_free(cpt_gen_reqs *l) {
+    free(l->r);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- the CPU engine ---- */
 
 static void req_free(req *r) {
     if (!r) return;
     free(r->prompt);
     cpt_gen_stops_free(&r->stops);
     free(r->prompt_logits);
-    for (int i = 0; r->samples && i < r->n_samples; i++) {
-        free(r->samples[i].tokens);
-        free(r->samples[i].logprobs);
-    }
-    free(r->samples);
-    free(r->cap);
+    cpt_gen_req_head_free(&r->h);
     free(r);
 }
 
@@ -127,8 +195,8 @@ fail:
 }
 
 void cpt_engine_clear(cpt_engine *e) {
-    for (int i = 0; i < e->n_reqs; i++) req_free(e->reqs[i]);
-    e->n_reqs = 0;
+    for (int i = 0; i < e->reqs.n; i++) req_free((req *)e->reqs.r[i]);
+    e->reqs.n = 0;
     for (int s = 0; s < e->n_slots; s++) {
         e->slots[s].r = NULL;
         cpt_kv_cache_reset(&e->cache, s);
@@ -138,7 +206,7 @@ void cpt_engine_clear(cpt_engine *e) {
 void cpt_engine_free(cpt_engine *e) {
     if (!e) return;
     if (e->slots) cpt_engine_clear(e);
-    free(e->reqs);
+    cpt_gen_reqs_free(&e->reqs);
     cpt_kv_cache_free(&e->cache);
     cpt_decode_work_free(&e->work);
     cpt_sampler_work_free(&e->sw);
@@ -211,19 +279,13 @@ void cpt_gen_stops_free(cpt_gen_stops *s) {
 
 int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err) {
     if (cpt_gen_request_check(g, e->V, e->cache.max_len, e->tok != NULL, err)) return -1;
-    if (e->n_reqs == e->cap_reqs) {
-        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
-        req **p = realloc(e->reqs, sizeof *p * (size_t)cap);
-        if (!p) return cpt_errf(err, "engine: out of memory");
-        e->reqs = p;
-        e->cap_reqs = cap;
-    }
     req *r = calloc(1, sizeof *r);
     if (!r) return cpt_errf(err, "engine: out of memory");
-    r->id = e->next_id;
-    r->tag = g->tag;
+    if (cpt_gen_req_head_init(&r->h, e->next_id, g, err)) {
+        free(r);
+        return -1;
+    }
     r->n_prompt = g->n_prompt;
-    r->n_samples = g->n_samples;
     /* the context bounds the completion: n_prompt + n_generated - 1 positions are fed */
     int room = e->cache.max_len - g->n_prompt + 1;
     r->max_new = g->max_new_tokens < room ? g->max_new_tokens : room;
@@ -231,18 +293,15 @@ int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err)
     r->seed = g->seed;
     r->prompt = malloc(sizeof(int32_t) * (size_t)g->n_prompt);
     r->prompt_logits = malloc(sizeof(float) * (size_t)e->V);
-    r->samples = calloc((size_t)g->n_samples, sizeof *r->samples);
-    r->cap = calloc((size_t)g->n_samples, sizeof *r->cap);
-    if (!r->prompt || !r->prompt_logits || !r->samples || !r->cap) {
+    if (!r->prompt || !r->prompt_logits) {
         req_free(r);
         return cpt_errf(err, "engine: out of memory for a request");
     }
-    if (cpt_gen_stops_copy(&r->stops, g, err)) {
+    if (cpt_gen_stops_copy(&r->stops, g, err) || cpt_gen_reqs_push(&e->reqs, &r->h, err)) {
         req_free(r);
         return -1;
     }
     memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
-    e->reqs[e->n_reqs++] = r;
     return e->next_id++;
 }
 
@@ -300,13 +359,13 @@ static int advance(cpt_engine *e, int si, const float *logits, cpt_err *err) {
     req *r = sl->r;
     float lp = 0;
     int32_t tok = cpt_sample(logits, &r->sp, &sl->rng, &e->sw, &lp);
-    if (cpt_gen_sample_append(&r->samples[sl->sample], &r->cap[sl->sample], tok, lp, err)) return -1;
+    if (cpt_gen_sample_append(&r->h.samples[sl->sample], &r->h.cap[sl->sample], tok, lp, err)) return -1;
     e->st.generated_tokens++;
-    cpt_gen_sample *s = &r->samples[sl->sample];
+    cpt_gen_sample *s = &r->h.samples[sl->sample];
     int stop = cpt_gen_stops_hit(&r->stops, e->tok, s, &e->tail, &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
-        r->done_samples++;
+        r->h.done_samples++;
         r->live--;
         sl->r = NULL;
         cpt_kv_cache_reset(&e->cache, si);
@@ -332,11 +391,7 @@ static int source_slot(const cpt_engine *e, const req *r, int except) {
     return -1;
 }
 
-static req *next_waiting(cpt_engine *e) {
-    for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->next_sample < e->reqs[i]->n_samples) return e->reqs[i];
-    return NULL;
-}
+static req *next_waiting(cpt_engine *e) { return (req *)cpt_gen_reqs_next_waiting(&e->reqs); }
 
 /* Runs the n prefill segments in e->segs (over e->toks) at most prefill_chunk tokens per decode call (long prompts
  * continue in the next call through the cache), and saves each prompt's last logits in its request. */
@@ -380,7 +435,7 @@ static int admit(cpt_engine *e, cpt_err *err) {
             if (!r) break;
             slot *sl = &e->slots[s];
             sl->r = r;
-            sl->sample = r->next_sample++;
+            sl->sample = r->h.next_sample++;
             cpt_rng_seed(&sl->rng, r->seed, (uint64_t)sl->sample);
             cpt_kv_cache_reset(&e->cache, s);
             r->live++;
@@ -408,7 +463,7 @@ static int admit(cpt_engine *e, cpt_err *err) {
             req *r = e->slots[s].r;
             if (e->cache.slots[s].len == 0) {
                 int src = source_slot(e, r, s);
-                if (src < 0) return cpt_errf(err, "engine: no slot holds the prompt of request %lld", (long long)r->id);
+                if (src < 0) return cpt_errf(err, "engine: no slot holds the prompt of request %lld", (long long)r->h.id);
                 if (cpt_kv_cache_copy_prefix(&e->cache, s, src, r->n_prompt, err)) return -1;
                 e->st.shared_prefills++;
             }
@@ -449,21 +504,9 @@ int cpt_engine_step(cpt_engine *e, cpt_err *err) {
 }
 
 int cpt_engine_take(cpt_engine *e, cpt_gen_result *out) {
-    for (int i = 0; i < e->n_reqs; i++) {
-        req *r = e->reqs[i];
-        if (r->done_samples < r->n_samples) continue;
-        memset(out, 0, sizeof *out);
-        out->tag = r->tag;
-        out->id = r->id;
-        out->n_samples = r->n_samples;
-        out->samples = r->samples;
-        r->samples = NULL;
-        req_free(r);
-        memmove(e->reqs + i, e->reqs + i + 1, sizeof *e->reqs * (size_t)(e->n_reqs - i - 1));
-        e->n_reqs--;
-        return 1;
-    }
-    return 0;
+    req *r = (req *)cpt_gen_reqs_take(&e->reqs, out);
+    req_free(r);
+    return r != NULL;
 }
 
 int cpt_engine_active(const cpt_engine *e) {
@@ -471,17 +514,9 @@ int cpt_engine_active(const cpt_engine *e) {
     for (int s = 0; s < e->n_slots; s++) n += e->slots[s].r != NULL;
     return n;
 }
-int cpt_engine_idle(const cpt_engine *e) {
-    for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->done_samples < e->reqs[i]->n_samples) return 0;
-    return 1;
-}
-int cpt_engine_pending(const cpt_engine *e) { return e->n_reqs; }
-int cpt_engine_waiting(const cpt_engine *e) {
-    int n = 0;
-    for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->n_samples - e->reqs[i]->next_sample;
-    return n;
-}
+int cpt_engine_idle(const cpt_engine *e) { return cpt_gen_reqs_idle(&e->reqs); }
+int cpt_engine_pending(const cpt_engine *e) { return e->reqs.n; }
+int cpt_engine_waiting(const cpt_engine *e) { return cpt_gen_reqs_waiting(&e->reqs); }
 int cpt_engine_slots(const cpt_engine *e) { return e->n_slots; }
 const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e) { return &e->st; }
 

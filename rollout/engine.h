@@ -94,6 +94,39 @@ int cpt_engine_generate(cpt_engine *e, const cpt_gen_request *reqs, int n, cpt_g
 /* Checks sampling parameters (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1)). */
 int cpt_sample_params_check(const cpt_sample_params *sp, cpt_err *err);
 
+/* ---- per-request bookkeeping shared with rollout/cuda_engine.c ---- */
+
+/* What both engines keep of a request: the first member of their own request struct (so a pointer to theirs is a
+ * pointer to this), held in a cpt_gen_reqs list in submission order. */
+typedef struct cpt_gen_req_head {
+    int64_t id;
+    uint64_t tag;
+    int n_samples;
+    int next_sample;         /* the next sample to admit */
+    int done_samples;        /* finished samples */
+    cpt_gen_sample *samples; /* [n_samples] */
+    int *cap;                /* [n_samples] capacity of each sample's arrays (cpt_gen_sample_append) */
+} cpt_gen_req_head;
+
+/* Id, tag and n_samples from g, the samples allocated empty; -1 out of memory (h then freed). */
+int cpt_gen_req_head_init(cpt_gen_req_head *h, int64_t id, const cpt_gen_request *g, cpt_err *err);
+void cpt_gen_req_head_free(cpt_gen_req_head *h); /* the samples it still holds */
+
+typedef struct cpt_gen_reqs {
+    cpt_gen_req_head **r;
+    int n, cap;
+} cpt_gen_reqs;
+
+int cpt_gen_reqs_push(cpt_gen_reqs *l, cpt_gen_req_head *h, cpt_err *err);
+/* The first request with samples left to admit, or NULL. */
+cpt_gen_req_head *cpt_gen_reqs_next_waiting(const cpt_gen_reqs *l);
+/* The first request whose samples are all finished: its results moved into out, removed from the list and
+ * returned (its engine frees it); NULL when none is. */
+cpt_gen_req_head *cpt_gen_reqs_take(cpt_gen_reqs *l, cpt_gen_result *out);
+int cpt_gen_reqs_idle(const cpt_gen_reqs *l);    /* 1: no request has unfinished samples */
+int cpt_gen_reqs_waiting(const cpt_gen_reqs *l); /* samples not yet admitted */
+void cpt_gen_reqs_free(cpt_gen_reqs *l);         /* the list only: the engine frees its requests first */
+
 /* ---- per-sample bookkeeping shared with rollout/cuda_engine.c ---- */
 
 /* Appends token tok with behaviour logprob lp to s, growing its arrays (capacity in *cap, doubling from 32). */

@@ -33,9 +33,10 @@ static __device__ __forceinline__ void load_kv_tile(__nv_bfloat16 *sK, __nv_bflo
                                                     int layer, int t, int kvh, int p0, int valid, int64_t vshift,
                                                     int tid) {
     constexpr int CH = D / 8, BN = pam_cfg<D, NW>::BN, SD = pam_cfg<D, NW>::SD, NT = pam_cfg<D, NW>::NT;
+    static_assert(NT % CH == 0, "a thread keeps one 16-byte column of the rows it loads");
     const __nv_bfloat16 *pool = (const __nv_bfloat16 *)kv.pool;
-    for (int c = tid; c < BN * CH; c += NT) {
-        int r = c / CH, k = (c % CH) * 8;
+    const int k = (tid % CH) * 8;
+    for (int r = tid / CH; r < BN; r += NT / CH) {
         bool v = r < valid;
         const __nv_bfloat16 *src = v ? pool + kv_row(kv, layer, 0, t, p0 + r) + (int64_t)kvh * D + k : pool;
         cp_async16(sK + r * SD + k, src, v);
