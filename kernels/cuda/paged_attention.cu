@@ -63,7 +63,6 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
 
 /* ---- decode attention: pieces of both versions --------------------------------------------------------------- */
 
-
 /* s[g] += q_g . k over the 8 dimensions from c: k the 8 bf16 of raw, q_g at q + g * qstride (each thread scores
  * one position against the group's G query heads) */
 template <int MAXG>
@@ -107,7 +106,6 @@ static __device__ __forceinline__ void tile_online_softmax(float *s_s, float *m_
         }
     }
 }
-
 
 /* Block (row i, kv head, split): the G = H / KV query heads of the group over positions [start, end) of the
  * split, a tile of ATT_TILE positions at a time with an online softmax. Phase 1: one thread per position scores
@@ -200,7 +198,6 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     }
 }
 
-
 static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
     pdl_trigger();
     pdl_wait();
@@ -244,7 +241,6 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
         LAUNCH_OK("attention_combine_kernel");
     }
 }
-
 
 /* ---- decode attention, second version ---------------------------------------------------------------------
  *
