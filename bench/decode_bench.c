@@ -1,7 +1,7 @@
 /* GPU decode throughput of the cuda engine (rollout/cuda_engine.h) on Qwen2.5-shaped random models.
  *
  *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--gemv N]
- *                [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--bw 4.3e12]
+ *                [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--persistent 1|2] [--bw 4.3e12]
  *
  * For each shape and batch B: B requests of random prompts, greedy, exactly --new tokens each (no stop ids), in an
  * engine with B slots; one untimed run first (graph capture, cuBLASLt heuristics), then a timed one. Reports the
@@ -94,7 +94,7 @@ static int run(cpt_cuda_engine *e, int B, int prompt, int n_new, int V, uint64_t
 
 int main(int argc, char **argv) {
     const char *shapes = "0.5b,1.5b", *batches = "1,64,256";
-    int prompt = 256, n_new = 512, no_graphs = 0, gemv = 0, attn_v2 = 0, fused = 0, no_pdl = 0;
+    int prompt = 256, n_new = 512, no_graphs = 0, gemv = 0, attn_v2 = 0, fused = 0, no_pdl = 0, persistent = 0;
     double bw = 4.3e12;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
@@ -109,9 +109,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attn-mma")) attn_v2 = 3;
         else if (!strcmp(argv[i], "--fused")) fused = 1;
         else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
+        else if (!strcmp(argv[i], "--persistent") && i + 1 < argc) persistent = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--bw 4.3e12]\n");
+                            "[--no-graphs] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--persistent 1|2] "
+                            "[--bw 4.3e12]\n");
             return 2;
         }
     }
@@ -137,6 +139,7 @@ int main(int argc, char **argv) {
         o.attn_v2 = attn_v2;
         o.fused = fused;
         o.no_pdl = no_pdl;
+        o.persistent = persistent;
         cpt_err err = {0};
         double t0 = now();
         cpt_cuda_engine *e = cpt_cuda_engine_new_random(&c, 42, 0.02f, &o, &err);
@@ -160,9 +163,10 @@ int main(int argc, char **argv) {
             double step_bytes = W + B * kvp * (prompt + n_new / 2.0);
             double roof = B * bw / step_bytes;
             printf("RESULT shape=%s batch=%d prompt=%d new=%d graphs=%d gemv=%d attn_v2=%d fused=%d pdl=%d prefill_s=%.4f decode_tok_s=%.1f "
-                   "e2e_tok_s=%.1f step_ms=%.3f roofline_tok_s=%.1f roofline_pct=%.1f graphs_captured=%d gpu_step_ms=%.3f\n",
+                   "e2e_tok_s=%.1f step_ms=%.3f roofline_tok_s=%.1f roofline_pct=%.1f graphs_captured=%d gpu_step_ms=%.3f "
+                   "persistent=%d step_kernel_forwards=%d\n",
                    name, B, prompt, n_new, !no_graphs, gemv, attn_v2, fused, fused && !no_pdl, tf, dec, e2e, 1000.0 * B / dec, roof, 100.0 * dec / roof,
-                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s);
+                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s, persistent, cpt_cuda_engine_step_forwards(e));
             fflush(stdout);
         }
         cpt_cuda_engine_free(e);

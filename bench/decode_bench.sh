@@ -50,6 +50,11 @@ run)
         # (attn_v2 = 2) where the attention weighs most
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --batches 1,64,256 2>&1 |
             tee -a "$out/decode_bench.log"
+        # the whole decode step as one persistent kernel at batches 1 and 4 (2 blocks a multiprocessor, then 1)
+        for p in 1 2; do
+            timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --persistent $p --batches 1,4 2>&1 |
+                tee -a "$out/decode_bench.log"
+        done
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2-deep --gemv 4 --fused --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"
         [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"

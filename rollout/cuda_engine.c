@@ -47,9 +47,7 @@ typedef struct gslot {
     int wait_prefill;
 } gslot;
 
-typedef struct dlayer {
-    void *ln1, *wqkv, *bqkv, *qn, *kn, *wo, *bo, *ln2, *wgu, *wdown;
-} dlayer;
+typedef cpt_cuda_decode_layer dlayer; /* a layer's weights (the persistent step reads a device copy of these) */
 
 typedef struct graph_entry {
     int rows, splits;
@@ -78,7 +76,10 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused, no_pdl;
+    int gemv_rows, attn_v2, fused, no_pdl, persistent;
+    dlayer *step_layers;    /* persistent: the layers' weight pointers on the device */
+    int step_forwards;      /* forwards that ran as the persistent step (captured ones count once) */
+    unsigned *step_barrier; /* persistent: the step kernel's grid-barrier counter */
     float *skinny; /* split-K partial sums of the skinny products */
     void *spart;   /* the sampler's per-chunk partials (cpt_cuda_sample_ex) */
     int *attn_counters; /* [rows][kv heads], zero between calls: attention v2 merges its own splits */
@@ -222,11 +223,11 @@ static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) 
     cpt_attn_kind kind = (cpt_attn_kind)(e->attn_v2 - 1);
     if (decode && e->attn_v2) {
         cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
-                                           MD(e, off_split, int32_t), shape, e->attn_counters, w->qn, w->kn,
+                                           MD(e, off_split, int32_t), shape, e->attn_counters, w->q_norm, w->k_norm,
                                            c->rms_norm_eps, e->inv_freq, kind);
         return;
     }
-    cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->qn, w->kn, c->rms_norm_eps, e->inv_freq, shape);
+    cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->q_norm, w->k_norm, c->rms_norm_eps, e->inv_freq, shape);
     if (e->attn_v2)
         cpt_cuda_paged_attention_v2(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                     MD(e, off_split, int32_t), shape, e->attn_counters, kind);
@@ -246,12 +247,33 @@ static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const 
     cpt_cuda_fused_gemv_run(e->ctx, &g);
 }
 
+/* A decode step of n rows (n_out = n) as one persistent kernel (engine option persistent), when one is compiled
+ * for the shapes: fills *st. The same arithmetic as forward_fused with attn_v2 = 3. */
+static int step_fits(const cpt_cuda_engine *e, int n, int splits, cpt_cuda_decode_step *st) {
+    if (!e->persistent) return 0;
+    const cpt_model_config *c = &e->cfg;
+    *st = (cpt_cuda_decode_step){
+        .n = n, .n_layers = e->L, .H = e->H, .KV = e->KV, .D = e->D, .C = e->C, .I = e->I, .V = e->V,
+        .eps = c->rms_norm_eps, .layers = e->step_layers, .norm = e->norm, .lm = e->lm, .x = e->x, .qkv = e->qkv,
+        .att = e->att, .a = e->a, .logits = e->logits, .last = MD(e, off_last, int32_t), .kv = e->kv,
+        .pos = MD(e, off_pos, int32_t), .tab = MD(e, off_tab, int32_t), .split_len = MD(e, off_split, int32_t),
+        .n_splits = splits, .partial = e->partial, .counters = e->attn_counters, .inv_freq = e->inv_freq,
+        .barrier = e->step_barrier, .blocks_per_sm = e->persistent == 2 ? 1 : 2};
+    return cpt_cuda_decode_step_ok(st);
+}
+
 /* The forward of a few rows with the fused products: the residual stream x is complete after every layer (the
  * products add into it), so a layer is qkv = norm(x) W + b, append + attention, x += att Wo + bo,
  * a = swiglu(norm(x) Wgu), x += a Wdown; logits = norm(x[last]) lm^T. The same roundings as forward(). */
 static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int decode) {
     int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
     cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
+    cpt_cuda_decode_step st;
+    if (decode && step_fits(e, n, splits, &st)) {
+        cpt_cuda_decode_step_run(e->ctx, &st);
+        e->step_forwards++;
+        return;
+    }
     cpt_cuda_set_pdl(e->ctx, !e->no_pdl); /* the layers' kernels only: off again at the end */
     for (int l = 0; l < e->L; l++) {
         const dlayer *w = &e->layers[l];
@@ -632,8 +654,8 @@ static int alloc_weights(cpt_cuda_engine *e, cpt_err *err) {
         TAKE(w->wqkv, QKV * C);
         if (c->qkv_bias) TAKE(w->bqkv, QKV);
         if (c->qk_norm) {
-            TAKE(w->qn, D);
-            TAKE(w->kn, D);
+            TAKE(w->q_norm, D);
+            TAKE(w->k_norm, D);
         }
         TAKE(w->wo, C * HD);
         if (c->o_bias) TAKE(w->bo, C);
@@ -688,8 +710,8 @@ int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err)
                             up(e, m, w->bqkv, HD, LN("self_attn.k_proj.bias"), KD, err) ||
                             up(e, m, w->bqkv, HD + KD, LN("self_attn.v_proj.bias"), KD, err)))
             return -1;
-        if (c->qk_norm && (up(e, m, w->qn, 0, LN("self_attn.q_norm.weight"), D, err) ||
-                           up(e, m, w->kn, 0, LN("self_attn.k_norm.weight"), D, err)))
+        if (c->qk_norm && (up(e, m, w->q_norm, 0, LN("self_attn.q_norm.weight"), D, err) ||
+                           up(e, m, w->k_norm, 0, LN("self_attn.k_norm.weight"), D, err)))
             return -1;
         if (c->o_bias && up(e, m, w->bo, 0, LN("self_attn.o_proj.bias"), C, err)) return -1;
     }
@@ -725,8 +747,8 @@ static void random_weights(cpt_cuda_engine *e, uint64_t seed, float std) {
         cpt_cuda_fill_normal_bf16(x, w->wdown, C * I, 0.0f, std, k++);
         if (w->bqkv) cpt_cuda_fill_normal_bf16(x, w->bqkv, QKV, 0.0f, 0.0f, 0);
         if (w->bo) cpt_cuda_fill_normal_bf16(x, w->bo, C, 0.0f, 0.0f, 0);
-        if (w->qn) cpt_cuda_fill_normal_bf16(x, w->qn, D, 1.0f, 0.0f, 0);
-        if (w->kn) cpt_cuda_fill_normal_bf16(x, w->kn, D, 1.0f, 0.0f, 0);
+        if (w->q_norm) cpt_cuda_fill_normal_bf16(x, w->q_norm, D, 1.0f, 0.0f, 0);
+        if (w->k_norm) cpt_cuda_fill_normal_bf16(x, w->k_norm, D, 1.0f, 0.0f, 0);
     }
 }
 
@@ -758,6 +780,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->attn_v2 = o ? o->attn_v2 : 0;
     e->fused = o ? o->fused : 0;
     e->no_pdl = o ? o->no_pdl : 0;
+    e->persistent = o ? o->persistent : 0;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
         goto fail;
@@ -773,6 +796,13 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->R = e->prefill_chunk > e->n_slots ? e->prefill_chunk : e->n_slots;
     if (!(e->ctx = cpt_cuda_ctx_new(o ? o->device : 0, err))) goto fail;
     if (alloc_weights(e, err)) goto fail;
+    if (e->persistent) {
+        size_t lb = sizeof(dlayer) * (size_t)e->L;
+        e->step_layers = cpt_cuda_malloc(lb, "decode step layers", err);
+        e->step_barrier = cpt_cuda_malloc(sizeof(unsigned), "decode step barrier", err);
+        if (!e->step_layers || !e->step_barrier || cpt_cuda_memcpy_h2d(e->ctx, e->step_layers, e->layers, lb, err))
+            goto fail;
+    }
     if (e->gemv_rows) {
         int64_t oc = e->QKV > 2 * e->I ? e->QKV : 2 * e->I;
         if (e->C > oc) oc = e->C;
@@ -930,6 +960,8 @@ void cpt_cuda_engine_free(cpt_cuda_engine *e) {
     cpt_cuda_free(e->spart);
     cpt_cuda_free(e->attn_counters);
     cpt_cuda_free(e->skinny);
+    cpt_cuda_free(e->step_layers);
+    cpt_cuda_free(e->step_barrier);
     free(e->plog_free);
     cpt_cuda_host_free(e->meta_h);
     cpt_cuda_free(e->meta_d);
@@ -998,6 +1030,7 @@ const cpt_engine_stats *cpt_cuda_engine_get_stats(const cpt_cuda_engine *e) { re
 int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { return e->total_blocks; }
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { return e->n_free; }
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { return e->n_graphs; }
+int cpt_cuda_engine_step_forwards(const cpt_cuda_engine *e) { return e->step_forwards; }
 
 int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results,
                              cpt_err *err) {
@@ -1046,6 +1079,7 @@ int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, in
 int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { (void)e; return 0; }
+int cpt_cuda_engine_step_forwards(const cpt_cuda_engine *e) { (void)e; return 0; }
 double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err) { (void)e, (void)reps; return no_cuda(err); }
 
 #endif

@@ -37,6 +37,11 @@ typedef struct cpt_cuda_engine_opts {
                            * in, kernels/cuda/decode_fused.cu) with programmatic dependent launch; needs hidden,
                            * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused) */
     int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
+    int persistent;       /* 1: decode steps of at most CPT_CUDA_FUSED_MAX_ROWS rows as one persistent kernel
+                           * (cpt_cuda_decode_step: the fused products and the tensor-core attention between grid
+                           * barriers; bitwise the same as fused = 1 with attn_v2 = 3) where one is compiled for
+                           * the shapes, else as fused; 2: the same with the kernel built for 1 block a
+                           * multiprocessor. Needs fused = 1. */
 } cpt_cuda_engine_opts;
 
 /* What the rollout worker and `cpt generate` use: the second attention kernel (1.4-1.7x the first's decode tok/s on
@@ -83,6 +88,8 @@ int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, in
 int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e);
+/* Decode forwards that ran as the persistent step kernel (opts.persistent); a captured graph counts once. */
+int cpt_cuda_engine_step_forwards(const cpt_cuda_engine *e);
 /* Benches: replays the latest decode step's graph reps times back to back and returns the seconds per replay: the
  * device time of a step without the host's share. Call it right after a step, before the next step or submit: the
  * replays repeat that step exactly (the same KV rows written with the same values, into blocks that step's slots

@@ -253,6 +253,38 @@ typedef struct cpt_cuda_fused_gemv {
 } cpt_cuda_fused_gemv;
 int cpt_cuda_fused_gemv_ok(int64_t K);
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);
+/* A whole decode step of 1..CPT_CUDA_FUSED_MAX_ROWS rows (one per table) in one persistent kernel
+ * (kernels/cuda/decode_step.cu): for every layer the fused products and the tensor-core attention with the append
+ * (CPT_ATTN_MMA), then the LM head, separated by grid barriers instead of kernel boundaries. The same arithmetic
+ * as those kernels run one by one (bitwise the same logits). Launched cooperatively (every block resident).
+ * layers: device array [n_layers] of the layers' weight pointers (bf16; NULL where absent). */
+typedef struct cpt_cuda_decode_layer {
+    void *ln1, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *bo, *ln2, *wgu, *wdown;
+} cpt_cuda_decode_layer;
+typedef struct cpt_cuda_decode_step {
+    int n; /* rows */
+    int n_layers, H, KV, D;
+    int64_t C, I, V; /* hidden (must be H x D), intermediate, vocabulary */
+    float eps;
+    const cpt_cuda_decode_layer *layers;
+    const void *norm, *lm;    /* final norm [C], LM head [V, C] */
+    void *x, *qkv, *att, *a;  /* bf16 [n, C] embedded (the residual stream), [n, (H + 2 KV) D], [n, H D], [n, I] */
+    float *logits;            /* [n, V] fp32 of rows last[0 .. n) */
+    const int32_t *last;
+    cpt_cuda_paged_kv kv;
+    const int32_t *pos, *tab, *split_len; /* as cpt_cuda_paged_attention_v2_append */
+    int n_splits;
+    float *partial;
+    int *counters;
+    const float *inv_freq;
+    unsigned *barrier;  /* a device counter of the grid barriers, zeroed by the call before the kernel */
+    int blocks_per_sm;  /* 1: the kernel compiled for 1 block a multiprocessor (no register spills); else 2 */
+} cpt_cuda_decode_step;
+/* 1 when a step kernel is compiled for these shapes: head_dim 64 or 128, at most 16 query heads a kv head, hidden =
+ * heads x head_dim, sizes the fused products take, and the products' warps per output among the compiled sets
+ * (the Qwen2.5 0.5B and 1.5B shapes, and the tests' model). */
+int cpt_cuda_decode_step_ok(const cpt_cuda_decode_step *s);
+void cpt_cuda_decode_step_run(cpt_cuda_ctx *ctx, const cpt_cuda_decode_step *s);
 /* Programmatic dependent launch for the kernels that support it (the fused products, kv append, paged attention
  * v2 and its combine, sampling): each may start while the previous kernel finishes. Off by default. */
 void cpt_cuda_set_pdl(cpt_cuda_ctx *ctx, int on);

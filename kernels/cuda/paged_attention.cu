@@ -131,7 +131,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     int start = sp * split_len, end = min(len, start + split_len);
     int QKV = (H + 2 * KV) * D;
     if (start >= end) { /* an empty split: the combine skips l == 0 */
-        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
+        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid, blockDim.x);
         return;
     }
     const float scale = rsqrtf((float)D);
@@ -201,7 +201,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
 static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
     pdl_trigger();
     pdl_wait();
-    merge_heads(out, partial, blockIdx.x, H, blockIdx.y, 1, n_splits, D);
+    merge_heads<0>(out, partial, blockIdx.x, H, blockIdx.y, 1, n_splits, D);
 }
 
 size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits) {
@@ -406,12 +406,12 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     int split_len = n_splits == 1 ? len : *split_len_p;
     int start = sp * split_len, end = min(len, start + split_len);
     if (start >= end) {
-        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid);
+        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid, blockDim.x);
     } else {
         attend_v2<MAXG, MAXD, VU>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
                               len - 1);
     }
-    merge_if_last(out, partial, counters, i, H, KV, kvh, n_splits, D);
+    merge_if_last<0>(out, partial, counters, i, H, KV, kvh, n_splits, D);
 }
 
 static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv, const cpt_cuda_paged_kv *kv,

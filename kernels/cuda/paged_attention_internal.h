@@ -8,6 +8,14 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
+/* A barrier over the threads that run the attention: SUB = 0 the whole block (__syncthreads), else the first SUB
+ * threads (named barrier 1), when the rest of the block does something else (the persistent decode step). */
+template <int SUB> static __device__ __forceinline__ void block_sync() {
+    if constexpr (SUB == 0) __syncthreads();
+    else asm volatile("bar.sync 1, %0;" ::"n"(SUB) : "memory");
+}
+template <int SUB> static __device__ __forceinline__ int sub_threads() { return SUB ? SUB : (int)blockDim.x; }
+
 /* Offset (bf16 values) of position p's row in table tab, layer `layer`, which = 0 keys / 1 values. */
 static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, int which, int tab, int p) {
     int32_t blk = kv.block_tables[(int64_t)tab * kv.max_blocks + p / kv.block_size];
@@ -26,7 +34,7 @@ static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, 
     if (w) {
         float ss = 0.0f;
         for (int d = lane; d < D; d += 32) {
-            float f = __bfloat162float(src[d]);
+            float f = __bfloat162float(__ldcg(src + d));
             ss += f * f;
         }
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -34,7 +42,7 @@ static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, 
     }
     __syncwarp();
     for (int k = lane; k < half; k += 32) {
-        float a = __bfloat162float(src[k]) * rstd, b = __bfloat162float(src[k + half]) * rstd;
+        float a = __bfloat162float(__ldcg(src + k)) * rstd, b = __bfloat162float(__ldcg(src + k + half)) * rstd;
         if (w) {
             a *= __bfloat162float(w[k]);
             b *= __bfloat162float(w[k + half]);
@@ -47,8 +55,8 @@ static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, 
 
 /* The (unnormalised o, m, l) partial of an empty split: m = -inf, l = 0, which the combine skips. */
 static __device__ __forceinline__ void empty_split_partials(float *partial, int64_t i, int H, int kvh, int G,
-                                                            int n_splits, int sp, int D, int tid) {
-    for (int g = tid; g < G; g += blockDim.x) {
+                                                            int n_splits, int sp, int D, int tid, int nt) {
+    for (int g = tid; g < G; g += nt) {
         float *pp = partial + (((i * H) + kvh * G + g) * n_splits + sp) * (int64_t)(D + 2);
         pp[D] = -INFINITY;
         pp[D + 1] = 0.0f;
@@ -86,18 +94,19 @@ struct attn_append {
  * l_s over the splits with l_s > 0, by the whole block. Every (m, l) is loaded at once, the weights computed once per
  * head, and each output element issues its split loads together: the merge is a few dependent L2 round trips, not
  * one per split. Loads bypass L1 (__ldcg): the merging block may read partials other blocks just wrote. */
+template <int SUB>
 static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int64_t i, int H, int h0, int nh,
                                    int n_splits, int D) {
     __shared__ float w_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS], l_s[MERGE_MAX_HEADS][MERGE_MAX_SPLITS],
         den_s[MERGE_MAX_HEADS];
-    int tid = threadIdx.x;
-    for (int x = tid; x < nh * n_splits; x += blockDim.x) { /* m into w_s for now */
+    const int tid = threadIdx.x, nt = sub_threads<SUB>();
+    for (int x = tid; x < nh * n_splits; x += nt) { /* m into w_s for now */
         const float *pp = partial + ((i * H + h0 + x / n_splits) * n_splits + x % n_splits) * (int64_t)(D + 2);
         w_s[x / n_splits][x % n_splits] = __ldcg(pp + D);
         l_s[x / n_splits][x % n_splits] = __ldcg(pp + D + 1);
     }
-    __syncthreads();
-    for (int g = tid; g < nh; g += blockDim.x) { /* the weights e^(m_s - M) of the non-empty splits, the denominator */
+    block_sync<SUB>();
+    for (int g = tid; g < nh; g += nt) { /* the weights e^(m_s - M) of the non-empty splits, the denominator */
         float M = -INFINITY, den = 0.0f;
         for (int s = 0; s < n_splits; s++)
             if (l_s[g][s] > 0.0f) M = fmaxf(M, w_s[g][s]);
@@ -108,8 +117,8 @@ static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int
         }
         den_s[g] = den;
     }
-    __syncthreads();
-    for (int x = tid; x < nh * D; x += blockDim.x) {
+    block_sync<SUB>();
+    for (int x = tid; x < nh * D; x += nt) {
         int g = x / D, d = x % D;
         const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2) + d;
         float o[MERGE_MAX_SPLITS];
@@ -132,19 +141,21 @@ void cpt_paged_attention_mma_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float
 
 /* The last of the (row i, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
  * order of the merge is the split order whichever block runs it) and leaves the counter at zero again. Called by
- * every thread of the block; nothing to do with one split or without counters (the combine kernel merges). */
+ * every thread of the block (SUB: of the first SUB threads); nothing to do with one split or without counters (the
+ * combine kernel merges). */
+template <int SUB>
 static __device__ __forceinline__ void merge_if_last(__nv_bfloat16 *out, const float *partial, int *counters,
                                                      int64_t i, int H, int KV, int kvh, int n_splits, int D) {
     __shared__ int last_s;
     if (n_splits == 1 || !counters) return;
     __threadfence();
-    __syncthreads();
+    block_sync<SUB>();
     if (threadIdx.x == 0) last_s = atomicAdd(&counters[i * KV + kvh], 1) == n_splits - 1;
-    __syncthreads();
+    block_sync<SUB>();
     if (!last_s) return;
     __threadfence();
     const int G = H / KV;
-    merge_heads(out, partial, i, H, kvh * G, G, n_splits, D);
+    merge_heads<SUB>(out, partial, i, H, kvh * G, G, n_splits, D);
     if (threadIdx.x == 0) counters[i * KV + kvh] = 0;
 }
 

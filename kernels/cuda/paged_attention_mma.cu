@@ -11,210 +11,7 @@
  * n-tiles of 8 positions), its own running max and sum, P V into its own fp32 accumulators (the building blocks of
  * the training forward, attention_internal.h). At the end the warps' (o, m, l) are merged through shared memory
  * and written as the second version writes them (normalised bf16 with one split, else partials). */
-#include "kernels/cuda/attention_internal.h"
-#include "kernels/cuda/paged_attention_internal.h"
-
-template <int D, int NW> struct pam_cfg {
-    static constexpr int BN = 16 * NW; /* positions a tile */
-    static constexpr int SD = attn_pad<D>::SD;
-    static constexpr int NT = NW * 32;
-    /* Q (16 rows) and two stages of K and V tiles; under the 48 KB of static launch */
-    static constexpr size_t smem = (size_t)(16 + 4 * BN) * SD * sizeof(__nv_bfloat16);
-    static_assert(smem <= 48 * 1024, "paged mma attention: shared memory over 48 KB");
-    /* the warps' fp32 o [NW][16][D] reuse the K and V stages at the end */
-    static_assert((size_t)NW * 16 * D * sizeof(float) <= (size_t)4 * BN * SD * sizeof(__nv_bfloat16),
-                  "paged mma attention: the merge does not fit in the tiles' memory");
-};
-
-/* Positions p0 .. p0 + valid - 1 (valid may exceed BN: BN rows are loaded) of table t into the K and V tiles, 16
- * bytes per cp.async; rows past valid are zero-filled (their scores are masked, and 0 * garbage would be NaN). */
-template <int D, int NW>
-static __device__ __forceinline__ void load_kv_tile(__nv_bfloat16 *sK, __nv_bfloat16 *sV, const cpt_cuda_paged_kv &kv,
-                                                    int layer, int t, int kvh, int p0, int valid, int64_t vshift,
-                                                    int tid) {
-    constexpr int CH = D / 8, BN = pam_cfg<D, NW>::BN, SD = pam_cfg<D, NW>::SD, NT = pam_cfg<D, NW>::NT;
-    static_assert(NT % CH == 0, "a thread keeps one 16-byte column of the rows it loads");
-    const __nv_bfloat16 *pool = (const __nv_bfloat16 *)kv.pool;
-    const int k = (tid % CH) * 8;
-    for (int r = tid / CH; r < BN; r += NT / CH) {
-        bool v = r < valid;
-        const __nv_bfloat16 *src = v ? pool + kv_row(kv, layer, 0, t, p0 + r) + (int64_t)kvh * D + k : pool;
-        cp_async16(sK + r * SD + k, src, v);
-        cp_async16(sV + r * SD + k, v ? src + vshift : pool, v);
-    }
-}
-
-/* Positions [start, end) of row i's table t for kv head kvh; p = the row's own position (appended first when the
- * append is fused in and this split holds it). */
-template <int D, int NW>
-static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
-                                                  const cpt_cuda_paged_kv &kv, int layer, int t, int start, int end,
-                                                  int64_t i, int kvh, int sp, int n_splits, int H, int KV,
-                                                  const attn_append &ap, int p, unsigned char *smem) {
-    constexpr int BN = pam_cfg<D, NW>::BN, SD = pam_cfg<D, NW>::SD, NT = pam_cfg<D, NW>::NT, CH = D / 8;
-    __shared__ float m_w[NW][16], l_w[NW][16];
-    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem, *sK = sQ + 16 * SD, *sV = sK + 2 * BN * SD;
-    const int G = H / KV, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-    const int QKV = (H + 2 * KV) * D;
-    const __nv_bfloat16 *qrow = qkv + i * QKV;
-    const int64_t vshift = (int64_t)kv.n_blocks * kv.block_size * kv.n_kv_heads * D; /* K -> V of one layer */
-
-    /* the queries: rows g < G the group's heads as bf16 (rotated here when the append is fused in, rounded as
-     * kv_append stores them), rows G..15 zero */
-    if (!ap.inv_freq) {
-        for (int c = tid; c < 16 * CH; c += NT) {
-            int r = c / CH, k = (c % CH) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < G) v = *(const uint4 *)(qrow + (int64_t)(kvh * G + r) * D + k);
-            *(uint4 *)(sQ + r * SD + k) = v;
-        }
-    } else {
-        const int half = D / 2;
-        for (int r = warp; r < 16; r += NW) {
-            if (r < G)
-                norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
-                               [&](int k, float x0, float x1) {
-                                   sQ[r * SD + k] = __float2bfloat16(x0);
-                                   sQ[r * SD + k + half] = __float2bfloat16(x1);
-                               });
-            else
-                for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
-        }
-        /* the split holding position p writes its key (rotated) and value into the pages before any tile load */
-        if (start <= p && p < end) {
-            __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
-            int64_t kr = kv_row(kv, layer, 0, t, p) + (int64_t)kvh * D, vr = kr + vshift;
-            if (warp == 0)
-                norm_rope_head(qrow + (int64_t)(H + kvh) * D, ap.k_norm, ap.eps, p, ap.inv_freq, D, lane,
-                               [&](int k, float x0, float x1) {
-                                   pool[kr + k] = __float2bfloat16(x0);
-                                   pool[kr + k + half] = __float2bfloat16(x1);
-                               });
-            else if (warp == 1)
-                for (int d = lane; d < D; d += 32) pool[vr + d] = qrow[(int64_t)(H + KV + kvh) * D + d];
-            __threadfence(); /* the cp.async reads below go through L2 */
-        }
-    }
-    __syncthreads();
-
-    const int ntiles = (end - start + BN - 1) / BN;
-    load_kv_tile<D, NW>(sK, sV, kv, layer, t, kvh, start, end - start, vshift, tid);
-    cp_async_commit();
-    const float scale_log2 = rsqrtf((float)D) * ATTN_LOG2E;
-    uint32_t qf[D / 16][4];
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int x = 0; x < D / 8; x++) o[x][0] = o[x][1] = o[x][2] = o[x][3] = 0.0f;
-
-    for (int tt = 0; tt < ntiles; tt++) {
-        cp_async_wait_all();
-        __syncthreads(); /* tile tt visible to all; every warp is done with tile tt-1, so its stage may refill */
-        if (tt == 0) {
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) lds_a<D>(qf[kk], sQ, 0, kk * 16, lane);
-        }
-        if (tt + 1 < ntiles) {
-            int nb = (tt + 1) & 1, p1 = start + (tt + 1) * BN;
-            load_kv_tile<D, NW>(sK + nb * BN * SD, sV + nb * BN * SD, kv, layer, t, kvh, p1, end - p1, vshift, tid);
-            cp_async_commit();
-        }
-        const int w0 = start + tt * BN + warp * 16; /* this warp's first position */
-        if (w0 >= end) continue;
-        const __nv_bfloat16 *cK = sK + (tt & 1) * BN * SD, *cV = sV + (tt & 1) * BN * SD;
-        /* S = Q K^T over the warp's 16 positions: s[nt] holds positions w0 + 8 nt + 2 tq (+1), heads g, g + 8 */
-        float s[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t b[4];
-            lds_bt<D>(b, cK, warp * 16, kk * 16, lane);
-            mma16816(s[0], qf[kk], b[0], b[1]);
-            mma16816(s[1], qf[kk], b[2], b[3]);
-        }
-        if (w0 + 16 > end) {
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (w0 + nt * 8 + 2 * tq + (e & 1) >= end) s[nt][e] = -INFINITY;
-        }
-        /* online softmax of the two heads this thread holds (g and g + 8), in log2 units; base 0 while a head has
-         * seen no position (max -inf), so masked scores give 0 and not NaN */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mn = fmaxf(m[r], mx * scale_log2), base = mn == -INFINITY ? 0.0f : mn;
-            float corr = exp2f(m[r] - base), sum = 0.0f;
-            m[r] = mn;
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-                s[nt][2 * r] = exp2f(s[nt][2 * r] * scale_log2 - base);
-                s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] * scale_log2 - base);
-                sum += s[nt][2 * r] + s[nt][2 * r + 1];
-            }
-            l[r] = l[r] * corr + sum;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++) {
-                o[dt][2 * r] *= corr;
-                o[dt][2 * r + 1] *= corr;
-            }
-        }
-        /* O += P V: the scores' accumulators are the A fragment of the product (k = the warp's 16 positions) */
-        uint32_t a[4];
-        acc_to_a(a, s[0], s[1]);
-#pragma unroll
-        for (int dp = 0; dp < D / 16; dp++) {
-            uint32_t b[4];
-            lds_b<D>(b, cV, warp * 16, dp * 16, lane);
-            mma16816(o[2 * dp], a, b[0], b[1]);
-            mma16816(o[2 * dp + 1], a, b[2], b[3]);
-        }
-    }
-
-    /* the warps' (o, m, l) through shared memory (the tiles' memory: every warp is past its last tile) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    __syncthreads();
-    float *o_s = (float *)sK; /* [NW][16][D] */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = g + 8 * r;
-        float *dst = o_s + (warp * 16 + row) * D + 2 * tq;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            dst[dt * 8] = o[dt][2 * r];
-            dst[dt * 8 + 1] = o[dt][2 * r + 1];
-        }
-        if (tq == 0) {
-            m_w[warp][row] = m[r];
-            l_w[warp][row] = l[r];
-        }
-    }
-    __syncthreads();
-    for (int x = tid; x < G * D; x += NT) {
-        int gg = x / D, d = x % D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; w++)
-            if (l_w[w][gg] > 0.0f) M = fmaxf(M, m_w[w][gg]);
-        float oo = 0.0f, ll = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            if (l_w[w][gg] <= 0.0f) continue;
-            float c = exp2f(m_w[w][gg] - M);
-            oo += c * o_s[(w * 16 + gg) * D + d];
-            ll += c * l_w[w][gg];
-        }
-        float m_nat = M * ATTN_LN2; /* the partials' max is in natural units (the merge takes e^(m - M)) */
-        store_head(out, partial, i, H, kvh * G + gg, n_splits, sp, D, d, oo, &m_nat, &ll);
-    }
-}
+#include "kernels/cuda/paged_attention_mma_internal.h"
 
 template <int D, int NW>
 static __global__ void __launch_bounds__(NW * 32) paged_attention_mma_kernel(
@@ -230,11 +27,11 @@ static __global__ void __launch_bounds__(NW * 32) paged_attention_mma_kernel(
     const int split_len = n_splits == 1 ? len : *split_len_p;
     const int start = sp * split_len, end = min(len, start + split_len);
     if (start >= end)
-        empty_split_partials(partial, i, H, kvh, H / KV, n_splits, sp, D, threadIdx.x);
+        empty_split_partials(partial, i, H, kvh, H / KV, n_splits, sp, D, threadIdx.x, NW * 32);
     else
-        attend_mma<D, NW>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, ap, len - 1,
-                          pam_smem);
-    merge_if_last(out, partial, counters, i, H, KV, kvh, n_splits, D);
+        attend_mma<D, NW, 0>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, ap, len - 1,
+                             pam_smem);
+    merge_if_last<0>(out, partial, counters, i, H, KV, kvh, n_splits, D);
 }
 
 int cpt_cuda_paged_attention_mma_ok(cpt_attn_shape s) {
@@ -242,18 +39,18 @@ int cpt_cuda_paged_attention_mma_ok(cpt_attn_shape s) {
            s.n_heads / s.n_kv_heads <= 16;
 }
 
-/* head_dim 128: 2 warps (tiles of 32 positions), head_dim 64: 4 warps (64 positions); both 39 KB of shared
- * memory, so 5 blocks fit a multiprocessor */
 void cpt_paged_attention_mma_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
                                     const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                     int n_rows, int n_splits, const int32_t *split_len, int H, int KV, int D,
                                     int *counters, attn_append ap) {
     dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
+    constexpr int W128 = pam_warps<128>::NW, W64 = pam_warps<64>::NW;
     if (D == 128)
-        launch_k(ctx, paged_attention_mma_kernel<128, 2>, grid, dim3(pam_cfg<128, 2>::NT), pam_cfg<128, 2>::smem, out,
-                 partial, qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, counters, ap);
+        launch_k(ctx, paged_attention_mma_kernel<128, W128>, grid, dim3(pam_cfg<128, W128>::NT),
+                 pam_cfg<128, W128>::smem, out, partial, qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, counters,
+                 ap);
     else
-        launch_k(ctx, paged_attention_mma_kernel<64, 4>, grid, dim3(pam_cfg<64, 4>::NT), pam_cfg<64, 4>::smem, out,
-                 partial, qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, counters, ap);
+        launch_k(ctx, paged_attention_mma_kernel<64, W64>, grid, dim3(pam_cfg<64, W64>::NT), pam_cfg<64, W64>::smem,
+                 out, partial, qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, counters, ap);
     LAUNCH_OK("paged_attention_mma_kernel");
 }

@@ -51,12 +51,18 @@ static void round_model_bf16(cpt_model *m) {
 /* A bigger random model with Qwen2.5-0.5B's head layout (head_dim 64, 7 query heads per kv head, qkv bias), its
  * final norm scaled so the logits are peaked like a trained model's (random init gives near-uniform ones, where
  * greedy is all near-ties). */
-static cpt_model *big_model(void) {
+/* A random qwen2 model: 3 layers of hidden 448 (7 heads of 64 over 1 kv head), or (wide) 2 layers of the 1.5B
+ * shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960): the persistent step's kernel set there. */
+static cpt_model *random_model(int wide) {
     cpt_model_config c;
     memset(&c, 0, sizeof c);
     c.arch = CPT_ARCH_QWEN2;
     c.vocab_size = 4096, c.hidden_size = 448, c.intermediate_size = 1024, c.num_layers = 3;
     c.num_heads = 7, c.num_kv_heads = 1, c.head_dim = 64;
+    if (wide) {
+        c.hidden_size = 1536, c.intermediate_size = 8960, c.num_layers = 2;
+        c.num_heads = 12, c.num_kv_heads = 2, c.head_dim = 128;
+    }
     c.rms_norm_eps = 1e-6f, c.rope_theta = 1000000.0f, c.qkv_bias = 1, c.tie_word_embeddings = 1;
     c.max_position_embeddings = 4096, c.bos_token_id = -1, c.eos_token_id = -1;
     cpt_model *m = cpt_model_new_random(&c, 1234, &err);
@@ -152,9 +158,11 @@ static int gemv_rows;     /* the engines' skinny-product setting (cpt_cuda_engin
 static int prefill_chunk; /* the engines' prefill chunk (0: default) */
 static int attn_v2;       /* the engines' attention kernel (cpt_cuda_engine_opts.attn_v2) */
 static int fused;         /* the engines' fused products (cpt_cuda_engine_opts.fused) */
+static int persistent;    /* the engines' persistent decode step (cpt_cuda_engine_opts.persistent) */
 
 /* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
 static const char *variant(int wide) {
+    if (persistent) return wide ? "+persistent" : "+pers";
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
     if (fused) return wide ? "+fused" : "+fusd";
@@ -175,6 +183,7 @@ static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_bl
     o.base.prefill_chunk = prefill_chunk;
     o.attn_v2 = attn_v2;
     o.fused = fused;
+    o.persistent = persistent;
     cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
     if (!e) {
         fprintf(stderr, "cuda engine: %s\n", err.msg);
@@ -983,6 +992,63 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     cpt_cuda_engine_free(e);
 }
 
+/* ---- 5. the persistent decode step ------------------------------------------------------------------------ */
+
+/* Decode steps of 1-4 rows as one persistent kernel (engine persistent = 1, and 2: the kernel built for one block a
+ * multiprocessor) against the same engine settings with the kernels launched one by one (fused products, the
+ * tensor-core attention): greedy and sampled requests, bitwise the same tokens and logprobs, and the step kernel
+ * must have run. */
+static void test_persistent(const char *name, cpt_model *m) {
+    int V = cpt_model_cfg(m)->vocab_size;
+    enum { NR = 5 };
+    static const int lens[NR] = {1, 9, 17, 40, 90};
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 23, 0);
+    cpt_gen_request rq[NR];
+    int32_t *prompts[NR];
+    for (int i = 0; i < NR; i++) {
+        prompts[i] = rand_prompt(&rng, lens[i], V);
+        memset(&rq[i], 0, sizeof rq[i]);
+        rq[i].prompt = prompts[i];
+        rq[i].n_prompt = lens[i];
+        rq[i].n_samples = i == 3 ? 3 : 1;
+        rq[i].sp = i < 2 ? (cpt_sample_params){0.0f, 0, 1.0f, 0.0f} : (cpt_sample_params){0.8f, 0, 0.95f, 0.0f};
+        rq[i].seed = 31 + (uint64_t)i;
+        rq[i].max_new_tokens = 30;
+    }
+    int keep_fused = fused, keep_attn = attn_v2, keep_gemv = gemv_rows;
+    fused = 1, attn_v2 = 3, gemv_rows = 4;
+    cpt_gen_result ref[NR], got[NR];
+    cpt_cuda_engine *e0 = gpu_engine(m, 4, 16, 0, 0, 512);
+    run_gpu(e0, rq, NR, ref);
+    CHECK_EQ_INT(cpt_cuda_engine_step_forwards(e0), 0);
+    for (int p = 1; p <= 2; p++) {
+        persistent = p;
+        cpt_cuda_engine *e = gpu_engine(m, 4, 16, 0, 0, 512);
+        run_gpu(e, rq, NR, got);
+        int steps = cpt_cuda_engine_step_forwards(e), same = same_results(ref, got, NR);
+        lp_stats st = {0, 0, 0};
+        for (int i = 0; i < NR; i++) check_against_cpu(m, &rq[i], &got[i], &st);
+        printf("persistent%d %-11s step kernel in %d captured forwards, vs the kernels one by one: %s; max |lp - cpu| "
+               "%.4f over %ld tokens\n", p, name, steps, same ? "bitwise the same" : "DIFFERS", st.max_dlp, st.tokens);
+        SUM("persistent%d %-12s %s  max|dlp| %.4f  step forwards %d", p, name, same ? "bitwise" : "DIFFERS",
+            st.max_dlp, steps);
+        CHECK_MSG(steps > 0, "%s: the persistent step kernel never ran (persistent %d)", name, p);
+        CHECK_MSG(same, "%s: the persistent step (persistent %d) differs from the kernels one by one", name, p);
+        CHECK_MSG(st.max_dlp < LP_TOL, "%s: persistent-step logprobs off the CPU model's by %.4f", name, st.max_dlp);
+        CHECK_EQ_INT(cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
+        for (int i = 0; i < NR; i++) cpt_gen_result_free(&got[i]);
+        cpt_cuda_engine_free(e);
+    }
+    persistent = 0;
+    fused = keep_fused, attn_v2 = keep_attn, gemv_rows = keep_gemv;
+    for (int i = 0; i < NR; i++) {
+        cpt_gen_result_free(&ref[i]);
+        free(prompts[i]);
+    }
+    cpt_cuda_engine_free(e0);
+}
+
 int main(void) {
     static const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     test_sampler_kernel();
@@ -1000,7 +1066,7 @@ int main(void) {
     }
     test_skinny();
     test_fused();
-    cpt_model *big = big_model();
+    cpt_model *big = random_model(0);
     test_greedy("random-448x3", big, 16);
     /* the same with the skinny products in the decode steps (and short prefills) */
     gemv_rows = 8;
@@ -1033,6 +1099,12 @@ int main(void) {
         test_greedy("random-448x3", big, 16);
         test_paged_churn("random-448x3", big);
         test_sampling_engine("random-448x3", big);
+        /* the whole decode step as one persistent kernel (its attention is the tensor-core one), at head_dim 64
+         * and at the 1.5B shape's layer */
+        test_persistent("random-448x3", big);
+        cpt_model *wide = random_model(1);
+        test_persistent("random-1536x2", wide);
+        cpt_model_free(wide);
     }
     attn_v2 = 1;
     fused = 0;

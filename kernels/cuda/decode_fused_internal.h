@@ -1,0 +1,210 @@
+/* The body of the fused decode products (cpt_cuda_fused_gemv in cuda_ops.h), shared by their kernel
+ * (decode_fused.cu) and the persistent decode step (decode_step.cu). .cu files only.
+ *
+ * A block walks the groups grp, grp + n_grid, ... of outputs. It loads its first weights, which never depend on
+ * earlier work, then calls wait() (the kernel: pdl_wait, the step kernel: a grid barrier), then stages the input
+ * rows (in xs_raw, n x K bf16 of dynamic shared memory) and computes. Activations are read through L2 (__ldcg): in
+ * the step kernel other blocks wrote them after this block may have cached older values in L1. */
+#ifndef CPT_KERNELS_CUDA_DECODE_FUSED_INTERNAL_H
+#define CPT_KERNELS_CUDA_DECODE_FUSED_INTERNAL_H
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define FG_THREADS 256
+#define FG_WARPS (FG_THREADS / 32)
+#define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: FG_PF / rows per output) */
+#define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
+#define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
+
+/* MAXN: rows bound; WPR: warps per output; MODE: cpt_cuda_fused_out; NORM: rmsnorm the input first.
+ * Shared memory holds the n (normalised) input rows, bf16, staged once per block. The grid walks the groups of RPB
+ * outputs (grid-stride: no block launch per few outputs); while a group is computed, the next group's weights are
+ * already loading into a second set of registers (rows of at most PF vectors a lane; longer rows loop). */
+template <int MAXN, int WPR, int MODE, bool NORM, typename Wait>
+static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gemv &a, int64_t grp, int64_t n_grid,
+                                                        uint4 *xs_raw, Wait wait) {
+    constexpr int RPB = FG_WARPS / WPR;                  /* outputs per group */
+    constexpr int NW = MODE == CPT_FUSED_SWIGLU ? 2 : 1; /* weight rows per output: gate and up */
+    constexpr int PF = FG_PF / NW;
+    __shared__ float ss_s[FG_WARPS][MAXN];
+    __shared__ float red_s[FG_WARPS][NW][MAXN];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % WPR, rib = warp / WPR;
+    const int64_t nvec = a.K / 8, stride = WPR * 32, first = ks * 32 + lane;
+    const int64_t ngroups = (a.OC + RPB - 1) / RPB;
+    const bool one_batch = nvec <= PF * stride; /* whole rows fit one register set (the same in every lane) */
+    uint4 wv[NW][PF], wn[NW][PF];
+    /* the first PF vectors a lane takes of output oc's weight row(s), into w */
+    auto load = [&](uint4 (&w)[NW][PF], int64_t oc, int64_t j0) {
+        bool live = oc < a.OC;
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+            const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)a.w + ((r ? a.OC : 0) + (live ? oc : 0)) * a.K);
+#pragma unroll
+            for (int u = 0; u < PF; u++) {
+                int64_t v = first + (j0 + u) * stride;
+                w[r][u] = live && v < nvec ? __ldg(wr + v) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    /* the weights never depend on the previous kernel: the first group's, and the norm weight's first vectors, are
+     * loaded before waiting for it */
+    load(wv, grp * RPB + rib, 0);
+    uint4 gpre[FG_NORM_PF];
+#pragma unroll
+    for (int k = 0; k < FG_NORM_PF; k++) {
+        int64_t v = threadIdx.x + (int64_t)k * FG_THREADS;
+        gpre[k] = NORM && v < nvec ? __ldg((const uint4 *)a.norm_w + v) : make_uint4(0, 0, 0, 0);
+    }
+    wait();
+    /* stage the input rows: raw, then (NORM) each scaled by its rstd and the norm weight, rounded to bf16 */
+    {
+        float ss[MAXN];
+#pragma unroll
+        for (int n = 0; n < MAXN; n++) ss[n] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < MAXN; n++) {
+            if (n >= a.n) break;
+            const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
+            for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
+                uint4 raw = __ldcg(src + v); /* L2: in the step kernel another block wrote it since */
+                xs_raw[n * nvec + v] = raw;
+                if constexpr (NORM) {
+                    float f[8];
+                    bf16x8_to_f32(raw, f);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) ss[n] += f[k] * f[k];
+                }
+            }
+        }
+        if constexpr (NORM) {
+#pragma unroll
+            for (int n = 0; n < MAXN; n++) {
+                for (int o = 16; o > 0; o >>= 1) ss[n] += __shfl_xor_sync(0xffffffffu, ss[n], o);
+                if (lane == 0) ss_s[warp][n] = ss[n];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < MAXN; n++) {
+                if (n >= a.n) break;
+                float t = 0.0f;
+                for (int w = 0; w < FG_WARPS; w++) t += ss_s[w][n];
+                float s = rsqrtf(t / (float)a.K + a.eps);
+                for (int64_t v = threadIdx.x, j = 0; v < nvec; v += FG_THREADS, j++) {
+                    float f[8], g[8];
+                    bf16x8_to_f32(xs_raw[n * nvec + v], f);
+                    uint4 gv = gpre[0]; /* the j-th vector this thread takes: prefetched for j < FG_NORM_PF */
+#pragma unroll
+                    for (int q = 1; q < FG_NORM_PF; q++)
+                        if (j == q) gv = gpre[q];
+                    bf16x8_to_f32(j < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) f[k] = g[k] * (f[k] * s); /* as cpt_cuda_rmsnorm_fwd */
+                    xs_raw[n * nvec + v] = f32_to_bf16x8(f);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (; grp < ngroups; grp += n_grid) {
+        const int64_t oc = grp * RPB + rib, next = grp + n_grid;
+        const bool live = oc < a.OC;
+        /* whole rows in registers: the next group's weights load now, while this group is computed */
+        if (one_batch && next < ngroups) load(wn, next * RPB + rib, 0);
+        float acc[NW][MAXN];
+#pragma unroll
+        for (int r = 0; r < NW; r++)
+#pragma unroll
+            for (int n = 0; n < MAXN; n++) acc[r][n] = 0.0f;
+        for (int64_t j0 = 0;; j0 += PF) {
+#pragma unroll
+            for (int u = 0; u < PF; u++) {
+                int64_t v = first + (j0 + u) * stride;
+                if (!live || v >= nvec) break;
+                float wf[NW][8];
+#pragma unroll
+                for (int r = 0; r < NW; r++) bf16x8_to_f32(wv[r][u], wf[r]);
+#pragma unroll
+                for (int n = 0; n < MAXN; n++) {
+                    if (n >= a.n) break;
+                    float x[8];
+                    bf16x8_to_f32(xs_raw[n * nvec + v], x);
+#pragma unroll
+                    for (int r = 0; r < NW; r++)
+#pragma unroll
+                        for (int k = 0; k < 8; k++) acc[r][n] += wf[r][k] * x[k];
+                }
+            }
+            if (first + (j0 + PF) * stride >= nvec) break;
+            load(wv, oc, j0 + PF); /* rows longer than PF vectors a lane: the next batch */
+        }
+        if (!one_batch && next < ngroups) load(wv, next * RPB + rib, 0);
+#pragma unroll
+        for (int r = 0; r < NW; r++)
+#pragma unroll
+            for (int n = 0; n < MAXN; n++)
+                for (int o = 16; o > 0; o >>= 1) acc[r][n] += __shfl_xor_sync(0xffffffffu, acc[r][n], o);
+        int n_fin; /* which (output, row) this thread finishes, if any */
+        int64_t oc_fin;
+        bool fin;
+        float res[NW];
+        if constexpr (WPR == 1) {
+            n_fin = lane, oc_fin = oc;
+            fin = lane < MAXN && lane < a.n && live;
+#pragma unroll
+            for (int r = 0; r < NW; r++) {
+                res[r] = acc[r][0];
+#pragma unroll
+                for (int n = 1; n < MAXN; n++)
+                    if (n == lane) res[r] = acc[r][n];
+            }
+        } else {
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < NW; r++)
+#pragma unroll
+                    for (int n = 0; n < MAXN; n++) red_s[warp][r][n] = acc[r][n];
+            __syncthreads();
+            int t = threadIdx.x;
+            n_fin = t % MAXN, oc_fin = grp * RPB + t / MAXN;
+            fin = t < RPB * MAXN && n_fin < a.n && oc_fin < a.OC;
+            if (fin)
+#pragma unroll
+                for (int r = 0; r < NW; r++) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < WPR; k++) s += red_s[(t / MAXN) * WPR + k][r][n_fin];
+                    res[r] = s;
+                }
+            __syncthreads(); /* red_s is rewritten by the next group */
+        }
+        if (one_batch)
+#pragma unroll
+            for (int r = 0; r < NW; r++)
+#pragma unroll
+                for (int u = 0; u < PF; u++) wv[r][u] = wn[r][u];
+        if (!fin) continue;
+        int64_t at = (int64_t)n_fin * a.OC + oc_fin;
+        float b = a.bias ? __bfloat162float(((const __nv_bfloat16 *)a.bias)[oc_fin]) : 0.0f;
+        if constexpr (MODE == CPT_FUSED_BF16) {
+            ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(res[0] + b);
+        } else if constexpr (MODE == CPT_FUSED_RESID) {
+            __nv_bfloat16 *x = (__nv_bfloat16 *)a.out;
+            x[at] = __float2bfloat16(__bfloat162float(__ldcg(x + at)) + bf16_round(res[0] + b));
+        } else if constexpr (MODE == CPT_FUSED_SWIGLU) {
+            float g = bf16_round(res[0]), u = bf16_round(res[NW - 1]);
+            ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(silu_f(g) * u); /* as swiglu_fwd_kernel */
+        } else {
+            ((float *)a.out)[at] = res[0] + b;
+        }
+    }
+}
+
+/* The smallest WPR whose lanes hold a whole row in one register set (else 8, and the kernel loops). */
+static inline int pick_wpr(int64_t K, int nw) {
+    int64_t nvec = K / 8, pf = FG_PF / nw;
+    for (int wpr = 1; wpr < 8; wpr *= 2)
+        if ((nvec + 32 * wpr - 1) / (32 * wpr) <= pf) return wpr;
+    return 8;
+}
+
+#endif
