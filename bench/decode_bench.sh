@@ -6,7 +6,8 @@
 #   bench/decode_bench.sh run [DIR] [--no-test] [--no-bench] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
 #                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT,
-#                                                BENCH_V1=1 also the first attention kernel with cuBLASLt only)
+#                                                BENCH_SET base|new|all, BENCH_V1=1 also the first attention kernel
+#                                                with cuBLASLt only)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
 #                                                (env PROFILE_ARGS, e.g. "--attn-v2 --gemv 8"; PROFILE_SHAPE 0.5b|1.5b;
@@ -40,24 +41,26 @@ run)
             echo "test_cuda_decode without the tensor-core attention rc=$? ($(grep -c 'CHECK failed' "$out/test_cuda_decode_nomma.log") failed checks)"
         fi
     fi
-    # the engine defaults (cpt_cuda_engine_defaults: attention v2, fused products at <= 4 rows, skinny products),
-    # then batches 1 and 4 without the fused products, then with the first attention kernel and cuBLASLt only
-    if [ $bench = 1 ]; then
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee "$out/decode_bench.log"
+    # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: attention v2, fused products at <= 4 rows,
+    # skinny products), then batches 1 and 4 without the fused products; new: the tensor-core attention (engine
+    # attn_v2 = 3) at batch 1, 64, 256, the persistent decode step at batch 1 and 4 (2 blocks a multiprocessor,
+    # then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; all (default): both
+    set=${BENCH_SET:-all}
+    if [ $bench = 1 ] && [ "$set" != new ]; then
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee -a "$out/decode_bench.log"
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
             tee -a "$out/decode_bench.log"
-        # the tensor-core attention (engine attn_v2 = 3), then attention v2 with 16 value loads in flight
-        # (attn_v2 = 2) where the attention weighs most
+        [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
+    fi
+    if [ $bench = 1 ] && [ "$set" != base ]; then
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --batches 1,64,256 2>&1 |
             tee -a "$out/decode_bench.log"
-        # the whole decode step as one persistent kernel at batches 1 and 4 (2 blocks a multiprocessor, then 1)
         for p in 1 2; do
             timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --persistent $p --batches 1,4 2>&1 |
                 tee -a "$out/decode_bench.log"
         done
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2-deep --gemv 4 --fused --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"
-        [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
     fi
     if [ $torch = 1 ]; then
         PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/decode_torch.py --shapes ${HF_SHAPES:-1.5b,0.5b} --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |

@@ -10,8 +10,8 @@
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
-# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodetorch decodeprof
-# decodeprof15 decodeprof15mma grpo
+# Stages (in the order given): ops model train attn trainbench trainprof xport decode decodenew decodetorch
+# decodeprof decodeprof15 decodeprof15mma grpo
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain].
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -82,7 +82,9 @@ run() {
         trainprof) stage trainprof 240 ncu --clock-control none --print-summary per-kernel \
             --metrics gpu__time_duration.sum "$d/cuda_train_bench" --shape 0.5b --steps 1 --warmup 1 ;;
         xport) stage xport 180 "$d/test_weight_transports" ;;
-        decode) stage decode 420 env TEST_TIMEOUT=120 BENCH_TIMEOUT=100 bench/decode_bench.sh run "$d" --no-torch ;;
+        decode) stage decode 420 env TEST_TIMEOUT=150 BENCH_TIMEOUT=100 BENCH_SET=base bench/decode_bench.sh run "$d" --no-torch ;;
+        # the kernels not yet the default: tensor-core attention, persistent step, 16 value loads in flight
+        decodenew) stage decodenew 420 env BENCH_TIMEOUT=80 BENCH_SET=new bench/decode_bench.sh run "$d" --no-test --no-torch ;;
         decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=410 bench/decode_bench.sh run "$d" --no-test --no-bench ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
         # 1.5B at batches 1 and 256 (where the targets are missed): the defaults, then the tensor-core attention
