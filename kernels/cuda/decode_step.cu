@@ -27,14 +27,18 @@ static __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
     return v;
 }
 
-/* The k-th barrier of the step (k counts from 1): every block has arrived k times. */
+/* The k-th barrier of the step (k counts from 1): every block has arrived k times. A wait of seconds means a block
+ * is gone (a bug, not load): trap, so the step fails with an error instead of hanging the stream. */
 static __device__ __forceinline__ void grid_barrier(unsigned *count, unsigned k) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(count, 1u);
         const unsigned target = k * gridDim.x;
-        while (ld_acquire_gpu(count) < target) __nanosleep(32);
+        for (unsigned spins = 0; ld_acquire_gpu(count) < target; spins++) {
+            if (spins == (1u << 26)) __trap();
+            __nanosleep(32);
+        }
         __threadfence();
     }
     __syncthreads();
