@@ -69,7 +69,12 @@ wait_job_done "$sat" 90
 [ "$(job_field "$sat" ExitCode)" = "0:0" ] || fail "satellite $sat exit code $(job_field "$sat" ExitCode) on requeue"
 made1=$(grep -o 'stopping: [0-9]* groups' "$R/logs/rollout-sat0.log" | head -1 | awk '{print $2}')
 [ -n "$made1" ] && [ "$made1" -ge 1 ] || { tail "$R/logs/rollout-sat0.log"; fail "the satellite made no group"; }
-grep -q "satellite: draining (signal)" "$R/logs/rollout-sat0.log" || fail "the satellite did not get the drain signal"
+# cpt-sched drains it; the satellite's own poll of the main job (now COMPLETING or PENDING) may get there first,
+# and either way it drains once
+grep -q "draining satellite rollout-sat0 (job $sat" "$T/job.log" || fail "cpt-sched did not drain the satellite"
+grep -Eq "satellite: draining \((signal|main job $job is [A-Z_]+)\)" "$R/logs/rollout-sat0.log" ||
+  fail "the satellite did not drain"
+[ "$(grep -c "satellite: draining" "$R/logs/rollout-sat0.log")" = 1 ] || fail "the satellite drained twice"
 sat2=""
 for _ in $(seq 1 240); do
   [ "$(job_field "$job" JobState)" = PENDING ] && [ "$(job_field "$job" Reason)" = BeginTime ] &&
