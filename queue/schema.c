@@ -577,7 +577,7 @@ static int get_f64(const msgpack_object *o, const char *what, double *out, cpt_e
 
 /* A number within [lo, hi] as a float (checked before the conversion, which is undefined out of range). */
 static int get_f32(const msgpack_object *o, const char *what, double lo, double hi, float *out, cpt_err *err) {
-    double v;
+    double v = 0;
     if (get_f64(o, what, &v, err)) return -1;
     if (v < lo || v > hi) return cpt_errf(err, "%s = %g: expected %g..%g", what, v, lo, hi);
     *out = (float)v;
@@ -634,7 +634,7 @@ static int get_group_id(const msgpack_object *o, cpt_group_id *id, cpt_err *err)
 static int dec_envelope(const msgpack_object *root, cpt_msg_type want, char *run, cpt_err *err) {
     const msgpack_object *o = get(root, "schema");
     if (!o) return cpt_errf(err, "missing key \"schema\"");
-    int64_t schema;
+    int64_t schema = 0;
     if (get_i64(o, "schema", INT64_MIN, INT64_MAX, &schema, err)) return -1;
     if (schema != CPT_SCHEMA_VERSION)
         return cpt_errf(err, "unknown schema version %lld (this build reads %d)", (long long)schema, CPT_SCHEMA_VERSION);
@@ -672,10 +672,10 @@ static int dec_sampling(const msgpack_object *o, cpt_sampling *s, cpt_err *err) 
     if (get_f32(get(o, "temperature"), "sampling.temperature", 0, 100, &s->temperature, err)) return -1;
     if (get_f32(get(o, "top_p"), "sampling.top_p", 0, 1, &s->top_p, err)) return -1;
     if (get_f32(get(o, "min_p"), "sampling.min_p", 0, 1, &s->min_p, err)) return -1;
-    int64_t k;
+    int64_t k = 0;
     if (get_i64(get(o, "top_k"), "sampling.top_k", 0, INT32_MAX, &k, err)) return -1;
     s->top_k = (int32_t)k;
-    uint64_t u;
+    uint64_t u = 0;
     if (get_u64(get(o, "max_new_tokens"), "sampling.max_new_tokens", CPT_MAX_COMPLETION_TOKENS, &u, err)) return -1;
     s->max_new_tokens = (uint32_t)u;
     if (get_u64(get(o, "seed"), "sampling.seed", UINT64_MAX, &s->seed, err)) return -1;
@@ -710,7 +710,7 @@ int cpt_prompt_group_decode(const void *data, size_t len, cpt_prompt_group *m, c
     if (get_group_id(get(d.root, "group"), &m->id, err)) goto out;
     m->prompt = get_bin32(get(d.root, "prompt"), "prompt", CPT_MAX_PROMPT_TOKENS, &m->n_prompt, err);
     if (!m->prompt) goto out;
-    uint64_t u;
+    uint64_t u = 0;
     if (get_u64(get(d.root, "n"), "n", CPT_MAX_SAMPLES, &u, err)) goto out;
     m->n_samples = (uint32_t)u;
     if (dec_sampling(get(d.root, "sampling"), &m->sampling, err)) goto out;
@@ -910,7 +910,7 @@ int cpt_control_decode(const void *data, size_t len, cpt_control_msg *m, cpt_err
         if (get_str(&ds->via.map.ptr[i].key, "desired: a role", m->roles[i].role, CPT_NAME_MAX, err)) goto out;
         char what[CPT_NAME_MAX + 16];
         snprintf(what, sizeof what, "desired.%s", m->roles[i].role);
-        uint64_t u;
+        uint64_t u = 0;
         if (get_u64(&ds->via.map.ptr[i].val, what, 100000, &u, err)) goto out;
         m->roles[i].count = (uint32_t)u;
         m->n_roles = i + 1;

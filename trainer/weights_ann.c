@@ -173,7 +173,7 @@ int cpt_weights_ann_parse(const char *transport, const char *location, cpt_weigh
     }
     for (int k = 0; k < nf; k++)
         if (!f[k].seen) return cpt_errf(err, "%s announcement: key %s missing", transport, f[k].key);
-    uint64_t v;
+    uint64_t v = 0; /* set by parse_u64 on success; gcc -O3 cannot see it */
     unsigned char lb[8];
     const char *lay = f[t == CPT_WT_CUDA_IPC ? 4 : 3].val, *ten = f[t == CPT_WT_CUDA_IPC ? 5 : 4].val;
     if (cpt_hex_decode(lay, lb, 8)) return cpt_errf(err, "%s announcement: layout \"%s\" is not 16 hex digits", transport, lay);

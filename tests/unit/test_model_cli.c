@@ -69,7 +69,7 @@ static void compare_fixture(const char *fx) {
         if (!to) continue;
         CHECK_EQ_INT(to->ndim, te->ndim);
         for (int d = 0; d < te->ndim && d < to->ndim; d++) CHECK_EQ_INT(to->shape[d], te->shape[d]);
-        size_t ne, no;
+        size_t ne = 0, no = 0;
         float *a = get(e, n, &ne), *b = get(o, n, &no);
         CHECK(a && b && ne == no);
         if (a && b && ne == no) {
