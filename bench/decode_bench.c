@@ -1,7 +1,10 @@
 /* GPU decode throughput of the cuda engine (rollout/cuda_engine.h) on Qwen2.5-shaped random models.
  *
- *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--gemv N]
- *                [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--persistent 1|2] [--bw 4.3e12]
+ *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--defaults]
+ *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma] [--fused|--no-fused] [--no-pdl] [--persistent 1|2]
+ *                [--bw 4.3e12]
+ *
+ * --defaults: what the rollout worker runs (cpt_cuda_engine_defaults); the options after it change it.
  *
  * For each shape and batch B: B requests of random prompts, greedy, exactly --new tokens each (no stop ids), in an
  * engine with B slots; one untimed run first (graph capture, cuBLASLt heuristics), then a timed one. Reports the
@@ -103,16 +106,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) n_new = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-graphs")) no_graphs = 1;
+        else if (!strcmp(argv[i], "--defaults")) {
+            cpt_engine_opts none;
+            memset(&none, 0, sizeof none);
+            cpt_cuda_engine_opts d = cpt_cuda_engine_defaults(none);
+            gemv = d.gemv_rows, attn_v2 = d.attn_v2, fused = d.fused, no_pdl = d.no_pdl, persistent = d.persistent;
+        }
         else if (!strcmp(argv[i], "--gemv") && i + 1 < argc) gemv = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--attn-v2")) attn_v2 = 1;
         else if (!strcmp(argv[i], "--attn-v2-deep")) attn_v2 = 2;
         else if (!strcmp(argv[i], "--attn-mma")) attn_v2 = 3;
         else if (!strcmp(argv[i], "--fused")) fused = 1;
+        else if (!strcmp(argv[i], "--no-fused")) fused = 0;
         else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
         else if (!strcmp(argv[i], "--persistent") && i + 1 < argc) persistent = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma] [--fused] [--no-pdl] [--persistent 1|2] "
+                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma] [--fused|--no-fused] [--no-pdl] [--persistent 1|2] "
                             "[--bw 4.3e12]\n");
             return 2;
         }

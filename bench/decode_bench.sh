@@ -10,7 +10,7 @@
 #                                                with cuBLASLt only)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
-#                                                (env PROFILE_ARGS, e.g. "--attn-v2 --gemv 8"; PROFILE_SHAPE 0.5b|1.5b;
+#                                                (env PROFILE_ARGS, default --defaults; PROFILE_SHAPE 0.5b|1.5b;
 #                                                PROFILE_BATCHES, default "1 64")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,20 +41,21 @@ run)
             echo "test_cuda_decode without the tensor-core attention rc=$? ($(grep -c 'CHECK failed' "$out/test_cuda_decode_nomma.log") failed checks)"
         fi
     fi
-    # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: attention v2, fused products at <= 4 rows,
-    # skinny products), then batches 1 and 4 without the fused products; new: the tensor-core attention (engine
-    # attn_v2 = 3) at batch 1, 64, 256, the persistent decode step at batch 1 and 4 (2 blocks a multiprocessor,
-    # then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; all (default): both
+    # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: the tensor-core attention, fused products at
+    # <= 4 rows, skinny products), then batches 1 and 4 without the fused products, then the second attention kernel
+    # (the default before 2026-12-03) at 64 and 256; new: the persistent decode step at batch 1 and 4 (2 blocks a
+    # multiprocessor, then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; all
+    # (default): both
     set=${BENCH_SET:-all}
     if [ $bench = 1 ] && [ "$set" != new ]; then
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --fused 2>&1 | tee -a "$out/decode_bench.log"
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2 --gemv 4 --batches 1,4 2>&1 |
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults 2>&1 | tee -a "$out/decode_bench.log"
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --no-fused --batches 1,4 2>&1 |
+            tee -a "$out/decode_bench.log"
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --attn-v2 --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"
         [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
     fi
     if [ $bench = 1 ] && [ "$set" != base ]; then
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --batches 1,64,256 2>&1 |
-            tee -a "$out/decode_bench.log"
         for p in 1 2; do
             timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --persistent $p --batches 1,4 2>&1 |
                 tee -a "$out/decode_bench.log"
@@ -80,7 +81,7 @@ profile)
     for b in ${PROFILE_BATCHES:-1 64}; do
         # the warm-up and timed runs of 16 new tokens; graphs off so every kernel is its own launch
         timeout ${PROFILE_TIMEOUT:-240} ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
-            "$dir/decode_bench" --shapes "$shape" --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:---attn-v2 --gemv 4 --fused} 2>&1 |
+            "$dir/decode_bench" --shapes "$shape" --batches $b --prompt 256 --new 16 --no-graphs ${PROFILE_ARGS:---defaults} 2>&1 |
             tee "$out/decode_profile_${shape}_b$b.log" | grep -E "RESULT|^ +[a-z_]+.*\(|gpu__time_duration" | head -80
     done
     ;;

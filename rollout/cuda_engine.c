@@ -510,15 +510,37 @@ static int bucket_rows(const cpt_cuda_engine *e, int n) {
     return b < e->n_slots ? b : e->n_slots;
 }
 
-static int choose_splits(const cpt_cuda_engine *e, int rows, int max_len) {
-    /* a few rows leave most multiprocessors idle unless their contexts are cut finer */
-    int min_len = rows <= CPT_CUDA_FUSED_MAX_ROWS ? SPLIT_MIN_LEN_FEW : SPLIT_MIN_LEN;
-    int by_len = (max_len + min_len - 1) / min_len;
-    int want = (2 * cpt_cuda_num_sms(e->ctx) + rows * e->KV - 1) / (rows * e->KV);
+static int pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p;
+}
+
+/* The attention splits of a decode step of B rows, row k over positions 0 .. pos[k], and each row's split length
+ * (split_len[0 .. B)). At <= CPT_CUDA_FUSED_MAX_ROWS rows (the products are per row there) a row's split length
+ * follows from its own context alone: 64 positions, doubled until at most MAX_SPLITS splits. Its output then does
+ * not depend on the other rows of the step, so the n samples of a prompt, admitted and decoded in different steps,
+ * stay bitwise the same, and a sequence decodes alike whatever shares its steps. At more rows the splits fill the
+ * multiprocessors: one length for all rows (cuBLASLt's products change with the row count anyway). */
+static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, int32_t *split_len) {
+    int max_len = 0, most = 1;
+    for (int k = 0; k < B; k++)
+        if (pos[k] + 1 > max_len) max_len = pos[k] + 1;
+    if (B <= CPT_CUDA_FUSED_MAX_ROWS) {
+        for (int k = 0; k < B; k++) {
+            int len = pos[k] + 1, sl = SPLIT_MIN_LEN_FEW;
+            while ((len + sl - 1) / sl > MAX_SPLITS) sl *= 2;
+            split_len[k] = sl;
+            if ((len + sl - 1) / sl > most) most = (len + sl - 1) / sl;
+        }
+        return pow2_at_least(most);
+    }
+    int by_len = (max_len + SPLIT_MIN_LEN - 1) / SPLIT_MIN_LEN;
+    int want = (2 * cpt_cuda_num_sms(e->ctx) + B * e->KV - 1) / (B * e->KV);
     int s = by_len < want ? by_len : want;
     if (s > MAX_SPLITS) s = MAX_SPLITS;
-    int p = 1;
-    while (p < s) p *= 2;
+    int p = pow2_at_least(s);
+    for (int k = 0; k < B; k++) split_len[k] = (max_len + p - 1) / p;
     return p;
 }
 
@@ -548,17 +570,15 @@ static int graph_for(cpt_cuda_engine *e, int rows, int splits, cpt_cuda_graph **
 
 int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) {
     if (admit(e, err)) return -1;
-    int n = 0, max_len = 0;
+    int n = 0;
     int *act = e->new_slot;
     for (int s = 0; s < e->n_slots; s++) {
         if (!e->slots[s].r) continue;
         if (ensure_block(e, s, err)) return -1;
         act[n++] = s;
-        if (e->slots[s].len + 1 > max_len) max_len = e->slots[s].len + 1;
     }
     if (!n) return 0;
     int B = e->use_graphs ? bucket_rows(e, n) : n;
-    int splits = choose_splits(e, B, max_len);
     int32_t *tok = MT(e, off_tok, int32_t), *pos = MT(e, off_pos, int32_t), *tab = MT(e, off_tab, int32_t);
     int32_t *last = MT(e, off_last, int32_t);
     cpt_cuda_sample_row *rows = MT(e, off_rows, cpt_cuda_sample_row);
@@ -578,7 +598,7 @@ int cpt_cuda_engine_step(cpt_cuda_engine *e, cpt_err *err) {
             rows[k].logits_row = k;
         }
     }
-    MT(e, off_split, int32_t)[0] = (max_len + splits - 1) / splits;
+    int splits = choose_splits(e, B, pos, MT(e, off_split, int32_t));
     if (upload_meta(e, err)) return -1;
     cpt_cuda_graph *g = NULL;
     if (e->use_graphs && graph_for(e, B, splits, &g, err)) return -1;
@@ -883,7 +903,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
         e->off_pos = take_meta(&at, 4 * R);
         e->off_tab = take_meta(&at, 4 * R);
         e->off_last = take_meta(&at, 4 * R);
-        e->off_split = take_meta(&at, 16);
+        e->off_split = take_meta(&at, 4 * S);
         e->off_pairs = take_meta(&at, 8 * S);
         e->off_rows = take_meta(&at, sizeof(cpt_cuda_sample_row) * S);
         e->meta_upload = at;

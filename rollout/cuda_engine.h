@@ -13,8 +13,11 @@
  *   sampling on the GPU (kernels/cuda/sampling.cu); one small copy of tokens and logprobs back per step; stops are
  *   checked on the host. Decode steps replay CUDA graphs captured per (batch bucket, attention splits).
  * - Randomness: sample j of a request draws token t with Philox keyed by (seed, j, t): the same request and seed give
- *   the same draws whatever the batch. The logits themselves come from bf16 matrix products whose kernel cuBLASLt
- *   may choose by batch size, so bitwise batch independence is not promised (tests report the match rate).
+ *   the same draws whatever the batch. Decode steps of <= CPT_CUDA_FUSED_MAX_ROWS rows compute each row on its own
+ *   (per-row fused products, attention splits from the row's own length), so there a sequence decodes bitwise
+ *   alike whatever shares its steps (the n greedy samples of a prompt, admitted at different steps, stay equal).
+ *   Larger steps and prefill chunks run bf16 products whose kernel cuBLASLt may choose by batch size, so bitwise
+ *   batch independence is not promised there (tests report the match rate).
  *
  * Built without CUDA, cpt_cuda_engine_new fails with a clear error. */
 #ifndef CPT_ROLLOUT_CUDA_ENGINE_H
@@ -44,13 +47,14 @@ typedef struct cpt_cuda_engine_opts {
                            * multiprocessor. Needs fused = 1. */
 } cpt_cuda_engine_opts;
 
-/* What the rollout worker and `cpt generate` use: the second attention kernel (1.4-1.7x the first's decode tok/s on
- * the H200, 2026-12-02), the fused products up to 4 rows and the skinny products where those do not apply
- * (faster than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere
- * (the tests compare them). */
+/* What the rollout worker and `cpt generate` use: the tensor-core attention (CPT_ATTN_MMA where head_dim is 64 or
+ * 128, else the second kernel; 1.3-1.8x the second kernel's decode tok/s at batches 64 and 256 on the H200,
+ * 2026-12-03), the fused products up to 4 rows and the skinny products where those do not apply (faster than
+ * cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the tests
+ * compare them). */
 #define CPT_CUDA_ENGINE_GEMV_ROWS 4
 static inline cpt_cuda_engine_opts cpt_cuda_engine_defaults(cpt_engine_opts base) {
-    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 1, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 1};
+    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 3, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 1};
     return o;
 }
 

@@ -176,9 +176,12 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
                         const int32_t *tab, int n_rows, const void *q_norm, const void *k_norm, float eps,
                         const float *inv_freq, cpt_attn_shape s);
 /* out [n_rows, H * D] bf16 = attention of each row's queries (in qkv, after kv_append) over positions 0 .. pos[i]
- * of its table, scale 1/sqrt(D), GQA. n_splits > 1 splits the positions into chunks of *split_len (a device i32,
- * so a graph replays with new lengths) processed by separate blocks and merged in split order (deterministic);
- * partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: a multiple of 8 up to 128. */
+ * of its table, scale 1/sqrt(D), GQA. n_splits > 1 splits row i's positions into chunks of split_len[i] (device
+ * i32 [n_rows], so a graph replays with new lengths; ceil((pos[i] + 1) / split_len[i]) <= n_splits, the rest of
+ * the grid's splits are empty) processed by separate blocks and merged in split order (deterministic). A row's
+ * result depends only on its own positions and split_len[i], so a split length chosen from the row's own length
+ * makes it independent of the other rows of the call (a row with one non-empty split is bitwise the n_splits == 1
+ * result). partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: a multiple of 8 up to 128. */
 size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits);
 void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                               const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,

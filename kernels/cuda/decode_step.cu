@@ -56,7 +56,7 @@ static __device__ __forceinline__ void attention_phase(const cpt_cuda_decode_ste
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
         const int i = it / per_row, kvh = (it % per_row) / s.n_splits, sp = it % s.n_splits;
         const int len = s.pos[i] + 1, t = s.tab[i];
-        const int split_len = s.n_splits == 1 ? len : *s.split_len;
+        const int split_len = s.n_splits == 1 ? len : s.split_len[i];
         const int start = sp * split_len, end = min(len, start + split_len);
         if (start >= end)
             empty_split_partials(s.partial, i, s.H, kvh, G, s.n_splits, sp, D, threadIdx.x, NT);

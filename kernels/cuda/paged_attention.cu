@@ -127,7 +127,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
     int64_t i = blockIdx.x;
     int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     int len = pos[i] + 1, t = tab[i];
-    int split_len = n_splits == 1 ? len : *split_len_p;
+    int split_len = n_splits == 1 ? len : split_len_p[i];
     int start = sp * split_len, end = min(len, start + split_len);
     int QKV = (H + 2 * KV) * D;
     if (start >= end) { /* an empty split: the combine skips l == 0 */
@@ -403,7 +403,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     int64_t i = blockIdx.x;
     int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     int len = pos[i] + 1, t = tab[i];
-    int split_len = n_splits == 1 ? len : *split_len_p;
+    int split_len = n_splits == 1 ? len : split_len_p[i];
     int start = sp * split_len, end = min(len, start + split_len);
     if (start >= end) {
         empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid, blockDim.x);

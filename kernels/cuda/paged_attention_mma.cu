@@ -24,7 +24,7 @@ static __global__ void __launch_bounds__(NW * 32) paged_attention_mma_kernel(
     const int64_t i = blockIdx.x;
     const int kvh = blockIdx.y, sp = blockIdx.z;
     const int len = pos[i] + 1, t = tab[i];
-    const int split_len = n_splits == 1 ? len : *split_len_p;
+    const int split_len = n_splits == 1 ? len : split_len_p[i];
     const int start = sp * split_len, end = min(len, start + split_len);
     if (start >= end)
         empty_split_partials(partial, i, H, kvh, H / KV, n_splits, sp, D, threadIdx.x, NW * 32);

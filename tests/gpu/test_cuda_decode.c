@@ -71,7 +71,9 @@ static cpt_model *random_model(int wide) {
         exit(1);
     }
     cpt_param *n = cpt_model_find_param(m, "model.norm.weight");
-    for (size_t k = 0; k < n->numel; k++) n->data[k] = 6.0f;
+    /* logits spread wide enough that greedy picks are not ties; the same spread at either width (the logits' bf16
+     * error grows with the gain) */
+    for (size_t k = 0; k < n->numel; k++) n->data[k] = 6.0f * sqrtf(448.0f / (float)c.hidden_size);
     /* non-zero biases, so the bias path is exercised */
     cpt_rng rng;
     cpt_rng_seed(&rng, 99, 0);
@@ -801,27 +803,29 @@ static void test_attention_kernels(void) {
         void *dout = cpt_cuda_malloc(2 * (size_t)n * H * D, "out", &err);
         int32_t *dtabs = cpt_cuda_malloc(4 * (size_t)NS * max_blocks, "tables", &err);
         int32_t *dpos = cpt_cuda_malloc(4 * (size_t)n, "pos", &err), *dtab = cpt_cuda_malloc(4 * (size_t)n, "tab", &err);
-        int32_t *dsplit = cpt_cuda_malloc(4, "split", &err);
+        int32_t *dsplit = cpt_cuda_malloc(4 * (size_t)n, "split", &err);
         float *dpart = cpt_cuda_malloc(sizeof(float) * cpt_cuda_paged_attention_partial_floats(n, H, D, 4) + 4, "part", &err);
         int *dcnt = cpt_cuda_malloc(sizeof(int) * (size_t)n * KV, "split counters", &err);
         if (!dpool || !dqkv || !dout || !dtabs || !dpos || !dtab || !dsplit || !dpart || !dcnt) {
             fprintf(stderr, "%s\n", err.msg);
             exit(1);
         }
-        int32_t split_len = (1500 + 3) / 4;
+        /* the 4-split runs: row i cut into 1 + i % 4 splits of its own length (the rest of the grid's splits empty) */
+        int32_t split_len[3 * NS];
+        for (int i = 0; i < n; i++) split_len[i] = (pos[i] + 1 + i % 4) / (1 + i % 4);
         OK(cpt_cuda_upload_bf16(ctx, dpool, pool, pool_n, &err));
         OK(cpt_cuda_upload_bf16(ctx, dqkv, qkv, (size_t)n * QKV, &err));
         OK(cpt_cuda_memcpy_h2d(ctx, dtabs, tabs, 4 * (size_t)NS * max_blocks, &err));
         OK(cpt_cuda_memcpy_h2d(ctx, dpos, pos, 4 * (size_t)n, &err));
         OK(cpt_cuda_memcpy_h2d(ctx, dtab, tab, 4 * (size_t)n, &err));
-        OK(cpt_cuda_memcpy_h2d(ctx, dsplit, &split_len, 4, &err));
+        OK(cpt_cuda_memcpy_h2d(ctx, dsplit, split_len, 4 * (size_t)n, &err));
         cpt_cuda_paged_kv kv = {dpool, L, nb, BS, KV, D, max_blocks, dtabs};
         cpt_attn_shape shp = {H, KV, D};
         /* v: 0 the first kernel, 1 the second, 2 the tensor-core one (head_dim 64 and 128) */
         int has_mma = cpt_cuda_paged_attention_mma_ok(shp) && !getenv("CPT_TEST_SKIP_MMA");
         double worst[3][2] = {{0}};
         OK(cpt_cuda_memset(ctx, dcnt, 0, sizeof(int) * (size_t)n * KV, &err));
-        float *merged = hbuf((size_t)n * H * D);
+        float *merged = hbuf((size_t)n * H * D), *one = hbuf((size_t)n * H * D);
         for (int v = 0; v < 2 + has_mma; v++)
             for (int sp = 0; sp < 2; sp++) {
                 int splits = sp ? 4 : 1;
@@ -830,6 +834,15 @@ static void test_attention_kernels(void) {
                 if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL, kind);
                 else cpt_cuda_paged_attention(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
                 OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)n * H * D, &err));
+                if (!sp) memcpy(one, got, sizeof(float) * (size_t)n * H * D);
+                else { /* a row left whole in a 4-split grid: bitwise its 1-split result (what keeps a row
+                        * independent of the rows beside it in the engine) */
+                    int same = 1;
+                    for (int i = 0; i < n; i += 4)
+                        same &= !memcmp(one + (size_t)i * H * D, got + (size_t)i * H * D, sizeof(float) * H * D);
+                    CHECK_MSG(same, "attention %s H=%d KV=%d D=%d: a row with one non-empty split of 4 differs from "
+                              "its 1-split result", v == 2 ? "mma" : v ? "v2" : "v1", H, KV, D);
+                }
                 if (v) { /* the splits merged by their last block (twice: the counters must be back at zero), then
                           * (v2) with 16 value loads in flight: all bitwise the same as the merge kernel's */
                     int same = 1;
@@ -855,7 +868,7 @@ static void test_attention_kernels(void) {
                 CHECK_MSG(worst[v][sp] < 1e-2, "attention %s H=%d KV=%d D=%d splits %d: rel err %.3e (%d NaN)",
                           v == 2 ? "mma" : v ? "v2" : "v1", H, KV, D, splits, worst[v][sp], nan);
             }
-        free(merged);
+        free(merged), free(one);
         /* the append fused into the attention (decode rows: one per table, each at its sequence's last position)
          * against kv_append then attention: outputs and pages bitwise the same, with and without q/k norm */
         int same_app = 1;
@@ -875,7 +888,10 @@ static void test_attention_kernels(void) {
             void *doa = dev(2 * on, "out a"), *dob = dev(2 * on, "out b");
             void *dqn = dev_bf16(ctx, qnw, D, "q norm"), *dkn = dev_bf16(ctx, knw, D, "k norm");
             float *dinv = dev_f32(ctx, invf, D / 2, "inv_freq");
+            int32_t dsl[3 * NS];
+            for (int r = 0; r < nd; r++) dsl[r] = (dp[r] + 1 + r % 4) / (1 + r % 4);
             int32_t *ddp = dev_raw(ctx, dp, sizeof(int32_t) * nd, "pos"), *ddt = dev_raw(ctx, dt, sizeof(int32_t) * nd, "tab");
+            int32_t *ddsl = dev_raw(ctx, dsl, sizeof(int32_t) * nd, "split lengths");
             float *ha = hbuf(on), *hb = hbuf(on), *pa = hbuf(pool_n), *pb = hbuf(pool_n);
             for (int mma = 0; mma < 1 + has_mma; mma++)
                 for (int norm = 0; norm < 2; norm++)
@@ -890,11 +906,11 @@ static void test_attention_kernels(void) {
                         cpt_cuda_paged_kv ka = kv, kb = kv;
                         ka.pool = dpa, kb.pool = dpb;
                         cpt_cuda_kv_append(ctx, &ka, LAYER, dq, ddp, ddt, nd, qnp, knp, 1e-6f, dinv, shp);
-                        cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, dsplit, shp,
+                        cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, ddsl, shp,
                                                     dcnt, ka_kind);
                         OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
                         cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits,
-                                                           dsplit, shp, dcnt, qnp, knp, 1e-6f, dinv, kb_kind);
+                                                           ddsl, shp, dcnt, qnp, knp, 1e-6f, dinv, kb_kind);
                         OK(cpt_cuda_sync(ctx, &err));
                         OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
                         OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
@@ -910,7 +926,7 @@ static void test_attention_kernels(void) {
                     }
             free(q2), free(invf), free(qnw), free(knw), free(ha), free(hb), free(pa), free(pb);
             cpt_cuda_free(dq), cpt_cuda_free(dpa), cpt_cuda_free(dpb), cpt_cuda_free(doa), cpt_cuda_free(dob);
-            cpt_cuda_free(dqn), cpt_cuda_free(dkn), cpt_cuda_free(dinv), cpt_cuda_free(ddp), cpt_cuda_free(ddt);
+            cpt_cuda_free(dqn), cpt_cuda_free(dkn), cpt_cuda_free(dinv), cpt_cuda_free(ddp), cpt_cuda_free(ddt), cpt_cuda_free(ddsl);
         }
         cpt_cuda_free(dcnt);
         printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
