@@ -18,7 +18,7 @@
 #define MAX_SPLITS 16
 #define MAX_GRAPHS 96
 #define SPLIT_MIN_LEN 256 /* positions a split should have at least */
-#define SPLIT_MIN_LEN_FEW 64 /* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows */
+#define SPLIT_MIN_LEN_FEW 64 /* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows (opts split_few) */
 
 typedef struct greq {
     cpt_gen_req_head h; /* first: e->reqs holds these */
@@ -76,7 +76,7 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused, no_pdl, persistent;
+    int gemv_rows, attn_v2, fused, no_pdl, persistent, split_few;
     dlayer *step_layers;    /* persistent: the layers' weight pointers on the device */
     int step_forwards;      /* forwards that ran as the persistent step (captured ones count once) */
     unsigned *step_barrier; /* persistent: the step kernel's grid-barrier counter */
@@ -528,7 +528,7 @@ static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, in
         if (pos[k] + 1 > max_len) max_len = pos[k] + 1;
     if (B <= CPT_CUDA_FUSED_MAX_ROWS) {
         for (int k = 0; k < B; k++) {
-            int len = pos[k] + 1, sl = SPLIT_MIN_LEN_FEW;
+            int len = pos[k] + 1, sl = e->split_few;
             while ((len + sl - 1) / sl > MAX_SPLITS) sl *= 2;
             split_len[k] = sl;
             if ((len + sl - 1) / sl > most) most = (len + sl - 1) / sl;
@@ -801,8 +801,13 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->fused = o ? o->fused : 0;
     e->no_pdl = o ? o->no_pdl : 0;
     e->persistent = o ? o->persistent : 0;
+    e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
+        goto fail;
+    }
+    if (e->split_few > 65536) {
+        cpt_errf(err, "cuda engine: split_few %d must be in [0, 65536]", e->split_few);
         goto fail;
     }
     if (e->attn_v2 < 0 || e->attn_v2 > 3) {

@@ -45,6 +45,8 @@ typedef struct cpt_cuda_engine_opts {
                            * barriers; bitwise the same as fused = 1 with attn_v2 = 3) where one is compiled for
                            * the shapes, else as fused; 2: the same with the kernel built for 1 block a
                            * multiprocessor. Needs fused = 1. */
+    int split_few;        /* positions an attention split starts with in decode steps of <= CPT_CUDA_FUSED_MAX_ROWS
+                           * rows (doubled while a row would need more than 16 splits); 0: 64 */
 } cpt_cuda_engine_opts;
 
 /* What the rollout worker and `cpt generate` use: the tensor-core attention (CPT_ATTN_MMA where head_dim is 64 or

@@ -118,6 +118,9 @@ static __device__ void merge_heads(__nv_bfloat16 *out, const float *partial, int
         den_s[g] = den;
     }
     block_sync<SUB>();
+    /* unrolled: a few elements' split loads in flight at once (the merging block may have only 64 threads for
+     * G x D elements) */
+#pragma unroll 4
     for (int x = tid; x < nh * D; x += nt) {
         int g = x / D, d = x % D;
         const float *pp = partial + ((i * H + h0 + g) * n_splits) * (int64_t)(D + 2) + d;
