@@ -5,10 +5,13 @@
 set -euo pipefail
 cmd=$1 dir=$(realpath -m "$2")
 
-stop() {
+stop_slurm() {
   for p in slurmd slurmctld; do
     [ -f "$dir/$p.pid" ] && kill "$(cat "$dir/$p.pid")" 2>/dev/null || true
   done
+}
+stop() {
+  stop_slurm
   [ -f "$dir/munge/munged.pid" ] && kill "$(cat "$dir/munge/munged.pid")" 2>/dev/null || true
   sleep 0.5
 }
@@ -38,6 +41,21 @@ else
   munged --socket="$sock" --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/seed" --force
 fi
 
+# A TCP port in [LO, LO + SPAN) that no socket of this machine holds (any state, from /proc/net/tcp*). Both ranges
+# sit below Linux's ephemeral ports (32768-60999), so no outgoing connection (redis clients, srun) takes ours
+# between the pick and the bind.
+pick_port() {
+  local lo=$1 span=$2 p used
+  used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:[0-9A-F]+$/ {split($2, a, ":"); print a[2]}' |
+    while read -r h; do echo $((16#$h)); done | sort -u)
+  for _ in $(seq 1 100); do
+    p=$((lo + RANDOM % span))
+    grep -qx "$p" <<< "$used" || { echo "$p"; return; }
+  done
+  echo "$p"
+}
+
+write_conf() {
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=cpttest
 SlurmctldHost=localhost
@@ -46,8 +64,8 @@ CredType=cred/munge
 AuthInfo=socket=$sock,cred_expire=10
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort=$((20000 + RANDOM % 20000))
-SlurmdPort=$((40000 + RANDOM % 10000))
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -73,15 +91,31 @@ NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=low Nodes=$node Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10 OverSubscribe=NO
 PartitionName=high Nodes=$node Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
-echo "export SLURM_CONF=$dir/slurm.conf" > "$dir/env"
-export SLURM_CONF=$dir/slurm.conf
-slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF" -N "$node"
-for _ in $(seq 1 60); do
-  if sinfo -h -o '%T' 2>/dev/null | grep -q idle; then exit 0; fi
-  sleep 0.5
+}
+
+# Up to 3 starts, each with fresh ports and state: a daemon that cannot bind (or hangs before it forks) costs one
+# attempt, not the test. The daemons run under a timeout (each forks into the background once it is up).
+for attempt in 1 2 3; do
+  ctld_port=$(pick_port 10000 10000)
+  slurmd_port=$(pick_port 20000 10000)
+  rm -rf "$dir/state" "$dir/spool" && mkdir -p "$dir/state" "$dir/spool"
+  write_conf
+  echo "export SLURM_CONF=$dir/slurm.conf" > "$dir/env"
+  export SLURM_CONF=$dir/slurm.conf
+  timeout 60 slurmctld -f "$SLURM_CONF" || echo "cluster.sh: slurmctld start failed (rc $?)" >&2
+  timeout 60 slurmd -f "$SLURM_CONF" -N "$node" || echo "cluster.sh: slurmd start failed (rc $?)" >&2
+  # by the clock: without a controller each sinfo waits out its message timeout (~10 s), so 60 tries took 10 min
+  end=$((SECONDS + 30))
+  while [ $SECONDS -lt $end ]; do
+    if timeout 3 sinfo -h -o '%T' 2>/dev/null | grep -q idle; then exit 0; fi
+    sleep 0.5
+  done
+  echo "cluster.sh: node not idle after 30 s (attempt $attempt, ports $ctld_port/$slurmd_port); logs in $dir/log" >&2
+  timeout 5 sinfo >&2 || true
+  tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
+  stop_slurm
+  sleep 1
+  mv "$dir/log" "$dir/log.$attempt" 2>/dev/null || true
+  mkdir -p "$dir/log"
 done
-echo "cluster.sh: node not idle after 30 s; logs in $dir/log" >&2
-sinfo >&2 || true
-tail -20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
 exit 1

@@ -7,10 +7,10 @@ slurm_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   # jobs of this cluster end with it; scancel first so no step outlives the daemons
   local jobs
-  jobs=$(squeue -h -o %i 2>/dev/null || true)
+  jobs=$(timeout 5 squeue -h -o %i 2>/dev/null || true) # timeouts: the controller may be what failed
   if [ -n "$jobs" ]; then
-    scancel --quiet $jobs 2>/dev/null || true
-    for _ in $(seq 1 40); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+    timeout 5 scancel --quiet $jobs 2>/dev/null || true
+    for _ in $(seq 1 40); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
   fi
   tests/slurm/cluster.sh stop "$T/cluster" || true
   [ -n "${KEEP_T:-}" ] && echo "kept $T" >&2 || rm -rf "$T"
