@@ -523,10 +523,8 @@ static int pow2_at_least(int n) {
  * stay bitwise the same, and a sequence decodes alike whatever shares its steps. At more rows the splits fill the
  * multiprocessors: one length for all rows (cuBLASLt's products change with the row count anyway). */
 static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, int32_t *split_len) {
-    int max_len = 0, most = 1;
-    for (int k = 0; k < B; k++)
-        if (pos[k] + 1 > max_len) max_len = pos[k] + 1;
     if (B <= CPT_CUDA_FUSED_MAX_ROWS) {
+        int most = 1;
         for (int k = 0; k < B; k++) {
             int len = pos[k] + 1, sl = e->split_few;
             while ((len + sl - 1) / sl > MAX_SPLITS) sl *= 2;
@@ -535,6 +533,9 @@ static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, in
         }
         return pow2_at_least(most);
     }
+    int max_len = 0;
+    for (int k = 0; k < B; k++)
+        if (pos[k] + 1 > max_len) max_len = pos[k] + 1;
     int by_len = (max_len + SPLIT_MIN_LEN - 1) / SPLIT_MIN_LEN;
     int want = (2 * cpt_cuda_num_sms(e->ctx) + B * e->KV - 1) / (B * e->KV);
     int s = by_len < want ? by_len : want;
@@ -804,6 +805,15 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
+        goto fail;
+    }
+    if (e->persistent < 0 || e->persistent > 2) {
+        cpt_errf(err, "cuda engine: persistent %d must be 0, 1 or 2", e->persistent);
+        goto fail;
+    }
+    if (e->persistent && !e->fused) {
+        cpt_errf(err, "cuda engine: persistent %d needs fused = 1 (the step kernel is the fused products)",
+                 e->persistent);
         goto fail;
     }
     if (e->split_few > 65536) {

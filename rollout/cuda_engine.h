@@ -50,7 +50,7 @@ typedef struct cpt_cuda_engine_opts {
 } cpt_cuda_engine_opts;
 
 /* What the rollout worker and `cpt generate` use: the tensor-core attention (CPT_ATTN_MMA where head_dim is 64 or
- * 128, else the second kernel; 1.3-1.8x the second kernel's decode tok/s at batches 64 and 256 on the H200,
+ * 128, else the second kernel; 1.35-2.1x the second kernel's decode tok/s at batches 64 and 256 on the H200,
  * 2026-12-03), the fused products up to 4 rows and the skinny products where those do not apply (faster than
  * cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the tests
  * compare them). */

@@ -11,7 +11,7 @@
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport decode decodenew decodetorch
-# decodeprof decodeprof15 decodeprof15mma grpo
+# decodeprof decodeprof15 grpo
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain].
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,15 +83,13 @@ run() {
             --metrics gpu__time_duration.sum "$d/cuda_train_bench" --shape 0.5b --steps 1 --warmup 1 ;;
         xport) stage xport 180 "$d/test_weight_transports" ;;
         decode) stage decode 420 env TEST_TIMEOUT=150 BENCH_TIMEOUT=100 BENCH_SET=base bench/decode_bench.sh run "$d" --no-torch ;;
-        # the kernels not yet the default: tensor-core attention, persistent step, 16 value loads in flight
+        # the kernels not the default: the persistent step, attention v2 with 16 value loads in flight
         decodenew) stage decodenew 420 env BENCH_TIMEOUT=80 BENCH_SET=new bench/decode_bench.sh run "$d" --no-test --no-torch ;;
         decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=410 bench/decode_bench.sh run "$d" --no-test --no-bench ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
-        # 1.5B at batches 1 and 256 (where the targets are missed): the defaults, then the tensor-core attention
+        # 1.5B at batches 1 and 256: the defaults
         decodeprof15) stage decodeprof15 300 env PROFILE_SHAPE=1.5b PROFILE_BATCHES="1 256" PROFILE_TIMEOUT=140 \
             bench/decode_bench.sh profile "$d" ;;
-        decodeprof15mma) stage decodeprof15mma 300 env PROFILE_SHAPE=1.5b PROFILE_BATCHES="1 256" PROFILE_TIMEOUT=140 \
-            PROFILE_ARGS="--attn-mma --gemv 4 --fused" bench/decode_bench.sh profile "$d" ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics

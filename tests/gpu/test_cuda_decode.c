@@ -48,11 +48,10 @@ static void round_model_bf16(cpt_model *m) {
     }
 }
 
-/* A bigger random model with Qwen2.5-0.5B's head layout (head_dim 64, 7 query heads per kv head, qkv bias), its
- * final norm scaled so the logits are peaked like a trained model's (random init gives near-uniform ones, where
- * greedy is all near-ties). */
-/* A random qwen2 model: 3 layers of hidden 448 (7 heads of 64 over 1 kv head), or (wide) 2 layers of the 1.5B
- * shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960): the persistent step's kernel set there. */
+/* A random qwen2 model with qkv bias: 3 layers of hidden 448 (Qwen2.5-0.5B's head layout: 7 heads of 64 over 1 kv
+ * head), or (wide) 2 layers of the 1.5B shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960: the
+ * persistent step's kernel set there). Its final norm is scaled so the logits are peaked like a trained model's
+ * (random init gives near-uniform ones, where greedy is all near-ties). */
 static cpt_model *random_model(int wide) {
     cpt_model_config c;
     memset(&c, 0, sizeof c);
