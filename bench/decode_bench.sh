@@ -6,7 +6,7 @@
 #   bench/decode_bench.sh run [DIR] [--no-test] [--no-bench] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
 #                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT,
-#                                                BENCH_SET base|new|all, BENCH_V1=1 also the first attention kernel
+#                                                BENCH_SET base|new|b1|all, BENCH_V1=1 also the first attention kernel
 #                                                with cuBLASLt only)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
@@ -44,10 +44,10 @@ run)
     # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: the tensor-core attention, fused products at
     # <= 4 rows, skinny products), then batches 1 and 4 without the fused products, then the second attention kernel
     # (the default before 2026-12-03) at 64 and 256; new: the persistent decode step at batch 1 and 4 (2 blocks a
-    # multiprocessor, then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; all
-    # (default): both
+    # multiprocessor, then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; b1: below;
+    # all (default): base and new
     set=${BENCH_SET:-all}
-    if [ $bench = 1 ] && [ "$set" != new ]; then
+    if [ $bench = 1 ] && [ "$set" != new ] && [ "$set" != b1 ]; then
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults 2>&1 | tee -a "$out/decode_bench.log"
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --no-fused --batches 1,4 2>&1 |
             tee -a "$out/decode_bench.log"
@@ -55,13 +55,25 @@ run)
             tee -a "$out/decode_bench.log"
         [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
     fi
-    if [ $bench = 1 ] && [ "$set" != base ]; then
+    if [ $bench = 1 ] && [ "$set" != base ] && [ "$set" != b1 ]; then
         for p in 1 2; do
             timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --persistent $p --batches 1,4 2>&1 |
                 tee -a "$out/decode_bench.log"
         done
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2-deep --gemv 4 --fused --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"
+    fi
+    # b1: batch 1 only, the defaults and the streamed products (--fused-stream), each whole and with one part left
+    # out (--skip: that part's cost in the stream is the difference)
+    if [ $bench = 1 ] && [ "$set" = b1 ]; then
+        for f in "" --fused-stream; do
+            for sk in none qkv attn o gateup down lm; do
+                a=(--defaults $f --batches 1)
+                [ $sk != none ] && a+=(--skip $sk)
+                echo "== decode_bench ${a[*]}" | tee -a "$out/decode_bench.log"
+                timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" "${a[@]}" 2>&1 | tee -a "$out/decode_bench.log"
+            done
+        done
     fi
     if [ $torch = 1 ]; then
         PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/decode_torch.py --shapes ${HF_SHAPES:-1.5b,0.5b} --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |

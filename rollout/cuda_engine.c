@@ -76,7 +76,7 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused, no_pdl, persistent, split_few;
+    int gemv_rows, attn_v2, fused, no_pdl, persistent, split_few, skip;
     dlayer *step_layers;    /* persistent: the layers' weight pointers on the device */
     int step_forwards;      /* forwards that ran as the persistent step (captured ones count once) */
     unsigned *step_barrier; /* persistent: the step kernel's grid-barrier counter */
@@ -243,7 +243,7 @@ static int fused_fits(const cpt_cuda_engine *e, int n) {
 
 static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const void *inp, const int32_t *rows,
                   const void *norm_w, const void *w, const void *bias, int n, int64_t K, int64_t OC) {
-    cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC};
+    cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC, e->fused == 2};
     cpt_cuda_fused_gemv_run(e->ctx, &g);
 }
 
@@ -275,15 +275,16 @@ static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int 
         return;
     }
     cpt_cuda_set_pdl(e->ctx, !e->no_pdl); /* the layers' kernels only: off again at the end */
+    const int skip = e->skip;
     for (int l = 0; l < e->L; l++) {
         const dlayer *w = &e->layers[l];
-        fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
-        attention(e, l, n, splits, decode);
-        fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C);
-        fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I);
-        fused(e, CPT_FUSED_RESID, e->x, e->a, NULL, NULL, w->wdown, NULL, n, I, C);
+        if (!(skip & CPT_SKIP_QKV)) fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
+        if (!(skip & CPT_SKIP_ATTN)) attention(e, l, n, splits, decode);
+        if (!(skip & CPT_SKIP_O)) fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C);
+        if (!(skip & CPT_SKIP_GATEUP)) fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I);
+        if (!(skip & CPT_SKIP_DOWN)) fused(e, CPT_FUSED_RESID, e->x, e->a, NULL, NULL, w->wdown, NULL, n, I, C);
     }
-    if (n_out > 0) /* a prefill chunk that ends no prompt has no logits */
+    if (n_out > 0 && !(skip & CPT_SKIP_LM)) /* a prefill chunk that ends no prompt has no logits */
         fused(e, CPT_FUSED_F32, e->logits, e->x, MD(e, off_last, int32_t), e->norm, e->lm, NULL, n_out, C, e->V);
     cpt_cuda_set_pdl(e->ctx, 0);
 }
@@ -803,6 +804,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->no_pdl = o ? o->no_pdl : 0;
     e->persistent = o ? o->persistent : 0;
     e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
+    e->skip = o ? o->bench_skip : 0;
     if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
         cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
         goto fail;
@@ -811,7 +813,11 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
         cpt_errf(err, "cuda engine: persistent %d must be 0, 1 or 2", e->persistent);
         goto fail;
     }
-    if (e->persistent && !e->fused) {
+    if (e->fused < 0 || e->fused > 2) {
+        cpt_errf(err, "cuda engine: fused %d must be 0, 1 or 2", e->fused);
+        goto fail;
+    }
+    if (e->persistent && e->fused != 1) {
         cpt_errf(err, "cuda engine: persistent %d needs fused = 1 (the step kernel is the fused products)",
                  e->persistent);
         goto fail;

@@ -38,7 +38,8 @@ typedef struct cpt_cuda_engine_opts {
     int fused;            /* 1: forwards of at most CPT_CUDA_FUSED_MAX_ROWS rows (decode steps of small batches,
                            * short prefill chunks) run the fused products (rmsnorm, bias, residual add, swiglu folded
                            * in, kernels/cuda/decode_fused.cu) with programmatic dependent launch; needs hidden,
-                           * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused) */
+                           * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused); 2: the
+                           * same with the streamed products (cpt_cuda_fused_gemv stream) */
     int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
     int persistent;       /* 1: decode steps of at most CPT_CUDA_FUSED_MAX_ROWS rows as one persistent kernel
                            * (cpt_cuda_decode_step: the fused products and the tensor-core attention between grid
@@ -47,7 +48,11 @@ typedef struct cpt_cuda_engine_opts {
                            * multiprocessor. Needs fused = 1. */
     int split_few;        /* positions an attention split starts with in decode steps of <= CPT_CUDA_FUSED_MAX_ROWS
                            * rows (doubled while a row would need more than 16 splits); 0: 64 */
+    int bench_skip;       /* timing only, the outputs are wrong: parts of the fused forward left out, a bit mask
+                           * of CPT_SKIP_* (a step's time without a part, against with it, is that part's cost in
+                           * the stream, overlaps included) */
 } cpt_cuda_engine_opts;
+enum { CPT_SKIP_QKV = 1, CPT_SKIP_ATTN = 2, CPT_SKIP_O = 4, CPT_SKIP_GATEUP = 8, CPT_SKIP_DOWN = 16, CPT_SKIP_LM = 32 };
 
 /* What the rollout worker and `cpt generate` use: the tensor-core attention (CPT_ATTN_MMA where head_dim is 64 or
  * 128, else the second kernel; 1.35-2.1x the second kernel's decode tok/s at batches 64 and 256 on the H200,

@@ -164,6 +164,7 @@ static int persistent;    /* the engines' persistent decode step (cpt_cuda_engin
 /* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
 static const char *variant(int wide) {
     if (persistent) return wide ? "+persistent" : "+pers";
+    if (fused == 2) return wide ? "+mma+stream" : "+strm";
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
     if (fused) return wide ? "+fused" : "+fusd";
@@ -632,7 +633,8 @@ static void test_fused(void) {
         {CPT_FUSED_F32, 4, 1536, 4099, 0, 1},   {CPT_FUSED_BF16, 3, 64, 72, 1, 0},
         {CPT_FUSED_RESID, 4, 40, 24, 1, 0},     {CPT_FUSED_SWIGLU, 1, 8200, 40, 0, 0},
         {CPT_FUSED_RESID, 2, 16392, 64, 0, 0},  {CPT_FUSED_BF16, 0, 0, 0, 0, 0}};
-    for (int c = 0; cases[c][1]; c++) {
+    for (int cs = 0; cases[cs / 2][1]; cs++) { /* every case with the first kernel, then the streamed one */
+        const int c = cs / 2, st = cs % 2;
         cpt_cuda_fused_out mode = (cpt_cuda_fused_out)cases[c][0];
         int n = cases[c][1], K = cases[c][2], OC = cases[c][3], hb = cases[c][4], gather = cases[c][5];
         int nin = gather ? n + 3 : n, wrows = mode == CPT_FUSED_SWIGLU ? 2 * OC : OC;
@@ -649,7 +651,7 @@ static void test_fused(void) {
         void *dr = dev_raw(ctx, rows, sizeof rows, "rows");
         void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
         cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
-                                 1e-6f, dw, hb ? db : NULL, n, K, OC};
+                                 1e-6f, dw, hb ? db : NULL, n, K, OC, st};
         cpt_cuda_fused_gemv_run(ctx, &g);
         float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
         double *ref = malloc(sizeof(double) * (size_t)n * OC);
@@ -667,11 +669,11 @@ static void test_fused(void) {
         for (int r = 0; r < 50; r++) cpt_cuda_fused_gemv_run(ctx, &g);
         OK(cpt_cuda_sync(ctx, &err));
         double us = (now_s() - t0) / 50 * 1e6, gb = 2.0 * wrows * (double)K / 1e9;
-        printf("fused %-6s n=%d K=%-5d OC=%-6d%s%s: rel err %.2e, %zu off by > 1 bf16 step, %zu NaN; %.1f us = %.0f GB/s\n",
-               fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1, acc.nans, us,
-               gb / (us * 1e-6));
-        SUM("fused %-6s n=%d K=%-5d OC=%-6d err %.1e off %zu  %6.1f us %5.0f GB/s", fused_name(mode), n, K, OC, rel,
-            off1, us, gb / (us * 1e-6));
+        printf("fused%s %-6s n=%d K=%-5d OC=%-6d%s%s: rel err %.2e, %zu off by > 1 bf16 step, %zu NaN; %.1f us = %.0f GB/s\n",
+               st ? "/stream" : "", fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1,
+               acc.nans, us, gb / (us * 1e-6));
+        SUM("fused%s %-6s n=%d K=%-5d OC=%-6d err %.1e off %zu  %6.1f us %5.0f GB/s", st ? "/stream" : "",
+            fused_name(mode), n, K, OC, rel, off1, us, gb / (us * 1e-6));
         CHECK_MSG(acc.nans == 0, "fused %s n=%d K=%d OC=%d: %zu NaN (unwritten outputs)", fused_name(mode), n, K, OC,
                   acc.nans);
         CHECK_MSG(rel < 1e-2, "fused %s n=%d K=%d OC=%d: rel err %.3e", fused_name(mode), n, K, OC, rel);
@@ -695,40 +697,43 @@ static void test_fused(void) {
     void *dgu = dev_bf16(ctx, wgu, (size_t)2 * I * C, "wgu"), *dw2 = dev_bf16(ctx, w2, (size_t)C * I, "w2");
     void *dl = dev_bf16(ctx, wl, (size_t)V * C, "lm"), *dln = dev_bf16(ctx, ln, C, "ln");
     void *dh = dev(2 * (size_t)I, "h"), *dlog = dev(4 * (size_t)V, "logits");
-    float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
-    double us[2] = {0, 0};
-    for (int pdl = 0; pdl < 2; pdl++) {
-        OK(cpt_cuda_upload_bf16(ctx, dx, x0, C, &err));
-        OK(cpt_cuda_sync(ctx, &err));
-        double t0 = now_s();
-        cpt_cuda_set_pdl(ctx, pdl);
-        for (int r = 0; r < 200; r++) {
-            cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C};
-            cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I};
-            cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C};
-            cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V};
-            cpt_cuda_fused_gemv_run(ctx, &s1);
-            cpt_cuda_fused_gemv_run(ctx, &s2);
-            cpt_cuda_fused_gemv_run(ctx, &s3);
-            cpt_cuda_fused_gemv_run(ctx, &s4);
+    for (int st = 0; st < 2; st++) { /* the first kernel, then the streamed one */
+        float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
+        double us[2] = {0, 0};
+        for (int pdl = 0; pdl < 2; pdl++) {
+            OK(cpt_cuda_upload_bf16(ctx, dx, x0, C, &err));
+            OK(cpt_cuda_sync(ctx, &err));
+            double t0 = now_s();
+            cpt_cuda_set_pdl(ctx, pdl);
+            for (int r = 0; r < 200; r++) {
+                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, st};
+                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, st};
+                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, st};
+                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, st};
+                cpt_cuda_fused_gemv_run(ctx, &s1);
+                cpt_cuda_fused_gemv_run(ctx, &s2);
+                cpt_cuda_fused_gemv_run(ctx, &s3);
+                cpt_cuda_fused_gemv_run(ctx, &s4);
+            }
+            cpt_cuda_set_pdl(ctx, 0);
+            OK(cpt_cuda_sync(ctx, &err));
+            us[pdl] = (now_s() - t0) / 200 * 1e6;
+            res[pdl] = get_bf16(ctx, dx, C);
+            lg[pdl] = get_f32(ctx, dlog, V);
         }
-        cpt_cuda_set_pdl(ctx, 0);
-        OK(cpt_cuda_sync(ctx, &err));
-        us[pdl] = (now_s() - t0) / 200 * 1e6;
-        res[pdl] = get_bf16(ctx, dx, C);
-        lg[pdl] = get_f32(ctx, dlog, V);
+        int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
+        int finite = 1;
+        for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
+        const char *kn = st ? "/stream" : "";
+        printf("fused%s chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", kn,
+               us[0], us[1], same);
+        SUM("fused%s chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", kn, us[0], us[1],
+            same ? "yes" : "NO");
+        CHECK_MSG(same, "the fused%s chain with programmatic dependent launch differs from plain launches", kn);
+        CHECK(finite);
+        for (int k = 0; k < 2; k++) free(res[k]), free(lg[k]);
     }
-    int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
-    int finite = 1;
-    for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
-    printf("fused chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", us[0], us[1],
-           same);
-    SUM("fused chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", us[0], us[1],
-        same ? "yes" : "NO");
-    CHECK_MSG(same, "the fused chain with programmatic dependent launch differs from plain launches");
-    CHECK(finite);
     free(x0), free(a), free(w1), free(wgu), free(w2), free(wl), free(ln);
-    for (int k = 0; k < 2; k++) free(res[k]), free(lg[k]);
     cpt_cuda_free(dx), cpt_cuda_free(da), cpt_cuda_free(dw1), cpt_cuda_free(dgu), cpt_cuda_free(dw2);
     cpt_cuda_free(dl), cpt_cuda_free(dln), cpt_cuda_free(dh), cpt_cuda_free(dlog);
     cpt_cuda_ctx_free(ctx);
@@ -1122,6 +1127,14 @@ int main(void) {
         test_persistent("random-448x3", big);
         cpt_model *wide = random_model(1);
         test_persistent("random-1536x2", wide);
+        /* the streamed products (fused = 2) with the tensor-core attention */
+        fused = 2;
+        test_greedy("random-448x3", big, 16);
+        test_greedy("random-1536x2", wide, 16);
+        prefill_chunk = 3;
+        test_paged_churn("random-448x3", big);
+        prefill_chunk = 0;
+        fused = 1;
         cpt_model_free(wide);
     }
     attn_v2 = 1;
