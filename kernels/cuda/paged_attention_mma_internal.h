@@ -63,14 +63,6 @@ static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *par
     static_assert(SUB == 0 || SUB == NT, "the named barrier counts the attention's threads");
     if constexpr (SUB != 0) block_sync<SUB>();
 
-    /* the first tile's loads go out before the queries are ready, unless it holds the position this block
-     * appends (written below): the other positions were written by earlier steps */
-    const bool early = !ap.inv_freq || !(start <= p && p < start + BN);
-    if (early) {
-        load_kv_tile<D, NW>(sK, sV, kv, layer, t, kvh, start, end - start, vshift, tid);
-        cp_async_commit();
-    }
-
     /* the queries: rows g < G the group's heads as bf16 (rotated here when the append is fused in, rounded as
      * kv_append stores them), rows G..15 zero */
     if (!ap.inv_freq) {
@@ -81,47 +73,16 @@ static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *par
             *(uint4 *)(sQ + r * SD + k) = v;
         }
     } else {
-        /* norm_rope_head's arithmetic (bitwise: kv_append rotates with it), with the warp's rows loaded at once
-         * and the angles, the same for every row, computed once: one round trip, not two a row */
-        constexpr int RW = 16 / NW, VPL = D / 32, KI = D / 64, half = D / 2;
-        float x[RW][VPL]; /* x[i][j]: row warp + i NW, element lane + 32 j */
-#pragma unroll
-        for (int i = 0; i < RW; i++)
-#pragma unroll
-            for (int j = 0; j < VPL; j++) {
-                const int r = warp + i * NW;
-                x[i][j] = r < G ? __bfloat162float(__ldcg(qrow + (int64_t)(kvh * G + r) * D + lane + 32 * j)) : 0.0f;
-            }
-        float sn[KI], cs[KI];
-#pragma unroll
-        for (int j = 0; j < KI; j++) sincosf((float)p * ap.inv_freq[lane + 32 * j], &sn[j], &cs[j]);
-#pragma unroll
-        for (int i = 0; i < RW; i++) {
-            const int r = warp + i * NW;
-            if (r >= G) {
-#pragma unroll
-                for (int j = 0; j < VPL; j++) sQ[r * SD + lane + 32 * j] = __float2bfloat16(0.0f);
-                continue;
-            }
-            float rstd = 1.0f;
-            if (ap.q_norm) {
-                float ss = 0.0f;
-#pragma unroll
-                for (int j = 0; j < VPL; j++) ss += x[i][j] * x[i][j];
-                for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-                rstd = rsqrtf(ss / (float)D + ap.eps);
-            }
-#pragma unroll
-            for (int j = 0; j < KI; j++) {
-                const int k = lane + 32 * j;
-                float a = x[i][j] * rstd, b = x[i][j + KI] * rstd;
-                if (ap.q_norm) {
-                    a *= __bfloat162float(ap.q_norm[k]);
-                    b *= __bfloat162float(ap.q_norm[k + half]);
-                }
-                sQ[r * SD + k] = __float2bfloat16(a * cs[j] - b * sn[j]);
-                sQ[r * SD + k + half] = __float2bfloat16(b * cs[j] + a * sn[j]);
-            }
+        const int half = D / 2;
+        for (int r = warp; r < 16; r += NW) {
+            if (r < G)
+                norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
+                               [&](int k, float x0, float x1) {
+                                   sQ[r * SD + k] = __float2bfloat16(x0);
+                                   sQ[r * SD + k + half] = __float2bfloat16(x1);
+                               });
+            else
+                for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
         }
         /* the split holding position p writes its key (rotated) and value into the pages before any tile load */
         if (start <= p && p < end) {
@@ -141,10 +102,8 @@ static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *par
     block_sync<SUB>();
 
     const int ntiles = (end - start + BN - 1) / BN;
-    if (!early) {
-        load_kv_tile<D, NW>(sK, sV, kv, layer, t, kvh, start, end - start, vshift, tid);
-        cp_async_commit();
-    }
+    load_kv_tile<D, NW>(sK, sV, kv, layer, t, kvh, start, end - start, vshift, tid);
+    cp_async_commit();
     const float scale_log2 = rsqrtf((float)D) * ATTN_LOG2E;
     uint32_t qf[D / 16][4];
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
