@@ -63,12 +63,12 @@ run)
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2-deep --gemv 4 --fused --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"
     fi
-    # b1: batch 1 only, the defaults and the streamed products (--fused-stream), each whole and with one part left
-    # out (--skip: that part's cost in the stream is the difference)
+    # b1: batches 1 and 4, the defaults and B1_VARIANTS (default: the few-rows attention), each whole and with one
+    # part left out (B1_SKIPS; --skip: that part's cost in the stream is the difference)
     if [ $bench = 1 ] && [ "$set" = b1 ]; then
-        for f in "" --fused-stream; do
-            for sk in none qkv attn o gateup down lm; do
-                a=(--defaults $f --batches 1)
+        for f in "" ${B1_VARIANTS:---attn-few}; do
+            for sk in ${B1_SKIPS:-none attn}; do
+                a=(--defaults ${f//+/ } --batches 1,4)
                 [ $sk != none ] && a+=(--skip $sk)
                 echo "== decode_bench ${a[*]}" | tee -a "$out/decode_bench.log"
                 timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" "${a[@]}" 2>&1 | tee -a "$out/decode_bench.log"

@@ -213,6 +213,15 @@ static void mm(cpt_cuda_engine *e, void *out, void *inp, void *w, void *bias, in
         cpt_cuda_matmul_fwd(e->ctx, BT(out, n, OC), BT(inp, n, K), BT(w, OC, K), B1(bias, OC));
 }
 
+/* Whether a forward of n rows runs the few-rows attention (attn_v2 = 4): decode steps of at most
+ * CPT_CUDA_FUSED_MAX_ROWS rows (whose split lengths choose_splits then takes from at most CPT_PAGED_FEW_MAX_SPLITS
+ * splits). */
+static int few_attention(const cpt_cuda_engine *e, int n, int decode) {
+    cpt_attn_shape shape = {e->H, e->KV, e->D};
+    return e->attn_v2 == 4 && decode && n <= CPT_CUDA_FUSED_MAX_ROWS &&
+           cpt_cuda_paged_attention_few_ok(shape, CPT_PAGED_FEW_MAX_SPLITS);
+}
+
 /* The layer's append and attention; decode: the rows' tables all differ (a decode step), so attention v2 can do
  * the append itself (one launch fewer). */
 static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) {
@@ -221,6 +230,7 @@ static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) 
     cpt_attn_shape shape = {e->H, e->KV, e->D};
     const int32_t *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
     cpt_attn_kind kind = (cpt_attn_kind)(e->attn_v2 - 1);
+    if (kind == CPT_ATTN_FEW && !few_attention(e, n, decode)) kind = CPT_ATTN_MMA;
     if (decode && e->attn_v2) {
         cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                            MD(e, off_split, int32_t), shape, e->attn_counters, w->q_norm, w->k_norm,
@@ -519,16 +529,17 @@ static int pow2_at_least(int n) {
 
 /* The attention splits of a decode step of B rows, row k over positions 0 .. pos[k], and each row's split length
  * (split_len[0 .. B)). At <= CPT_CUDA_FUSED_MAX_ROWS rows (the products are per row there) a row's split length
- * follows from its own context alone: 64 positions, doubled until at most MAX_SPLITS splits. Its output then does
+ * follows from its own context alone: 64 positions, doubled until at most MAX_SPLITS splits (8 with the few-rows
+ * attention: one thread block cluster). Its output then does
  * not depend on the other rows of the step, so the n samples of a prompt, admitted and decoded in different steps,
  * stay bitwise the same, and a sequence decodes alike whatever shares its steps. At more rows the splits fill the
  * multiprocessors: one length for all rows (cuBLASLt's products change with the row count anyway). */
 static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, int32_t *split_len) {
     if (B <= CPT_CUDA_FUSED_MAX_ROWS) {
-        int most = 1;
+        int most = 1, max_splits = few_attention(e, B, 1) ? CPT_PAGED_FEW_MAX_SPLITS : MAX_SPLITS;
         for (int k = 0; k < B; k++) {
             int len = pos[k] + 1, sl = e->split_few;
-            while ((len + sl - 1) / sl > MAX_SPLITS) sl *= 2;
+            while ((len + sl - 1) / sl > max_splits) sl *= 2;
             split_len[k] = sl;
             if ((len + sl - 1) / sl > most) most = (len + sl - 1) / sl;
         }
@@ -826,8 +837,8 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
         cpt_errf(err, "cuda engine: split_few %d must be in [0, 65536]", e->split_few);
         goto fail;
     }
-    if (e->attn_v2 < 0 || e->attn_v2 > 3) {
-        cpt_errf(err, "cuda engine: attn_v2 %d must be in [0, 3]", e->attn_v2);
+    if (e->attn_v2 < 0 || e->attn_v2 > 4) {
+        cpt_errf(err, "cuda engine: attn_v2 %d must be in [0, 4]", e->attn_v2);
         goto fail;
     }
     if (e->n_slots > 1024) {

@@ -193,9 +193,17 @@ void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, cons
  *   results; for large batches at head_dim 128, where a thread walks 32 positions a tile).
  * - CPT_ATTN_MMA: the products on the tensor cores (mma.sync, P rounded to bf16 as in the training forward; within
  *   bf16 tolerance of the others, not bitwise); where cpt_cuda_paged_attention_mma_ok (head_dim 64 or 128, at most
- *   16 query heads per kv head), else CPT_ATTN_V2 runs. */
-typedef enum cpt_attn_kind { CPT_ATTN_V2 = 0, CPT_ATTN_V2_DEEP = 1, CPT_ATTN_MMA = 2 } cpt_attn_kind;
+ *   16 query heads per kv head), else CPT_ATTN_V2 runs.
+ * - CPT_ATTN_FEW: the tensor-core products arranged for latency (decode steps of a few rows,
+ *   kernels/cuda/paged_attention_few.cu): each split's keys and values loaded before the wait for the previous
+ *   kernel, the splits of a (row, kv head) one thread block cluster merged in distributed shared memory (partial and
+ *   counters unused). Only through cpt_cuda_paged_attention_v2_append, where cpt_cuda_paged_attention_few_ok
+ *   (head_dim 64 or 128, at most 16 query heads per kv head, at most CPT_PAGED_FEW_MAX_SPLITS splits), else
+ *   CPT_ATTN_MMA runs. */
+typedef enum cpt_attn_kind { CPT_ATTN_V2 = 0, CPT_ATTN_V2_DEEP = 1, CPT_ATTN_MMA = 2, CPT_ATTN_FEW = 3 } cpt_attn_kind;
 int cpt_cuda_paged_attention_mma_ok(cpt_attn_shape s);
+#define CPT_PAGED_FEW_MAX_SPLITS 8 /* a portable thread block cluster */
+int cpt_cuda_paged_attention_few_ok(cpt_attn_shape s, int n_splits);
 /* The same contract as cpt_cuda_paged_attention, by the kernel `kind`. counters (device, n_rows x n_kv_heads i32,
  * zeroed once; may be NULL): the last split block of each (row, kv head) merges the splits itself (same order and
  * values as the merge kernel, one launch fewer) and leaves its counter at zero again. */

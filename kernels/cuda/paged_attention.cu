@@ -418,7 +418,9 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
                          int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
                          const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, cpt_attn_kind kind) {
     const char *op = "paged_attention_v2";
-    CKCHECK(kind == CPT_ATTN_V2 || kind == CPT_ATTN_V2_DEEP || kind == CPT_ATTN_MMA, op, "kernel kind %d", (int)kind);
+    CKCHECK(kind == CPT_ATTN_V2 || kind == CPT_ATTN_V2_DEEP || kind == CPT_ATTN_MMA ||
+                (kind == CPT_ATTN_FEW && ap.inv_freq),
+            op, "kernel kind %d%s", (int)kind, kind == CPT_ATTN_FEW ? " without the append" : "");
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
     CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= 128 &&
@@ -428,6 +430,12 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
     CKCHECK(n_splits >= 1 && n_splits <= MERGE_MAX_SPLITS && (n_splits == 1 || (partial && split_len)), op,
             "%d splits (at most %d; more than one needs partials)", n_splits, MERGE_MAX_SPLITS);
     if (n_rows == 0) return;
+    if (kind == CPT_ATTN_FEW && cpt_cuda_paged_attention_few_ok(s, n_splits)) {
+        cpt_paged_attention_few_launch(ctx, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, kv, layer, pos, tab,
+                                       n_rows, n_splits, split_len, H, KV, D, ap);
+        return;
+    }
+    if (kind == CPT_ATTN_FEW) kind = CPT_ATTN_MMA;
     if (kind == CPT_ATTN_MMA && cpt_cuda_paged_attention_mma_ok(s)) {
         cpt_paged_attention_mma_launch(ctx, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, kv, layer, pos,
                                        tab, n_rows, n_splits, split_len, H, KV, D, counters, ap);

@@ -164,6 +164,7 @@ static int persistent;    /* the engines' persistent decode step (cpt_cuda_engin
 /* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
 static const char *variant(int wide) {
     if (persistent) return wide ? "+persistent" : "+pers";
+    if (attn_v2 == 4) return wide ? "+attnfew" : "+few ";
     if (fused == 2) return wide ? "+mma+stream" : "+strm";
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
@@ -876,6 +877,7 @@ static void test_attention_kernels(void) {
         /* the append fused into the attention (decode rows: one per table, each at its sequence's last position)
          * against kv_append then attention: outputs and pages bitwise the same, with and without q/k norm */
         int same_app = 1;
+        double worst_few = 0;
         {
             int nd = 0;
             int32_t dp[3 * NS], dt[3 * NS];
@@ -928,17 +930,70 @@ static void test_attention_kernels(void) {
                                   nan);
                         same_app &= ok && !nan;
                     }
+            /* the few-rows kernel (CPT_ATTN_FEW, appends itself): pages bitwise those of kv_append, outputs within
+             * bf16 rounding of kv_append + the tensor-core kernel, and a row left whole in a 4-split grid bitwise
+             * its 1-split result (rows up to 1,500 positions: splits longer than the 128 it holds at once) */
+            if (has_mma && cpt_cuda_paged_attention_few_ok(shp, 4))
+                for (int norm = 0; norm < 2; norm++) {
+                    const void *qnp = norm ? dqn : NULL, *knp = norm ? dkn : NULL;
+                    float *o1 = hbuf(on);
+                    for (int sp = 0; sp < 2; sp++) {
+                        int splits = sp ? 4 : 1;
+                        OK(cpt_cuda_upload_bf16(ctx, dpa, pool, pool_n, &err));
+                        OK(cpt_cuda_upload_bf16(ctx, dpb, pool, pool_n, &err));
+                        OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
+                        cpt_cuda_paged_kv ka = kv, kb = kv;
+                        ka.pool = dpa, kb.pool = dpb;
+                        cpt_cuda_kv_append(ctx, &ka, LAYER, dq, ddp, ddt, nd, qnp, knp, 1e-6f, dinv, shp);
+                        cpt_cuda_paged_attention_v2(ctx, doa, dpart, dq, &ka, LAYER, ddp, ddt, nd, splits, ddsl, shp,
+                                                    dcnt, CPT_ATTN_MMA);
+                        OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
+                        OK(cpt_cuda_memset(ctx, dob, 0xFF, 2 * on, &err));
+                        cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits,
+                                                           ddsl, shp, dcnt, qnp, knp, 1e-6f, dinv, CPT_ATTN_FEW);
+                        OK(cpt_cuda_sync(ctx, &err));
+                        OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
+                        OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
+                        OK(cpt_cuda_download_bf16(ctx, pa, dpa, pool_n, &err));
+                        OK(cpt_cuda_download_bf16(ctx, pb, dpb, pool_n, &err));
+                        double e2 = 0, r2 = 0;
+                        size_t nan = 0;
+                        for (size_t k = 0; k < on; k++) {
+                            nan += isnan(hb[k]);
+                            e2 += (hb[k] - ha[k]) * (hb[k] - ha[k]);
+                            r2 += ha[k] * ha[k];
+                        }
+                        double rel = sqrt(e2 / r2);
+                        if (rel > worst_few) worst_few = rel;
+                        CHECK_MSG(!memcmp(pa, pb, sizeof(float) * pool_n),
+                                  "attention few H=%d KV=%d D=%d norm %d splits %d: pages differ from kv_append's", H,
+                                  KV, D, norm, splits);
+                        CHECK_MSG(!nan && rel < 1e-2,
+                                  "attention few H=%d KV=%d D=%d norm %d splits %d: rel err %.3e against mma (%zu NaN)",
+                                  H, KV, D, norm, splits, rel, nan);
+                        if (!sp) memcpy(o1, hb, sizeof(float) * on);
+                        else {
+                            int same = 1;
+                            for (int r = 0; r < nd; r += 4)
+                                same &= !memcmp(o1 + (size_t)r * H * D, hb + (size_t)r * H * D, sizeof(float) * H * D);
+                            CHECK_MSG(same, "attention few H=%d KV=%d D=%d norm %d: a row with one non-empty split "
+                                      "of 4 differs from its 1-split result", H, KV, D, norm);
+                        }
+                    }
+                    free(o1);
+                }
             free(q2), free(invf), free(qnw), free(knw), free(ha), free(hb), free(pa), free(pb);
             cpt_cuda_free(dq), cpt_cuda_free(dpa), cpt_cuda_free(dpb), cpt_cuda_free(doa), cpt_cuda_free(dob);
             cpt_cuda_free(dqn), cpt_cuda_free(dkn), cpt_cuda_free(dinv), cpt_cuda_free(ddp), cpt_cuda_free(ddt), cpt_cuda_free(ddsl);
         }
         cpt_cuda_free(dcnt);
         printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
-               "v2 %.2e / %.2e, mma %.2e / %.2e%s (in-kernel merge bitwise the same; append fused in: %s)\n", H, KV, D,
+               "v2 %.2e / %.2e, mma %.2e / %.2e%s (in-kernel merge bitwise the same; append fused in: %s); few "
+               "against mma + kv_append %.2e\n", H, KV, D,
                BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1],
-               has_mma ? "" : " (not run: head_dim)", same_app ? "bitwise the same" : "DIFFERS");
-        SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e  mma %.1e/%.1e (1/4 splits)", H, KV, D,
-            worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1]);
+               has_mma ? "" : " (not run: head_dim)", same_app ? "bitwise the same" : "DIFFERS", worst_few);
+        SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e  mma %.1e/%.1e (1/4 splits)  few-mma %.1e", H,
+            KV, D, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1], worst_few);
         free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
         cpt_cuda_free(dpool), cpt_cuda_free(dqkv), cpt_cuda_free(dout), cpt_cuda_free(dtabs), cpt_cuda_free(dpos);
         cpt_cuda_free(dtab), cpt_cuda_free(dsplit), cpt_cuda_free(dpart);
@@ -1127,6 +1182,14 @@ int main(void) {
         test_persistent("random-448x3", big);
         cpt_model *wide = random_model(1);
         test_persistent("random-1536x2", wide);
+        /* the few-rows attention (attn_v2 = 4) in decode steps of <= 4 rows: greedy against the CPU, and the
+         * churn's bitwise-equal greedy samples */
+        attn_v2 = 4;
+        test_greedy("random-448x3", big, 16);
+        test_greedy("random-1536x2", wide, 16);
+        test_paged_churn("random-448x3", big);
+        test_sampling_engine("random-448x3", big);
+        attn_v2 = 3;
         /* the streamed products (fused = 2) with the tensor-core attention */
         fused = 2;
         test_greedy("random-448x3", big, 16);

@@ -22,7 +22,7 @@ int main(void) {
     int n = 0;
     for (int k = 0; k < 9; k++) cases[k].o = ok;
     cases[n].what = "gemv_rows 9", cases[n++].o.gemv_rows = 9;
-    cases[n].what = "attn_v2 4", cases[n++].o.attn_v2 = 4;
+    cases[n].what = "attn_v2 5", cases[n++].o.attn_v2 = 5;
     cases[n].what = "attn_v2 -1", cases[n++].o.attn_v2 = -1;
     cases[n].what = "persistent 3", cases[n++].o.persistent = 3;
     cases[n].what = "persistent 1 needs fused", cases[n].o.persistent = 1, cases[n++].o.fused = 0;
