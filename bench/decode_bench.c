@@ -1,7 +1,7 @@
 /* GPU decode throughput of the cuda engine (rollout/cuda_engine.h) on Qwen2.5-shaped random models.
  *
  *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--defaults]
- *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-stream|--no-fused] [--no-pdl] [--persistent 1|2]
+ *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--no-fused] [--no-pdl] [--persistent 1|2]
  *                [--split-few N] [--skip qkv,attn,o,gateup,down,lm] [--bw 4.3e12]
  *
  * --defaults: what the rollout worker runs (cpt_cuda_engine_defaults); the options after it change it.
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attn-few")) attn_v2 = 4;
         else if (!strcmp(argv[i], "--fused")) fused = 1;
         else if (!strcmp(argv[i], "--no-fused")) fused = 0;
-        else if (!strcmp(argv[i], "--fused-stream")) fused = 2;
+        else if (!strcmp(argv[i], "--fused-deep")) fused = 2;
         else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
         else if (!strcmp(argv[i], "--persistent") && i + 1 < argc) persistent = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--split-few") && i + 1 < argc) split_few = atoi(argv[++i]);
@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
             if ((skip = parse_skip(argv[++i])) < 0) return 2;
         } else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-stream|--no-fused] [--no-pdl] [--persistent 1|2] [--split-few N] [--skip qkv,attn,o,gateup,down,lm] "
+                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--no-fused] [--no-pdl] [--persistent 1|2] [--split-few N] [--skip qkv,attn,o,gateup,down,lm] "
                             "[--bw 4.3e12]\n");
             return 2;
         }

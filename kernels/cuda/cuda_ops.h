@@ -249,8 +249,8 @@ void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const
  *   CPT_FUSED_F32    out fp32 [n, OC] (logits); norm_w set
  * rows (device, may be NULL: row i) picks the input row of output row i. K a multiple of 8 (cpt_cuda_fused_gemv_ok),
  * inp, w, norm_w 16-byte aligned. With cpt_cuda_set_pdl on, the launch overlaps the previous kernel's tail.
- * stream = 1: the streamed kernel (every lane keeps its next weights in flight across rows and outputs; another
- * order of the sums, fixed by K and OC: decode_fused_internal.h). */
+ * deep = 1: lanes hold 8 weight vectors per register set instead of 4 (fewer warps per output: another order of
+ * the sums), so the 1.5B shape's down product fits one set. */
 #define CPT_CUDA_FUSED_MAX_ROWS 4
 typedef enum { CPT_FUSED_BF16, CPT_FUSED_RESID, CPT_FUSED_SWIGLU, CPT_FUSED_F32 } cpt_cuda_fused_out;
 typedef struct cpt_cuda_fused_gemv {
@@ -263,7 +263,7 @@ typedef struct cpt_cuda_fused_gemv {
     const void *w, *bias;
     int n;
     int64_t K, OC;
-    int stream;
+    int deep;
 } cpt_cuda_fused_gemv;
 int cpt_cuda_fused_gemv_ok(int64_t K);
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);

@@ -24,10 +24,10 @@ static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_kernel(cpt_cuda_
 }
 
 template <int MAXN, int WPR, int MODE, bool NORM>
-static __global__ void __launch_bounds__(FG_THREADS, 2) gemv_stream_kernel(cpt_cuda_fused_gemv a) {
+static __global__ void __launch_bounds__(FG_THREADS) fused_gemv_deep_kernel(cpt_cuda_fused_gemv a) {
     extern __shared__ uint4 xs_raw[];
     pdl_trigger();
-    gemv_stream_block<MAXN, WPR, MODE, NORM>(a, blockIdx.x, gridDim.x, xs_raw, [] { pdl_wait(); });
+    fused_gemv_block<MAXN, WPR, MODE, NORM, FG_PF_DEEP>(a, blockIdx.x, gridDim.x, xs_raw, [] { pdl_wait(); });
 }
 
 int cpt_cuda_fused_gemv_ok(int64_t K) {
@@ -39,7 +39,7 @@ int cpt_cuda_fused_gemv_ok(int64_t K) {
  * loads in flight are what the bandwidth needs). */
 template <int MAXN, int WPR, int MODE, bool NORM>
 static void launch_fg_w(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
-    auto k = a.stream ? gemv_stream_kernel<MAXN, WPR, MODE, NORM> : fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
+    auto k = a.deep ? fused_gemv_deep_kernel<MAXN, WPR, MODE, NORM> : fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
     size_t smem = (size_t)a.n * (size_t)a.K * 2;
     if (smem > 48 * 1024) CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
@@ -61,7 +61,7 @@ static void launch_fg(cpt_cuda_ctx *ctx, int wpr, const cpt_cuda_fused_gemv &a) 
 
 template <int MAXN>
 static void launch_mode(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
-    int wpr = a.stream ? pick_wpr_stream(a.K, a.OC) : pick_wpr(a.K, a.mode == CPT_FUSED_SWIGLU ? 2 : 1);
+    int wpr = pick_wpr(a.K, a.mode == CPT_FUSED_SWIGLU ? 2 : 1, a.deep ? FG_PF_DEEP : FG_PF);
     switch (a.mode) {
     case CPT_FUSED_BF16:
         if (a.norm_w) launch_fg<MAXN, CPT_FUSED_BF16, true>(ctx, wpr, a);

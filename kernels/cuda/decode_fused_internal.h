@@ -12,7 +12,9 @@
 
 #define FG_THREADS 256
 #define FG_WARPS (FG_THREADS / 32)
-#define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: FG_PF / rows per output) */
+#define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: PFV / rows per output); the
+                 * deep kernels (cpt_cuda_fused_gemv.deep) hold FG_PF_DEEP */
+#define FG_PF_DEEP 8
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
 
@@ -20,12 +22,12 @@
  * Shared memory holds the n (normalised) input rows, bf16, staged once per block. The grid walks the groups of RPB
  * outputs (grid-stride: no block launch per few outputs); while a group is computed, the next group's weights are
  * already loading into a second set of registers (rows of at most PF vectors a lane; longer rows loop). */
-template <int MAXN, int WPR, int MODE, bool NORM, typename Wait>
+template <int MAXN, int WPR, int MODE, bool NORM, int PFV = FG_PF, typename Wait>
 static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gemv &a, int64_t grp, int64_t n_grid,
                                                         uint4 *xs_raw, Wait wait) {
     constexpr int RPB = FG_WARPS / WPR;                  /* outputs per group */
     constexpr int NW = MODE == CPT_FUSED_SWIGLU ? 2 : 1; /* weight rows per output: gate and up */
-    constexpr int PF = FG_PF / NW;
+    constexpr int PF = PFV / NW;
     __shared__ float ss_s[FG_WARPS][MAXN];
     __shared__ float red_s[FG_WARPS][NW][MAXN];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % WPR, rib = warp / WPR;
@@ -199,223 +201,10 @@ static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gem
     }
 }
 
-/* ---- the streamed products (cpt_cuda_set_fused_stream) ------------------------------------------------------
- *
- * Why: the products above load a group's weights, compute, and (WPR > 1) meet at __syncthreads for every group;
- * a row longer than a lane's registers (the down product: 1,120 vectors at 1.5B) waits for each further batch. The
- * 1.5B batch-1 profile had gate/up at 2.5 TB/s and down at 1.9. Here each team of WPR warps walks its outputs
- * oc0, oc0 + stride, ... as one flat sequence of items (output, vector j of its row), and always has the next chunk
- * of FG_STREAM_VEC weight vectors a lane in flight while it computes the current one, across row and output
- * boundaries. A team meets only when an output ends (WPR > 1, a named barrier of its own warps).
- *
- * Order of the sums, fixed by (K, OC) alone (not the grid): lane l of warp k of the team adds its vectors
- * k 32 + l + j 32 WPR in increasing j, the warp sums by xor shuffles, the team's warps in order k = 0 .. WPR - 1. */
-#define FG_STREAM_VEC 8      /* 16-byte weight vectors a lane loads per chunk (the gate and up rows both count) */
-#define FG_STREAM_WARPS 2112 /* warps the products try to keep busy (132 multiprocessors x 2 blocks x 8 warps):
-                              * WPR doubles while OC x WPR is below it and each lane keeps a vector */
-
-template <int MAXN, bool NORM>
-static __device__ __forceinline__ void fg_stage_inputs(const cpt_cuda_fused_gemv &a, uint4 *xs_raw,
-                                                       const uint4 (&gpre)[FG_NORM_PF]) {
-    __shared__ float ss_s[FG_WARPS][MAXN];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t nvec = a.K / 8;
-    float ss[MAXN];
-#pragma unroll
-    for (int n = 0; n < MAXN; n++) ss[n] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < MAXN; n++) {
-        if (n >= a.n) break;
-        const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
-        for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
-            uint4 raw = __ldcg(src + v);
-            xs_raw[n * nvec + v] = raw;
-            if constexpr (NORM) {
-                float f[8];
-                bf16x8_to_f32(raw, f);
-#pragma unroll
-                for (int k = 0; k < 8; k++) ss[n] += f[k] * f[k];
-            }
-        }
-    }
-    if constexpr (NORM) {
-#pragma unroll
-        for (int n = 0; n < MAXN; n++) {
-            for (int o = 16; o > 0; o >>= 1) ss[n] += __shfl_xor_sync(0xffffffffu, ss[n], o);
-            if (lane == 0) ss_s[warp][n] = ss[n];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int n = 0; n < MAXN; n++) {
-            if (n >= a.n) break;
-            float t = 0.0f;
-            for (int w = 0; w < FG_WARPS; w++) t += ss_s[w][n];
-            float s = rsqrtf(t / (float)a.K + a.eps);
-            for (int64_t v = threadIdx.x, j = 0; v < nvec; v += FG_THREADS, j++) {
-                float f[8], g[8];
-                bf16x8_to_f32(xs_raw[n * nvec + v], f);
-                uint4 gv = gpre[0];
-#pragma unroll
-                for (int q = 1; q < FG_NORM_PF; q++)
-                    if (j == q) gv = gpre[q];
-                bf16x8_to_f32(j < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
-#pragma unroll
-                for (int k = 0; k < 8; k++) f[k] = g[k] * (f[k] * s); /* as cpt_cuda_rmsnorm_fwd */
-                xs_raw[n * nvec + v] = f32_to_bf16x8(f);
-            }
-        }
-    }
-    __syncthreads();
-}
-
-/* The epilogue of output oc of row n (res: the gate and up sums for swiglu), the unfused path's roundings. */
-template <int MODE, int NW>
-static __device__ __forceinline__ void fg_store(const cpt_cuda_fused_gemv &a, int n, int64_t oc, const float (&res)[NW]) {
-    int64_t at = (int64_t)n * a.OC + oc;
-    float b = a.bias ? __bfloat162float(((const __nv_bfloat16 *)a.bias)[oc]) : 0.0f;
-    if constexpr (MODE == CPT_FUSED_BF16) {
-        ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(res[0] + b);
-    } else if constexpr (MODE == CPT_FUSED_RESID) {
-        __nv_bfloat16 *x = (__nv_bfloat16 *)a.out;
-        x[at] = __float2bfloat16(__bfloat162float(__ldcg(x + at)) + bf16_round(res[0] + b));
-    } else if constexpr (MODE == CPT_FUSED_SWIGLU) {
-        float g = bf16_round(res[0]), u = bf16_round(res[NW - 1]);
-        ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(silu_f(g) * u);
-    } else {
-        ((float *)a.out)[at] = res[0] + b;
-    }
-}
-
-static inline int pick_wpr_stream(int64_t K, int64_t OC) {
-    int64_t nvec = K / 8;
-    int w = 1;
-    while (w < 8 && OC * w < FG_STREAM_WARPS && nvec >= 64 * w) w *= 2;
-    return w;
-}
-
-template <int MAXN, int WPR, int MODE, bool NORM, typename Wait>
-static __device__ __forceinline__ void gemv_stream_block(const cpt_cuda_fused_gemv &a, int64_t blk, int64_t n_blk,
-                                                         uint4 *xs_raw, Wait wait) {
-    constexpr int NW = MODE == CPT_FUSED_SWIGLU ? 2 : 1; /* weight rows per output: gate and up */
-    constexpr int U = FG_STREAM_VEC / NW, TEAMS = FG_WARPS / WPR;
-    __shared__ float red_s[2][FG_WARPS][NW][MAXN]; /* WPR > 1: the warps' sums, by output parity */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, team = warp / WPR, ks = warp % WPR;
-    const int64_t nvec = a.K / 8, stride = 32 * WPR, J = (nvec + stride - 1) / stride;
-    const int64_t ostride = n_blk * TEAMS, oc0 = blk * TEAMS + team;
-    const int64_t n_out = oc0 < a.OC ? (a.OC - oc0 + ostride - 1) / ostride : 0;
-    const int first = ks * 32 + lane;
-    const uint4 *W = (const uint4 *)a.w;
-    int64_t lo = 0, lj = 0; /* the next load's item: output lo of the team's, vector lj */
-    auto load = [&](uint4 (&w)[U][NW]) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t v = first + lj * stride;
-            const bool live = lo < n_out && v < nvec;
-            const int64_t oc = live ? oc0 + lo * ostride : 0;
-#pragma unroll
-            for (int r = 0; r < NW; r++)
-                w[u][r] = live ? __ldg(W + ((r ? a.OC : 0) + oc) * nvec + v) : make_uint4(0, 0, 0, 0);
-            if (++lj == J) lj = 0, lo++;
-        }
-    };
-    float acc[NW][MAXN];
-#pragma unroll
-    for (int r = 0; r < NW; r++)
-#pragma unroll
-        for (int n = 0; n < MAXN; n++) acc[r][n] = 0.0f;
-    int64_t co = 0, cj = 0; /* the next computed item */
-    /* output co of the team ends: the sums over the warp, the team, then the epilogue */
-    auto finish = [&]() {
-#pragma unroll
-        for (int r = 0; r < NW; r++)
-#pragma unroll
-            for (int n = 0; n < MAXN; n++)
-                for (int o = 16; o > 0; o >>= 1) acc[r][n] += __shfl_xor_sync(0xffffffffu, acc[r][n], o);
-        const int64_t oc = oc0 + co * ostride;
-        if constexpr (WPR == 1) {
-            float res[NW];
-#pragma unroll
-            for (int r = 0; r < NW; r++) {
-                res[r] = acc[r][0];
-#pragma unroll
-                for (int n = 1; n < MAXN; n++)
-                    if (n == lane) res[r] = acc[r][n];
-            }
-            if (lane < MAXN && lane < a.n) fg_store<MODE, NW>(a, lane, oc, res);
-        } else {
-            const int par = (int)(co & 1);
-            if (lane == 0)
-#pragma unroll
-                for (int r = 0; r < NW; r++)
-#pragma unroll
-                    for (int n = 0; n < MAXN; n++) red_s[par][warp][r][n] = acc[r][n];
-            asm volatile("bar.sync %0, %1;" ::"r"(2 + team), "n"(32 * WPR) : "memory");
-            if (ks == 0 && lane < MAXN && lane < a.n) {
-                float res[NW];
-#pragma unroll
-                for (int r = 0; r < NW; r++) {
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < WPR; k++) s += red_s[par][team * WPR + k][r][lane];
-                    res[r] = s;
-                }
-                fg_store<MODE, NW>(a, lane, oc, res);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < NW; r++)
-#pragma unroll
-            for (int n = 0; n < MAXN; n++) acc[r][n] = 0.0f;
-    };
-    auto compute = [&](const uint4 (&w)[U][NW]) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (co >= n_out) break;
-            const int64_t v = first + cj * stride;
-            if (v < nvec) {
-                float wf[NW][8];
-#pragma unroll
-                for (int r = 0; r < NW; r++) bf16x8_to_f32(w[u][r], wf[r]);
-#pragma unroll
-                for (int n = 0; n < MAXN; n++) {
-                    if (n >= a.n) break;
-                    float x[8];
-                    bf16x8_to_f32(xs_raw[n * nvec + v], x);
-#pragma unroll
-                    for (int r = 0; r < NW; r++)
-#pragma unroll
-                        for (int k = 0; k < 8; k++) acc[r][n] += wf[r][k] * x[k];
-                }
-            }
-            if (++cj == J) {
-                finish();
-                cj = 0, co++;
-            }
-        }
-    };
-    /* the first chunk and the norm weight's first vectors never depend on the previous kernel: before the wait */
-    uint4 wa[U][NW], wb[U][NW];
-    load(wa);
-    uint4 gpre[FG_NORM_PF];
-#pragma unroll
-    for (int k = 0; k < FG_NORM_PF; k++) {
-        int64_t v = threadIdx.x + (int64_t)k * FG_THREADS;
-        gpre[k] = NORM && v < nvec ? __ldg((const uint4 *)a.norm_w + v) : make_uint4(0, 0, 0, 0);
-    }
-    wait();
-    fg_stage_inputs<MAXN, NORM>(a, xs_raw, gpre);
-    while (co < n_out) { /* two chunks an iteration: the registers swap roles without copies */
-        load(wb);
-        compute(wa);
-        if (co >= n_out) break;
-        load(wa);
-        compute(wb);
-    }
-}
-
-/* The smallest WPR whose lanes hold a whole row in one register set (else 8, and the kernel loops). */
-static inline int pick_wpr(int64_t K, int nw) {
-    int64_t nvec = K / 8, pf = FG_PF / nw;
+/* The smallest WPR whose lanes hold a whole row in one register set of pfv vectors (else 8, and the kernel
+ * loops). */
+static inline int pick_wpr(int64_t K, int nw, int pfv = FG_PF) {
+    int64_t nvec = K / 8, pf = pfv / nw;
     for (int wpr = 1; wpr < 8; wpr *= 2)
         if ((nvec + 32 * wpr - 1) / (32 * wpr) <= pf) return wpr;
     return 8;

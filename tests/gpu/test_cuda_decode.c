@@ -165,7 +165,7 @@ static int persistent;    /* the engines' persistent decode step (cpt_cuda_engin
 static const char *variant(int wide) {
     if (persistent) return wide ? "+persistent" : "+pers";
     if (attn_v2 == 4) return wide ? "+attnfew" : "+few ";
-    if (fused == 2) return wide ? "+mma+stream" : "+strm";
+    if (fused == 2) return wide ? "+mma+deep8" : "+dp8 ";
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
     if (fused) return wide ? "+fused" : "+fusd";
@@ -634,7 +634,7 @@ static void test_fused(void) {
         {CPT_FUSED_F32, 4, 1536, 4099, 0, 1},   {CPT_FUSED_BF16, 3, 64, 72, 1, 0},
         {CPT_FUSED_RESID, 4, 40, 24, 1, 0},     {CPT_FUSED_SWIGLU, 1, 8200, 40, 0, 0},
         {CPT_FUSED_RESID, 2, 16392, 64, 0, 0},  {CPT_FUSED_BF16, 0, 0, 0, 0, 0}};
-    for (int cs = 0; cases[cs / 2][1]; cs++) { /* every case with the first kernel, then the streamed one */
+    for (int cs = 0; cases[cs / 2][1]; cs++) { /* every case with 4 vectors a lane, then 8 (deep) */
         const int c = cs / 2, st = cs % 2;
         cpt_cuda_fused_out mode = (cpt_cuda_fused_out)cases[c][0];
         int n = cases[c][1], K = cases[c][2], OC = cases[c][3], hb = cases[c][4], gather = cases[c][5];
@@ -671,9 +671,9 @@ static void test_fused(void) {
         OK(cpt_cuda_sync(ctx, &err));
         double us = (now_s() - t0) / 50 * 1e6, gb = 2.0 * wrows * (double)K / 1e9;
         printf("fused%s %-6s n=%d K=%-5d OC=%-6d%s%s: rel err %.2e, %zu off by > 1 bf16 step, %zu NaN; %.1f us = %.0f GB/s\n",
-               st ? "/stream" : "", fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1,
+               st ? "/deep" : "", fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1,
                acc.nans, us, gb / (us * 1e-6));
-        SUM("fused%s %-6s n=%d K=%-5d OC=%-6d err %.1e off %zu  %6.1f us %5.0f GB/s", st ? "/stream" : "",
+        SUM("fused%s %-6s n=%d K=%-5d OC=%-6d err %.1e off %zu  %6.1f us %5.0f GB/s", st ? "/deep" : "",
             fused_name(mode), n, K, OC, rel, off1, us, gb / (us * 1e-6));
         CHECK_MSG(acc.nans == 0, "fused %s n=%d K=%d OC=%d: %zu NaN (unwritten outputs)", fused_name(mode), n, K, OC,
                   acc.nans);
@@ -698,7 +698,7 @@ static void test_fused(void) {
     void *dgu = dev_bf16(ctx, wgu, (size_t)2 * I * C, "wgu"), *dw2 = dev_bf16(ctx, w2, (size_t)C * I, "w2");
     void *dl = dev_bf16(ctx, wl, (size_t)V * C, "lm"), *dln = dev_bf16(ctx, ln, C, "ln");
     void *dh = dev(2 * (size_t)I, "h"), *dlog = dev(4 * (size_t)V, "logits");
-    for (int st = 0; st < 2; st++) { /* the first kernel, then the streamed one */
+    for (int st = 0; st < 2; st++) { /* 4 vectors a lane, then 8 (deep) */
         float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
         double us[2] = {0, 0};
         for (int pdl = 0; pdl < 2; pdl++) {
@@ -725,7 +725,7 @@ static void test_fused(void) {
         int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
         int finite = 1;
         for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
-        const char *kn = st ? "/stream" : "";
+        const char *kn = st ? "/deep" : "";
         printf("fused%s chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", kn,
                us[0], us[1], same);
         SUM("fused%s chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", kn, us[0], us[1],
@@ -1190,7 +1190,7 @@ int main(void) {
         test_paged_churn("random-448x3", big);
         test_sampling_engine("random-448x3", big);
         attn_v2 = 3;
-        /* the streamed products (fused = 2) with the tensor-core attention */
+        /* the deep products (fused = 2) with the tensor-core attention */
         fused = 2;
         test_greedy("random-448x3", big, 16);
         test_greedy("random-1536x2", wide, 16);
