@@ -41,15 +41,16 @@ run)
             echo "test_cuda_decode without the tensor-core attention rc=$? ($(grep -c 'CHECK failed' "$out/test_cuda_decode_nomma.log") failed checks)"
         fi
     fi
-    # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: the tensor-core attention, fused products at
-    # <= 4 rows, skinny products), then batches 1 and 4 without the fused products, then the second attention kernel
-    # (the default before 2026-12-03) at 64 and 256; new: the persistent decode step at batch 1 and 4 (2 blocks a
+    # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: the tensor-core attention, the few-rows kernel
+    # and the deep fused products at <= 4 rows, skinny products), then batches 1 and 4 with the defaults before the
+    # seventh session (the tensor-core attention there too, fused products of 4 vectors a lane), then the second
+    # attention kernel (the default before 2026-12-03) at 64 and 256; new: the persistent decode step at batch 1 and 4 (2 blocks a
     # multiprocessor, then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; b1: below;
     # all (default): base and new
     set=${BENCH_SET:-all}
     if [ $bench = 1 ] && [ "$set" != new ] && [ "$set" != b1 ]; then
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults 2>&1 | tee -a "$out/decode_bench.log"
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --no-fused --batches 1,4 2>&1 |
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --attn-mma --fused --batches 1,4 2>&1 |
             tee -a "$out/decode_bench.log"
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --attn-v2 --batches 64,256 2>&1 |
             tee -a "$out/decode_bench.log"

@@ -59,12 +59,13 @@ enum { CPT_SKIP_QKV = 1, CPT_SKIP_ATTN = 2, CPT_SKIP_O = 4, CPT_SKIP_GATEUP = 8,
 
 /* What the rollout worker and `cpt generate` use: the tensor-core attention (CPT_ATTN_MMA where head_dim is 64 or
  * 128, else the second kernel; 1.35-2.1x the second kernel's decode tok/s at batches 64 and 256 on the H200,
- * 2026-12-03), the fused products up to 4 rows and the skinny products where those do not apply (faster than
- * cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the tests
- * compare them). */
+ * 2026-12-03) with the few-rows kernel in decode steps of <= 4 rows (1.2-1.3x at batch 1), the deep fused
+ * products up to 4 rows (1.1x at batch 4, the same at 1) and the skinny products where those do not apply (faster
+ * than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the
+ * tests compare them). */
 #define CPT_CUDA_ENGINE_GEMV_ROWS 4
 static inline cpt_cuda_engine_opts cpt_cuda_engine_defaults(cpt_engine_opts base) {
-    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 3, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 1};
+    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 4, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 2};
     return o;
 }
 

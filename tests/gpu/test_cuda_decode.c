@@ -164,8 +164,7 @@ static int persistent;    /* the engines' persistent decode step (cpt_cuda_engin
 /* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
 static const char *variant(int wide) {
     if (persistent) return wide ? "+persistent" : "+pers";
-    if (attn_v2 == 4) return wide ? "+attnfew" : "+few ";
-    if (fused == 2) return wide ? "+mma+deep8" : "+dp8 ";
+    if (attn_v2 == 4) return fused == 2 ? (wide ? "+few+deep8" : "+dflt") : (wide ? "+attnfew" : "+few ");
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
     if (fused) return wide ? "+fused" : "+fusd";
@@ -1158,8 +1157,8 @@ int main(void) {
     attn_v2 = 1;
     test_greedy("random-448x3", big, 16);
     test_paged_churn("random-448x3", big);
-    /* what the rollout worker runs (cpt_cuda_engine_defaults): the fused products at <= 4 rows, prefills of <= 4
-     * rows included (chunks of 3), the skinny products elsewhere */
+    /* the fused products (fused = 1) at <= 4 rows, prefills of <= 4 rows included (chunks of 3), the skinny
+     * products elsewhere (the defaults before 2026-12-03, with attention v2) */
     fused = 1;
     gemv_rows = 4;
     test_greedy("random-448x3", big, 16);
@@ -1182,21 +1181,18 @@ int main(void) {
         test_persistent("random-448x3", big);
         cpt_model *wide = random_model(1);
         test_persistent("random-1536x2", wide);
-        /* the few-rows attention (attn_v2 = 4) in decode steps of <= 4 rows: greedy against the CPU, and the
-         * churn's bitwise-equal greedy samples */
+        /* the defaults (cpt_cuda_engine_defaults): the few-rows attention (attn_v2 = 4) in decode steps of <= 4
+         * rows and the deep fused products (fused = 2): greedy against the CPU, the churn's bitwise-equal greedy
+         * samples (prefills of <= 4 rows fused too: chunks of 3), sampling */
         attn_v2 = 4;
-        test_greedy("random-448x3", big, 16);
-        test_greedy("random-1536x2", wide, 16);
-        test_paged_churn("random-448x3", big);
-        test_sampling_engine("random-448x3", big);
-        attn_v2 = 3;
-        /* the deep products (fused = 2) with the tensor-core attention */
         fused = 2;
         test_greedy("random-448x3", big, 16);
         test_greedy("random-1536x2", wide, 16);
         prefill_chunk = 3;
         test_paged_churn("random-448x3", big);
         prefill_chunk = 0;
+        test_sampling_engine("random-448x3", big);
+        attn_v2 = 3;
         fused = 1;
         cpt_model_free(wide);
     }
