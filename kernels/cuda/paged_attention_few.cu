@@ -66,7 +66,7 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
     extern __shared__ __align__(16) unsigned char paf_smem[];
     __shared__ float m_w[NW][16], l_w[NW][16], pm_s[16], pl_s[16];
     __nv_bfloat16 *sQ = (__nv_bfloat16 *)paf_smem, *sK = sQ + 16 * SD, *sV = sK + ROWS * SD;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t i = blockIdx.x;
     const int kvh = blockIdx.y, sp = blockIdx.z, G = H / KV, QKV = (H + 2 * KV) * D, half = D / 2;
     const int len = pos[i] + 1, t = tab[i], p = len - 1;
@@ -168,100 +168,21 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
         for (int tt = 0; tt < ROWS / BN; tt++) {
             const int r0 = tt * BN + warp * 16, w0 = c0 + r0; /* this warp's first row and position */
             if (w0 >= end) break;
-            float s[2][4];
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t b[4];
-                lds_bt<D>(b, sK, r0, kk * 16, lane);
-                mma16816(s[0], qf[kk], b[0], b[1]);
-                mma16816(s[1], qf[kk], b[2], b[3]);
-            }
-            if (w0 + 16 > end) {
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (w0 + nt * 8 + 2 * tq + (e & 1) >= end) s[nt][e] = -INFINITY;
-            }
-#pragma unroll
-            for (int r = 0; r < 2; r++) { /* online softmax of heads g and g + 8, as attend_mma */
-                float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mn = fmaxf(m[r], mx * scale_log2), base = mn == -INFINITY ? 0.0f : mn;
-                float corr = exp2f(m[r] - base), sum = 0.0f;
-                m[r] = mn;
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    s[nt][2 * r] = exp2f(s[nt][2 * r] * scale_log2 - base);
-                    s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] * scale_log2 - base);
-                    sum += s[nt][2 * r] + s[nt][2 * r + 1];
-                }
-                l[r] = l[r] * corr + sum;
-#pragma unroll
-                for (int dt = 0; dt < D / 8; dt++) {
-                    o[dt][2 * r] *= corr;
-                    o[dt][2 * r + 1] *= corr;
-                }
-            }
-            uint32_t a[4];
-            acc_to_a(a, s[0], s[1]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b[4];
-                lds_b<D>(b, sV, r0, dp * 16, lane);
-                mma16816(o[2 * dp], a, b[0], b[1]);
-                mma16816(o[2 * dp + 1], a, b[2], b[3]);
-            }
+            pam_warp_tile<D>(sK, sV, r0, w0, end, qf, scale_log2, m, l, o, lane);
         }
     }
 
-    /* 4. the warps' (o, m, l) merged into the block's partial (unnormalised o, max in log2 units, sum) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    __syncthreads(); /* every warp is past the tiles: their memory takes the merge */
-    float *o_s = (float *)sK, *part = o_s + NW * 16 * D; /* [NW][16][D], [16][D] */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = g + 8 * r;
-        float *dst = o_s + (warp * 16 + row) * D + 2 * tq;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            dst[dt * 8] = o[dt][2 * r];
-            dst[dt * 8 + 1] = o[dt][2 * r + 1];
-        }
-        if (tq == 0) {
-            m_w[warp][row] = m[r];
-            l_w[warp][row] = l[r];
-        }
-    }
-    __syncthreads();
-    for (int x = tid; x < G * D; x += NT) {
-        const int gg = x / D, d = x % D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; w++)
-            if (l_w[w][gg] > 0.0f) M = fmaxf(M, m_w[w][gg]);
-        float oo = 0.0f, ll = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            if (l_w[w][gg] <= 0.0f) continue;
-            const float c = exp2f(m_w[w][gg] - M);
-            oo += c * o_s[(w * 16 + gg) * D + d];
-            ll += c * l_w[w][gg];
-        }
+    /* 4. the warps' (o, m, l) merged into the block's partial (unnormalised o, max in log2 units, sum: an empty
+     * split has max -inf and sum 0), in the tiles' memory after the warps' o */
+    float *part = (float *)sK + NW * 16 * D; /* [16][D] */
+    pam_merge_warps<D, NW, 0>((float *)sK, m_w, l_w, m, l, o, G, [&](int gg, int d, float oo, float M, float ll) {
         if (n_splits == 1) {
             out[i * (int64_t)H * D + (int64_t)(kvh * G + gg) * D + d] = __float2bfloat16(oo / ll);
         } else {
             part[gg * D + d] = oo;
-            if (d == 0) pm_s[gg] = M, pl_s[gg] = ll; /* an empty split: M = -inf, ll = 0 */
+            if (d == 0) pm_s[gg] = M, pl_s[gg] = ll;
         }
-    }
+    });
     if (n_splits == 1) return;
 
     /* 5. the splits merged in split order through distributed shared memory; the second barrier keeps every

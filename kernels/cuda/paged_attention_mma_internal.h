@@ -43,6 +43,113 @@ static __device__ __forceinline__ void load_kv_tile(__nv_bfloat16 *sK, __nv_bflo
     }
 }
 
+/* One warp's 16 positions of a tile (rows r0 .. r0+15 of the tiles cK, cV; positions w0 .. w0+15, those >= end
+ * masked): S = Q K^T, the online softmax of the two heads this thread holds (g and g + 8, log2 units), O += P V.
+ * The tensor-core decode kernels' inner step (paged_attention_mma.cu, paged_attention_few.cu). */
+template <int D>
+static __device__ __forceinline__ void pam_warp_tile(const __nv_bfloat16 *cK, const __nv_bfloat16 *cV, int r0, int w0,
+                                                     int end, const uint32_t (&qf)[D / 16][4], float scale_log2,
+                                                     float (&m)[2], float (&l)[2], float (&o)[D / 8][4], int lane) {
+    const int tq = lane & 3;
+    /* S = Q K^T over the warp's 16 positions: s[nt] holds positions w0 + 8 nt + 2 tq (+1), heads g, g + 8 */
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t b[4];
+        lds_bt<D>(b, cK, r0, kk * 16, lane);
+        mma16816(s[0], qf[kk], b[0], b[1]);
+        mma16816(s[1], qf[kk], b[2], b[3]);
+    }
+    if (w0 + 16 > end) {
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (w0 + nt * 8 + 2 * tq + (e & 1) >= end) s[nt][e] = -INFINITY;
+    }
+    /* online softmax, base 0 while a head has seen no position (max -inf), so masked scores give 0 and not NaN */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mn = fmaxf(m[r], mx * scale_log2), base = mn == -INFINITY ? 0.0f : mn;
+        float corr = exp2f(m[r] - base), sum = 0.0f;
+        m[r] = mn;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            s[nt][2 * r] = exp2f(s[nt][2 * r] * scale_log2 - base);
+            s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] * scale_log2 - base);
+            sum += s[nt][2 * r] + s[nt][2 * r + 1];
+        }
+        l[r] = l[r] * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            o[dt][2 * r] *= corr;
+            o[dt][2 * r + 1] *= corr;
+        }
+    }
+    /* O += P V: the scores' accumulators are the A fragment of the product (k = the warp's 16 positions) */
+    uint32_t a[4];
+    acc_to_a(a, s[0], s[1]);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+        uint32_t b[4];
+        lds_b<D>(b, cV, r0, dp * 16, lane);
+        mma16816(o[2 * dp], a, b[0], b[1]);
+        mma16816(o[2 * dp + 1], a, b[2], b[3]);
+    }
+}
+
+/* The NW warps' (o, m, l) merged through shared memory o_s ([NW][16][D] fp32, free tile memory) and m_w, l_w, in
+ * warp order; emit(g, d, o, M, l) for each element of the G heads: unnormalised o, the max M (log2 units; -inf and l
+ * = 0 when no warp saw a position) and the sum. Called by the first 32 NW threads (SUB: as block_sync). */
+template <int D, int NW, int SUB, typename Emit>
+static __device__ __forceinline__ void pam_merge_warps(float *o_s, float (&m_w)[NW][16], float (&l_w)[NW][16],
+                                                       float (&m)[2], float (&l)[2], const float (&o)[D / 8][4], int G,
+                                                       Emit emit) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    block_sync<SUB>();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = g + 8 * r;
+        float *dst = o_s + (warp * 16 + row) * D + 2 * tq;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            dst[dt * 8] = o[dt][2 * r];
+            dst[dt * 8 + 1] = o[dt][2 * r + 1];
+        }
+        if (tq == 0) {
+            m_w[warp][row] = m[r];
+            l_w[warp][row] = l[r];
+        }
+    }
+    block_sync<SUB>();
+    for (int x = tid; x < G * D; x += NW * 32) {
+        int gg = x / D, d = x % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            if (l_w[w][gg] > 0.0f) M = fmaxf(M, m_w[w][gg]);
+        float oo = 0.0f, ll = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            if (l_w[w][gg] <= 0.0f) continue;
+            float c = exp2f(m_w[w][gg] - M);
+            oo += c * o_s[(w * 16 + gg) * D + d];
+            ll += c * l_w[w][gg];
+        }
+        emit(gg, d, oo, M, ll);
+    }
+}
+
 /* Positions [start, end) of row i's table t for kv head kvh; p = the row's own position (appended first when the
  * append is fused in and this split holds it). Run by threads 0 .. 32 NW - 1; SUB = 0: they are the whole block,
  * else SUB = 32 NW and they synchronise by a named barrier (the persistent decode step, where the block's other
@@ -56,7 +163,7 @@ static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *par
     constexpr int BN = pam_cfg<D, NW>::BN, SD = pam_cfg<D, NW>::SD, NT = pam_cfg<D, NW>::NT, CH = D / 8;
     __shared__ float m_w[NW][16], l_w[NW][16];
     __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem, *sK = sQ + 16 * SD, *sV = sK + 2 * BN * SD;
-    const int G = H / KV, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int G = H / KV, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int QKV = (H + 2 * KV) * D;
     const __nv_bfloat16 *qrow = qkv + i * QKV;
     const int64_t vshift = (int64_t)kv.n_blocks * kv.block_size * kv.n_kv_heads * D; /* K -> V of one layer */
@@ -125,99 +232,16 @@ static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *par
         const int w0 = start + tt * BN + warp * 16; /* this warp's first position */
         if (w0 >= end) continue;
         const __nv_bfloat16 *cK = sK + (tt & 1) * BN * SD, *cV = sV + (tt & 1) * BN * SD;
-        /* S = Q K^T over the warp's 16 positions: s[nt] holds positions w0 + 8 nt + 2 tq (+1), heads g, g + 8 */
-        float s[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t b[4];
-            lds_bt<D>(b, cK, warp * 16, kk * 16, lane);
-            mma16816(s[0], qf[kk], b[0], b[1]);
-            mma16816(s[1], qf[kk], b[2], b[3]);
-        }
-        if (w0 + 16 > end) {
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (w0 + nt * 8 + 2 * tq + (e & 1) >= end) s[nt][e] = -INFINITY;
-        }
-        /* online softmax of the two heads this thread holds (g and g + 8), in log2 units; base 0 while a head has
-         * seen no position (max -inf), so masked scores give 0 and not NaN */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mn = fmaxf(m[r], mx * scale_log2), base = mn == -INFINITY ? 0.0f : mn;
-            float corr = exp2f(m[r] - base), sum = 0.0f;
-            m[r] = mn;
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-                s[nt][2 * r] = exp2f(s[nt][2 * r] * scale_log2 - base);
-                s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] * scale_log2 - base);
-                sum += s[nt][2 * r] + s[nt][2 * r + 1];
-            }
-            l[r] = l[r] * corr + sum;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++) {
-                o[dt][2 * r] *= corr;
-                o[dt][2 * r + 1] *= corr;
-            }
-        }
-        /* O += P V: the scores' accumulators are the A fragment of the product (k = the warp's 16 positions) */
-        uint32_t a[4];
-        acc_to_a(a, s[0], s[1]);
-#pragma unroll
-        for (int dp = 0; dp < D / 16; dp++) {
-            uint32_t b[4];
-            lds_b<D>(b, cV, warp * 16, dp * 16, lane);
-            mma16816(o[2 * dp], a, b[0], b[1]);
-            mma16816(o[2 * dp + 1], a, b[2], b[3]);
-        }
+        pam_warp_tile<D>(cK, cV, warp * 16, w0, end, qf, scale_log2, m, l, o, lane);
     }
 
     /* the warps' (o, m, l) through shared memory (the tiles' memory: every warp is past its last tile) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    block_sync<SUB>();
-    float *o_s = (float *)sK; /* [NW][16][D] */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = g + 8 * r;
-        float *dst = o_s + (warp * 16 + row) * D + 2 * tq;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            dst[dt * 8] = o[dt][2 * r];
-            dst[dt * 8 + 1] = o[dt][2 * r + 1];
-        }
-        if (tq == 0) {
-            m_w[warp][row] = m[r];
-            l_w[warp][row] = l[r];
-        }
-    }
-    block_sync<SUB>();
-    for (int x = tid; x < G * D; x += NT) {
-        int gg = x / D, d = x % D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; w++)
-            if (l_w[w][gg] > 0.0f) M = fmaxf(M, m_w[w][gg]);
-        float oo = 0.0f, ll = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            if (l_w[w][gg] <= 0.0f) continue;
-            float c = exp2f(m_w[w][gg] - M);
-            oo += c * o_s[(w * 16 + gg) * D + d];
-            ll += c * l_w[w][gg];
-        }
-        float m_nat = M * ATTN_LN2; /* the partials' max is in natural units (the merge takes e^(m - M)) */
-        store_head(out, partial, i, H, kvh * G + gg, n_splits, sp, D, d, oo, &m_nat, &ll);
-    }
+    pam_merge_warps<D, NW, SUB>((float *)sK, m_w, l_w, m, l, o, G,
+                                [&](int gg, int d, float oo, float M, float ll) {
+                                    float m_nat = M * ATTN_LN2; /* the partials' max in natural units (the merge
+                                                                 * takes e^(m - M)) */
+                                    store_head(out, partial, i, H, kvh * G + gg, n_splits, sp, D, d, oo, &m_nat, &ll);
+                                });
 }
 
 #endif
