@@ -289,7 +289,8 @@ static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int 
     const int skip = e->skip;
     for (int l = 0; l < e->L; l++) {
         const dlayer *w = &e->layers[l];
-        if (!(skip & CPT_SKIP_QKV)) fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
+        if (!(skip & CPT_SKIP_QKV))
+            fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
         if (!(skip & CPT_SKIP_ATTN)) attention(e, l, n, splits, decode);
         if (!(skip & CPT_SKIP_O)) fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C);
         if (!(skip & CPT_SKIP_GATEUP)) fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I);

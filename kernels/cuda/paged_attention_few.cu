@@ -77,7 +77,8 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
     pdl_trigger();
 
     /* 1. before the wait: the split's first ROWS positions, which earlier steps wrote (all but p) */
-    if (start < end) paf_load<D>(sK, sV, kv, layer, t, kvh, start, min(end - start, ROWS), p_first ? p - start : -1, vshift);
+    if (start < end)
+        paf_load<D>(sK, sV, kv, layer, t, kvh, start, min(end - start, ROWS), p_first ? p - start : -1, vshift);
     pdl_wait();
 
     /* 2. the queries (rotated, rounded as kv_append stores them; rows G..15 zero) and, in the split that holds it,
