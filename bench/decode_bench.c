@@ -2,7 +2,7 @@
  *
  *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--defaults]
  *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--no-fused] [--no-pdl] [--persistent 1|2]
- *                [--split-few N] [--fused-blocks N] [--skip qkv,attn,o,gateup,down,lm] [--bw 4.3e12]
+ *                [--split-few N] [--skip qkv,attn,o,gateup,down,lm] [--bw 4.3e12]
  *
  * --defaults: what the rollout worker runs (cpt_cuda_engine_defaults); the options after it change it.
  * --skip: leave those parts out of the fused forward (wrong tokens; a part's cost in the stream is the step time
@@ -118,7 +118,7 @@ static int parse_skip(const char *list) {
 int main(int argc, char **argv) {
     const char *shapes = "0.5b,1.5b", *batches = "1,64,256";
     int prompt = 256, n_new = 512, no_graphs = 0, gemv = 0, attn_v2 = 0, fused = 0, no_pdl = 0, persistent = 0, split_few = 0,
-        skip = 0, fused_blocks = 0;
+        skip = 0;
     double bw = 4.3e12;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
@@ -144,12 +144,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
         else if (!strcmp(argv[i], "--persistent") && i + 1 < argc) persistent = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--split-few") && i + 1 < argc) split_few = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--fused-blocks") && i + 1 < argc) fused_blocks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--skip") && i + 1 < argc) {
             if ((skip = parse_skip(argv[++i])) < 0) return 2;
         } else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--no-fused] [--no-pdl] [--persistent 1|2] [--split-few N] [--fused-blocks N] [--skip qkv,attn,o,gateup,down,lm] "
+                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--no-fused] [--no-pdl] [--persistent 1|2] [--split-few N] [--skip qkv,attn,o,gateup,down,lm] "
                             "[--bw 4.3e12]\n");
             return 2;
         }
@@ -179,7 +178,6 @@ int main(int argc, char **argv) {
         o.persistent = persistent;
         o.split_few = split_few;
         o.bench_skip = skip;
-        o.fused_blocks = fused_blocks;
         cpt_err err = {0};
         double t0 = now();
         cpt_cuda_engine *e = cpt_cuda_engine_new_random(&c, 42, 0.02f, &o, &err);
@@ -204,9 +202,9 @@ int main(int argc, char **argv) {
             double roof = B * bw / step_bytes;
             printf("RESULT shape=%s batch=%d prompt=%d new=%d graphs=%d gemv=%d attn_v2=%d fused=%d pdl=%d prefill_s=%.4f decode_tok_s=%.1f "
                    "e2e_tok_s=%.1f step_ms=%.3f roofline_tok_s=%.1f roofline_pct=%.1f graphs_captured=%d gpu_step_ms=%.3f "
-                   "persistent=%d step_kernel_forwards=%d split_few=%d skip=%d fused_blocks=%d\n",
+                   "persistent=%d step_kernel_forwards=%d split_few=%d skip=%d\n",
                    name, B, prompt, n_new, !no_graphs, gemv, attn_v2, fused, fused && !no_pdl, tf, dec, e2e, 1000.0 * B / dec, roof, 100.0 * dec / roof,
-                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s, persistent, cpt_cuda_engine_step_forwards(e), split_few, skip, fused_blocks);
+                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s, persistent, cpt_cuda_engine_step_forwards(e), split_few, skip);
             fflush(stdout);
         }
         cpt_cuda_engine_free(e);

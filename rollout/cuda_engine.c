@@ -76,7 +76,7 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused, no_pdl, persistent, split_few, skip, fused_blocks;
+    int gemv_rows, attn_v2, fused, no_pdl, persistent, split_few, skip;
     dlayer *step_layers;    /* persistent: the layers' weight pointers on the device */
     int step_forwards;      /* forwards that ran as the persistent step (captured ones count once) */
     unsigned *step_barrier; /* persistent: the step kernel's grid-barrier counter */
@@ -253,8 +253,7 @@ static int fused_fits(const cpt_cuda_engine *e, int n) {
 
 static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const void *inp, const int32_t *rows,
                   const void *norm_w, const void *w, const void *bias, int n, int64_t K, int64_t OC) {
-    cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC, e->fused == 2,
-                             e->fused_blocks};
+    cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC, e->fused == 2};
     cpt_cuda_fused_gemv_run(e->ctx, &g);
 }
 
@@ -818,34 +817,25 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->persistent = o ? o->persistent : 0;
     e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
     e->skip = o ? o->bench_skip : 0;
-    e->fused_blocks = o ? o->fused_blocks : 0;
-    if (e->gemv_rows < 0 || e->gemv_rows > CPT_CUDA_SKINNY_MAX_ROWS) {
-        cpt_errf(err, "cuda engine: gemv_rows %d must be in [0, %d]", e->gemv_rows, CPT_CUDA_SKINNY_MAX_ROWS);
-        goto fail;
-    }
-    if (e->persistent < 0 || e->persistent > 2) {
-        cpt_errf(err, "cuda engine: persistent %d must be 0, 1 or 2", e->persistent);
-        goto fail;
-    }
-    if (e->fused < 0 || e->fused > 2) {
-        cpt_errf(err, "cuda engine: fused %d must be 0, 1 or 2", e->fused);
-        goto fail;
+    {
+        const struct {
+            const char *name;
+            int v, lo, hi;
+        } ranges[] = {{"gemv_rows", e->gemv_rows, 0, CPT_CUDA_SKINNY_MAX_ROWS},
+                      {"attn_v2", e->attn_v2, 0, 4},
+                      {"fused", e->fused, 0, 2},
+                      {"persistent", e->persistent, 0, 2},
+                      {"split_few", e->split_few, 0, 65536}};
+        for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)
+            if (ranges[k].v < ranges[k].lo || ranges[k].v > ranges[k].hi) {
+                cpt_errf(err, "cuda engine: %s %d must be in [%d, %d]", ranges[k].name, ranges[k].v, ranges[k].lo,
+                         ranges[k].hi);
+                goto fail;
+            }
     }
     if (e->persistent && e->fused != 1) {
         cpt_errf(err, "cuda engine: persistent %d needs fused = 1 (the step kernel is the fused products)",
                  e->persistent);
-        goto fail;
-    }
-    if (e->fused_blocks < 0 || e->fused_blocks > 8) {
-        cpt_errf(err, "cuda engine: fused_blocks %d must be in [0, 8]", e->fused_blocks);
-        goto fail;
-    }
-    if (e->split_few > 65536) {
-        cpt_errf(err, "cuda engine: split_few %d must be in [0, 65536]", e->split_few);
-        goto fail;
-    }
-    if (e->attn_v2 < 0 || e->attn_v2 > 4) {
-        cpt_errf(err, "cuda engine: attn_v2 %d must be in [0, 4]", e->attn_v2);
         goto fail;
     }
     if (e->n_slots > 1024) {

@@ -49,8 +49,6 @@ typedef struct cpt_cuda_engine_opts {
                            * multiprocessor. Needs fused = 1. */
     int split_few;        /* positions an attention split starts with in decode steps of <= CPT_CUDA_FUSED_MAX_ROWS
                            * rows (doubled while a row would need more than 16 splits); 0: 64 */
-    int fused_blocks;     /* the fused products' blocks a multiprocessor at most (cpt_cuda_fused_gemv
-                           * blocks_per_sm); 0: as many as fit */
     int bench_skip;       /* timing only, the outputs are wrong: parts of the fused forward left out, a bit mask
                            * of CPT_SKIP_* (a step's time without a part, against with it, is that part's cost in
                            * the stream, overlaps included) */

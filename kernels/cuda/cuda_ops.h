@@ -264,8 +264,6 @@ typedef struct cpt_cuda_fused_gemv {
     int n;
     int64_t K, OC;
     int deep;
-    int blocks_per_sm; /* at most this many blocks a multiprocessor (room for the next kernel's blocks to start
-                        * their loads); 0: as many as fit */
 } cpt_cuda_fused_gemv;
 int cpt_cuda_fused_gemv_ok(int64_t K);
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);

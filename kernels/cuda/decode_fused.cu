@@ -45,7 +45,6 @@ static void launch_fg_w(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
         per_sm = 1;
-    if (a.blocks_per_sm > 0 && per_sm > a.blocks_per_sm) per_sm = a.blocks_per_sm;
     int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
     launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
 }

@@ -651,7 +651,7 @@ static void test_fused(void) {
         void *dr = dev_raw(ctx, rows, sizeof rows, "rows");
         void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
         cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
-                                 1e-6f, dw, hb ? db : NULL, n, K, OC, st, 0};
+                                 1e-6f, dw, hb ? db : NULL, n, K, OC, st};
         cpt_cuda_fused_gemv_run(ctx, &g);
         float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
         double *ref = malloc(sizeof(double) * (size_t)n * OC);
@@ -706,10 +706,10 @@ static void test_fused(void) {
             double t0 = now_s();
             cpt_cuda_set_pdl(ctx, pdl);
             for (int r = 0; r < 200; r++) {
-                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, st, 0};
-                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, st, 0};
-                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, st, 0};
-                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, st, 0};
+                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, st};
+                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, st};
+                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, st};
+                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, st};
                 cpt_cuda_fused_gemv_run(ctx, &s1);
                 cpt_cuda_fused_gemv_run(ctx, &s2);
                 cpt_cuda_fused_gemv_run(ctx, &s3);

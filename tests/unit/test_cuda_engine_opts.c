@@ -18,16 +18,15 @@ int main(void) {
     cpt_engine_opts base = {0};
     base.slots = 2;
     cpt_cuda_engine_opts ok = cpt_cuda_engine_defaults(base);
-    bad_case cases[10];
+    bad_case cases[9];
     int n = 0;
-    for (int k = 0; k < 10; k++) cases[k].o = ok;
+    for (int k = 0; k < 9; k++) cases[k].o = ok;
     cases[n].what = "gemv_rows 9", cases[n++].o.gemv_rows = 9;
     cases[n].what = "attn_v2 5", cases[n++].o.attn_v2 = 5;
     cases[n].what = "attn_v2 -1", cases[n++].o.attn_v2 = -1;
     cases[n].what = "persistent 3", cases[n++].o.persistent = 3;
     cases[n].what = "persistent 1 needs fused", cases[n].o.persistent = 1, cases[n++].o.fused = 0;
     cases[n].what = "fused 3", cases[n++].o.fused = 3;
-    cases[n].what = "fused_blocks 9", cases[n++].o.fused_blocks = 9;
     cases[n].what = "persistent 2 needs fused = 1", cases[n].o.persistent = 2, cases[n++].o.fused = 2;
     cases[n].what = "split_few 70000", cases[n++].o.split_few = 70000;
     cases[n].what = "at most 1024 slots", cases[n++].o.base.slots = 2000;
