@@ -84,49 +84,15 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
     /* 2. the queries (rotated, rounded as kv_append stores them; rows G..15 zero) and, in the split that holds it,
      * the new position's key and value: to the pages, and into the tile when it is in the first ROWS */
     const __nv_bfloat16 *qrow = qkv + i * QKV;
-    {
-        /* norm_rope_head's arithmetic, with the warp's rows r = warp + j NW loaded at once and the angles (one
-         * position for every head) computed once: one round trip to L2, not two a row */
-        constexpr int RW = 16 / NW, VPL = D / 32, KI = D / 64;
-        float x[RW][VPL]; /* x[j][e]: row warp + j NW, element lane + 32 e */
-#pragma unroll
-        for (int j = 0; j < RW; j++)
-#pragma unroll
-            for (int e = 0; e < VPL; e++) {
-                const int r = warp + j * NW;
-                x[j][e] = r < G ? __bfloat162float(__ldcg(qrow + (int64_t)(kvh * G + r) * D + lane + 32 * e)) : 0.0f;
-            }
-        float sn[KI], cs[KI];
-#pragma unroll
-        for (int e = 0; e < KI; e++) sincosf((float)p * ap.inv_freq[lane + 32 * e], &sn[e], &cs[e]);
-#pragma unroll
-        for (int j = 0; j < RW; j++) {
-            const int r = warp + j * NW;
-            if (r >= G) {
-#pragma unroll
-                for (int e = 0; e < VPL; e++) sQ[r * SD + lane + 32 * e] = __float2bfloat16(0.0f);
-                continue;
-            }
-            float rstd = 1.0f;
-            if (ap.q_norm) {
-                float ss = 0.0f;
-#pragma unroll
-                for (int e = 0; e < VPL; e++) ss += x[j][e] * x[j][e];
-                for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-                rstd = rsqrtf(ss / (float)D + ap.eps);
-            }
-#pragma unroll
-            for (int e = 0; e < KI; e++) {
-                const int k = lane + 32 * e;
-                float a = x[j][e] * rstd, b = x[j][e + KI] * rstd;
-                if (ap.q_norm) {
-                    a *= __bfloat162float(ap.q_norm[k]);
-                    b *= __bfloat162float(ap.q_norm[k + half]);
-                }
-                sQ[r * SD + k] = __float2bfloat16(a * cs[e] - b * sn[e]);
-                sQ[r * SD + k + half] = __float2bfloat16(b * cs[e] + a * sn[e]);
-            }
-        }
+    for (int r = warp; r < 16; r += NW) {
+        if (r < G)
+            norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
+                           [&](int k, float x0, float x1) {
+                               sQ[r * SD + k] = __float2bfloat16(x0);
+                               sQ[r * SD + k + half] = __float2bfloat16(x1);
+                           });
+        else
+            for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
     }
     if (has_p) {
         __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
