@@ -40,7 +40,9 @@ typedef struct cpt_cuda_engine_opts {
                            * short prefill chunks) run the fused products (rmsnorm, bias, residual add, swiglu folded
                            * in, kernels/cuda/decode_fused.cu) with programmatic dependent launch; needs hidden,
                            * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused); 2: the
-                           * same with the deep products (cpt_cuda_fused_gemv deep) */
+                           * same with the deep products (cpt_cuda_fused_gemv deep); 3: the same with the weights
+                           * staged through shared memory (cpt_cuda_fused_gemv stage_kb; bitwise as 2) */
+    int stage_kb;         /* fused = 3: shared memory a product's block fills (KB); 0: CPT_CUDA_FUSED_STAGE_KB */
     int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
     int persistent;       /* 1: decode steps of at most CPT_CUDA_FUSED_MAX_ROWS rows as one persistent kernel
                            * (cpt_cuda_decode_step: the fused products and the tensor-core attention between grid

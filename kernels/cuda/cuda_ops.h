@@ -250,7 +250,11 @@ void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const
  * rows (device, may be NULL: row i) picks the input row of output row i. K a multiple of 8 (cpt_cuda_fused_gemv_ok),
  * inp, w, norm_w 16-byte aligned. With cpt_cuda_set_pdl on, the launch overlaps the previous kernel's tail.
  * deep = 1: lanes hold 8 weight vectors per register set instead of 4 (fewer warps per output: another order of
- * the sums), so the 1.5B shape's down product fits one set. */
+ * the sums), so the 1.5B shape's down product fits one set. stage_kb > 0: the weights are staged through shared
+ * memory by asynchronous copies, in chunks of consecutive output rows filling up to stage_kb KB a block with the
+ * input rows (CPT_CUDA_FUSED_STAGE_KB), the first ones asked for before the wait for the previous kernel; results
+ * bitwise those of deep = 1 (which runs where two chunks do not fit). */
+#define CPT_CUDA_FUSED_STAGE_KB 56
 #define CPT_CUDA_FUSED_MAX_ROWS 4
 typedef enum { CPT_FUSED_BF16, CPT_FUSED_RESID, CPT_FUSED_SWIGLU, CPT_FUSED_F32 } cpt_cuda_fused_out;
 typedef struct cpt_cuda_fused_gemv {
@@ -264,6 +268,7 @@ typedef struct cpt_cuda_fused_gemv {
     int n;
     int64_t K, OC;
     int deep;
+    int stage_kb;
 } cpt_cuda_fused_gemv;
 int cpt_cuda_fused_gemv_ok(int64_t K);
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);

@@ -18,6 +18,157 @@
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
 
+/* The first norm weight vectors a thread takes (NORM): they never depend on the previous kernel, so they are
+ * loaded before waiting for it. */
+template <bool NORM>
+static __device__ __forceinline__ void fg_norm_prefetch(const cpt_cuda_fused_gemv &a, uint4 (&gpre)[FG_NORM_PF]) {
+    const int64_t nvec = a.K / 8;
+#pragma unroll
+    for (int k = 0; k < FG_NORM_PF; k++) {
+        int64_t v = threadIdx.x + (int64_t)k * FG_THREADS;
+        gpre[k] = NORM && v < nvec ? __ldg((const uint4 *)a.norm_w + v) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* Stages the input rows into xs_raw: raw, then (NORM) each scaled by its rstd and the norm weight, rounded to bf16;
+ * ends with a block barrier. */
+template <int MAXN, bool NORM>
+static __device__ __forceinline__ void fg_stage_inputs(const cpt_cuda_fused_gemv &a, uint4 *xs_raw,
+                                                       const uint4 (&gpre)[FG_NORM_PF]) {
+    __shared__ float ss_s[FG_WARPS][MAXN];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t nvec = a.K / 8;
+    float ss[MAXN];
+#pragma unroll
+    for (int n = 0; n < MAXN; n++) ss[n] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < MAXN; n++) {
+        if (n >= a.n) break;
+        const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
+        for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
+            uint4 raw = __ldcg(src + v); /* L2: in the step kernel another block wrote it since */
+            xs_raw[n * nvec + v] = raw;
+            if constexpr (NORM) {
+                float f[8];
+                bf16x8_to_f32(raw, f);
+#pragma unroll
+                for (int k = 0; k < 8; k++) ss[n] += f[k] * f[k];
+            }
+        }
+    }
+    if constexpr (NORM) {
+#pragma unroll
+        for (int n = 0; n < MAXN; n++) {
+            for (int o = 16; o > 0; o >>= 1) ss[n] += __shfl_xor_sync(0xffffffffu, ss[n], o);
+            if (lane == 0) ss_s[warp][n] = ss[n];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < MAXN; n++) {
+            if (n >= a.n) break;
+            float t = 0.0f;
+            for (int w = 0; w < FG_WARPS; w++) t += ss_s[w][n];
+            float s = rsqrtf(t / (float)a.K + a.eps);
+            for (int64_t v = threadIdx.x, j = 0; v < nvec; v += FG_THREADS, j++) {
+                float f[8], g[8];
+                bf16x8_to_f32(xs_raw[n * nvec + v], f);
+                uint4 gv = gpre[0]; /* the j-th vector this thread takes: prefetched for j < FG_NORM_PF */
+#pragma unroll
+                for (int q = 1; q < FG_NORM_PF; q++)
+                    if (j == q) gv = gpre[q];
+                bf16x8_to_f32(j < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
+#pragma unroll
+                for (int k = 0; k < 8; k++) f[k] = g[k] * (f[k] * s); /* as cpt_cuda_rmsnorm_fwd */
+                xs_raw[n * nvec + v] = f32_to_bf16x8(f);
+            }
+        }
+    }
+    __syncthreads();
+}
+
+/* acc[r][n] += weight vector w[r] . input vector v of row n (xs_raw), for the NW weight rows of one output */
+template <int MAXN, int NW>
+static __device__ __forceinline__ void fg_dot(const cpt_cuda_fused_gemv &a, const uint4 *xs_raw, int64_t nvec,
+                                              int64_t v, const uint4 (&w)[NW], float (&acc)[NW][MAXN]) {
+    float wf[NW][8];
+#pragma unroll
+    for (int r = 0; r < NW; r++) bf16x8_to_f32(w[r], wf[r]);
+#pragma unroll
+    for (int n = 0; n < MAXN; n++) {
+        if (n >= a.n) break;
+        float x[8];
+        bf16x8_to_f32(xs_raw[n * nvec + v], x);
+#pragma unroll
+        for (int r = 0; r < NW; r++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[r][n] += wf[r][k] * x[k];
+    }
+}
+
+/* The lanes' sums of group grp (output oc = grp * RPB + this warp's rib) summed over lanes, then over the WPR warps
+ * of an output in warp order (shared memory, two block barriers), and stored with the epilogue. Every thread of
+ * the block calls it. */
+template <int MAXN, int WPR, int MODE, int NW>
+static __device__ __forceinline__ void fg_finish(const cpt_cuda_fused_gemv &a, float (&acc)[NW][MAXN], int64_t grp,
+                                                 int64_t oc, bool live) {
+    constexpr int RPB = FG_WARPS / WPR;
+    __shared__ float red_s[FG_WARPS][NW][MAXN];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < NW; r++)
+#pragma unroll
+        for (int n = 0; n < MAXN; n++)
+            for (int o = 16; o > 0; o >>= 1) acc[r][n] += __shfl_xor_sync(0xffffffffu, acc[r][n], o);
+    int n_fin; /* which (output, row) this thread finishes, if any */
+    int64_t oc_fin;
+    bool fin;
+    float res[NW];
+    if constexpr (WPR == 1) {
+        n_fin = lane, oc_fin = oc;
+        fin = lane < MAXN && lane < a.n && live;
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+            res[r] = acc[r][0];
+#pragma unroll
+            for (int n = 1; n < MAXN; n++)
+                if (n == lane) res[r] = acc[r][n];
+        }
+    } else {
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < NW; r++)
+#pragma unroll
+                for (int n = 0; n < MAXN; n++) red_s[warp][r][n] = acc[r][n];
+        __syncthreads();
+        int t = threadIdx.x;
+        n_fin = t % MAXN, oc_fin = grp * RPB + t / MAXN;
+        fin = t < RPB * MAXN && n_fin < a.n && oc_fin < a.OC;
+        if (fin)
+#pragma unroll
+            for (int r = 0; r < NW; r++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < WPR; k++) s += red_s[(t / MAXN) * WPR + k][r][n_fin];
+                res[r] = s;
+            }
+        __syncthreads(); /* red_s is rewritten by the next group */
+    }
+    if (!fin) return;
+    int64_t at = (int64_t)n_fin * a.OC + oc_fin;
+    float b = a.bias ? __bfloat162float(((const __nv_bfloat16 *)a.bias)[oc_fin]) : 0.0f;
+    if constexpr (MODE == CPT_FUSED_BF16) {
+        ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(res[0] + b);
+    } else if constexpr (MODE == CPT_FUSED_RESID) {
+        __nv_bfloat16 *x = (__nv_bfloat16 *)a.out;
+        x[at] = __float2bfloat16(__bfloat162float(__ldcg(x + at)) + bf16_round(res[0] + b));
+    } else if constexpr (MODE == CPT_FUSED_SWIGLU) {
+        float g = bf16_round(res[0]), u = bf16_round(res[NW - 1]);
+        ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(silu_f(g) * u); /* as swiglu_fwd_kernel */
+    } else {
+        ((float *)a.out)[at] = res[0] + b;
+    }
+}
+
 /* MAXN: rows bound; WPR: warps per output; MODE: cpt_cuda_fused_out; NORM: rmsnorm the input first.
  * Shared memory holds the n (normalised) input rows, bf16, staged once per block. The grid walks the groups of RPB
  * outputs (grid-stride: no block launch per few outputs); while a group is computed, the next group's weights are
@@ -28,8 +179,6 @@ static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gem
     constexpr int RPB = FG_WARPS / WPR;                  /* outputs per group */
     constexpr int NW = MODE == CPT_FUSED_SWIGLU ? 2 : 1; /* weight rows per output: gate and up */
     constexpr int PF = PFV / NW;
-    __shared__ float ss_s[FG_WARPS][MAXN];
-    __shared__ float red_s[FG_WARPS][NW][MAXN];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % WPR, rib = warp / WPR;
     const int64_t nvec = a.K / 8, stride = WPR * 32, first = ks * 32 + lane;
     const int64_t ngroups = (a.OC + RPB - 1) / RPB;
@@ -52,61 +201,9 @@ static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gem
      * loaded before waiting for it */
     load(wv, grp * RPB + rib, 0);
     uint4 gpre[FG_NORM_PF];
-#pragma unroll
-    for (int k = 0; k < FG_NORM_PF; k++) {
-        int64_t v = threadIdx.x + (int64_t)k * FG_THREADS;
-        gpre[k] = NORM && v < nvec ? __ldg((const uint4 *)a.norm_w + v) : make_uint4(0, 0, 0, 0);
-    }
+    fg_norm_prefetch<NORM>(a, gpre);
     wait();
-    /* stage the input rows: raw, then (NORM) each scaled by its rstd and the norm weight, rounded to bf16 */
-    {
-        float ss[MAXN];
-#pragma unroll
-        for (int n = 0; n < MAXN; n++) ss[n] = 0.0f;
-#pragma unroll
-        for (int n = 0; n < MAXN; n++) {
-            if (n >= a.n) break;
-            const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
-            for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
-                uint4 raw = __ldcg(src + v); /* L2: in the step kernel another block wrote it since */
-                xs_raw[n * nvec + v] = raw;
-                if constexpr (NORM) {
-                    float f[8];
-                    bf16x8_to_f32(raw, f);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) ss[n] += f[k] * f[k];
-                }
-            }
-        }
-        if constexpr (NORM) {
-#pragma unroll
-            for (int n = 0; n < MAXN; n++) {
-                for (int o = 16; o > 0; o >>= 1) ss[n] += __shfl_xor_sync(0xffffffffu, ss[n], o);
-                if (lane == 0) ss_s[warp][n] = ss[n];
-            }
-            __syncthreads();
-#pragma unroll
-            for (int n = 0; n < MAXN; n++) {
-                if (n >= a.n) break;
-                float t = 0.0f;
-                for (int w = 0; w < FG_WARPS; w++) t += ss_s[w][n];
-                float s = rsqrtf(t / (float)a.K + a.eps);
-                for (int64_t v = threadIdx.x, j = 0; v < nvec; v += FG_THREADS, j++) {
-                    float f[8], g[8];
-                    bf16x8_to_f32(xs_raw[n * nvec + v], f);
-                    uint4 gv = gpre[0]; /* the j-th vector this thread takes: prefetched for j < FG_NORM_PF */
-#pragma unroll
-                    for (int q = 1; q < FG_NORM_PF; q++)
-                        if (j == q) gv = gpre[q];
-                    bf16x8_to_f32(j < FG_NORM_PF ? gv : __ldg((const uint4 *)a.norm_w + v), g);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) f[k] = g[k] * (f[k] * s); /* as cpt_cuda_rmsnorm_fwd */
-                    xs_raw[n * nvec + v] = f32_to_bf16x8(f);
-                }
-            }
-        }
-        __syncthreads();
-    }
+    fg_stage_inputs<MAXN, NORM>(a, xs_raw, gpre);
     for (; grp < ngroups; grp += n_grid) {
         const int64_t oc = grp * RPB + rib, next = grp + n_grid;
         const bool live = oc < a.OC;
@@ -122,84 +219,27 @@ static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gem
             for (int u = 0; u < PF; u++) {
                 int64_t v = first + (j0 + u) * stride;
                 if (!live || v >= nvec) break;
-                float wf[NW][8];
+                uint4 w[NW];
 #pragma unroll
-                for (int r = 0; r < NW; r++) bf16x8_to_f32(wv[r][u], wf[r]);
-#pragma unroll
-                for (int n = 0; n < MAXN; n++) {
-                    if (n >= a.n) break;
-                    float x[8];
-                    bf16x8_to_f32(xs_raw[n * nvec + v], x);
-#pragma unroll
-                    for (int r = 0; r < NW; r++)
-#pragma unroll
-                        for (int k = 0; k < 8; k++) acc[r][n] += wf[r][k] * x[k];
-                }
+                for (int r = 0; r < NW; r++) w[r] = wv[r][u];
+                fg_dot<MAXN, NW>(a, xs_raw, nvec, v, w, acc);
             }
             if (first + (j0 + PF) * stride >= nvec) break;
             load(wv, oc, j0 + PF); /* rows longer than PF vectors a lane: the next batch */
         }
         if (!one_batch && next < ngroups) load(wv, next * RPB + rib, 0);
-#pragma unroll
-        for (int r = 0; r < NW; r++)
-#pragma unroll
-            for (int n = 0; n < MAXN; n++)
-                for (int o = 16; o > 0; o >>= 1) acc[r][n] += __shfl_xor_sync(0xffffffffu, acc[r][n], o);
-        int n_fin; /* which (output, row) this thread finishes, if any */
-        int64_t oc_fin;
-        bool fin;
-        float res[NW];
-        if constexpr (WPR == 1) {
-            n_fin = lane, oc_fin = oc;
-            fin = lane < MAXN && lane < a.n && live;
-#pragma unroll
-            for (int r = 0; r < NW; r++) {
-                res[r] = acc[r][0];
-#pragma unroll
-                for (int n = 1; n < MAXN; n++)
-                    if (n == lane) res[r] = acc[r][n];
-            }
-        } else {
-            if (lane == 0)
-#pragma unroll
-                for (int r = 0; r < NW; r++)
-#pragma unroll
-                    for (int n = 0; n < MAXN; n++) red_s[warp][r][n] = acc[r][n];
-            __syncthreads();
-            int t = threadIdx.x;
-            n_fin = t % MAXN, oc_fin = grp * RPB + t / MAXN;
-            fin = t < RPB * MAXN && n_fin < a.n && oc_fin < a.OC;
-            if (fin)
-#pragma unroll
-                for (int r = 0; r < NW; r++) {
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < WPR; k++) s += red_s[(t / MAXN) * WPR + k][r][n_fin];
-                    res[r] = s;
-                }
-            __syncthreads(); /* red_s is rewritten by the next group */
-        }
+        fg_finish<MAXN, WPR, MODE, NW>(a, acc, grp, oc, live);
         if (one_batch)
 #pragma unroll
             for (int r = 0; r < NW; r++)
 #pragma unroll
                 for (int u = 0; u < PF; u++) wv[r][u] = wn[r][u];
-        if (!fin) continue;
-        int64_t at = (int64_t)n_fin * a.OC + oc_fin;
-        float b = a.bias ? __bfloat162float(((const __nv_bfloat16 *)a.bias)[oc_fin]) : 0.0f;
-        if constexpr (MODE == CPT_FUSED_BF16) {
-            ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(res[0] + b);
-        } else if constexpr (MODE == CPT_FUSED_RESID) {
-            __nv_bfloat16 *x = (__nv_bfloat16 *)a.out;
-            x[at] = __float2bfloat16(__bfloat162float(__ldcg(x + at)) + bf16_round(res[0] + b));
-        } else if constexpr (MODE == CPT_FUSED_SWIGLU) {
-            float g = bf16_round(res[0]), u = bf16_round(res[NW - 1]);
-            ((__nv_bfloat16 *)a.out)[at] = __float2bfloat16(silu_f(g) * u); /* as swiglu_fwd_kernel */
-        } else {
-            ((float *)a.out)[at] = res[0] + b;
-        }
     }
 }
+
+/* The products with the weights staged through shared memory (decode_fused_staged.cu): 0 when they do not fit
+ * (the caller runs the deep kernel, whose results they equal bitwise). */
+int fused_gemv_staged_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);
 
 /* The smallest WPR whose lanes hold a whole row in one register set of pfv vectors (else 8, and the kernel
  * loops). */
