@@ -37,47 +37,18 @@ int cpt_cuda_fused_gemv_ok(int64_t K) {
 /* As many blocks as can be resident (each walks several groups), at most one per group. Capping them at 2 a
  * multiprocessor, to leave room for the next kernel's blocks to start early, made the products slower at 1.5B (the
  * loads in flight are what the bandwidth needs). */
-template <int MAXN, int WPR, int MODE, bool NORM>
-static void launch_fg_w(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, bool deep) {
-    auto k = deep ? fused_gemv_deep_kernel<MAXN, WPR, MODE, NORM> : fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
-    size_t smem = (size_t)a.n * (size_t)a.K * 2;
-    if (smem > 48 * 1024) CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
-        per_sm = 1;
-    int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
-    launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
-}
-
-template <int MAXN, int MODE, bool NORM>
-static void launch_fg(cpt_cuda_ctx *ctx, int wpr, const cpt_cuda_fused_gemv &a, bool deep) {
-    switch (wpr) {
-    case 1: launch_fg_w<MAXN, 1, MODE, NORM>(ctx, a, deep); break;
-    case 2: launch_fg_w<MAXN, 2, MODE, NORM>(ctx, a, deep); break;
-    case 4: launch_fg_w<MAXN, 4, MODE, NORM>(ctx, a, deep); break;
-    default: launch_fg_w<MAXN, 8, MODE, NORM>(ctx, a, deep); break;
+template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fg {
+    static void run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, bool deep) {
+        auto k = deep ? fused_gemv_deep_kernel<MAXN, WPR, MODE, NORM> : fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
+        size_t smem = (size_t)a.n * (size_t)a.K * 2;
+        if (smem > 48 * 1024) CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
+            per_sm = 1;
+        int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
+        launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
     }
-}
-
-/* deep: the deep kernel's warps per output. Where the 4-vector kernel has the same, its lanes walk the same vectors
- * in the same order (bitwise the same results) with fewer registers and twice the blocks a multiprocessor; it runs
- * for one row, and for rows longer than a register set (WPR 8) at any n: 2026-12-03, the 0.5B LM head (K = 896)
- * 76 us against 100 at n = 1, the 1.5B down product (K = 8960) 1,654 against 1,547 tok/s at batch 4; at n = 4 and
- * K = 896 the deep kernel was faster (3,188 against 3,062 tok/s). */
-template <int MAXN>
-static void launch_mode(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
-    const int nw = a.mode == CPT_FUSED_SWIGLU ? 2 : 1, wpr = pick_wpr(a.K, nw, a.deep ? FG_PF_DEEP : FG_PF);
-    const bool deep = a.deep && (wpr != pick_wpr(a.K, nw, FG_PF) || (a.n > 1 && wpr < 8));
-    switch (a.mode) {
-    case CPT_FUSED_BF16:
-        if (a.norm_w) launch_fg<MAXN, CPT_FUSED_BF16, true>(ctx, wpr, a, deep);
-        else launch_fg<MAXN, CPT_FUSED_BF16, false>(ctx, wpr, a, deep);
-        break;
-    case CPT_FUSED_RESID: launch_fg<MAXN, CPT_FUSED_RESID, false>(ctx, wpr, a, deep); break;
-    case CPT_FUSED_SWIGLU: launch_fg<MAXN, CPT_FUSED_SWIGLU, true>(ctx, wpr, a, deep); break;
-    case CPT_FUSED_F32: launch_fg<MAXN, CPT_FUSED_F32, true>(ctx, wpr, a, deep); break;
-    }
-}
+};
 
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
     const char *op = "fused_gemv";
@@ -96,9 +67,14 @@ void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
         LAUNCH_OK("fused_gemv_staged_kernel");
         return;
     }
-    if (g->n == 1) launch_mode<1>(ctx, *g);
-    else if (g->n == 2) launch_mode<2>(ctx, *g);
-    else launch_mode<4>(ctx, *g);
+    /* deep: the deep kernel's warps per output. Where the 4-vector kernel has the same, its lanes walk the same
+     * vectors in the same order (bitwise the same results) with fewer registers and twice the blocks a
+     * multiprocessor; it runs for one row, and for rows longer than a register set (WPR 8) at any n: 2026-12-03,
+     * the 0.5B LM head (K = 896) 76 us against 100 at n = 1, the 1.5B down product (K = 8960) 1,654 against 1,547
+     * tok/s at batch 4; at n = 4 and K = 896 the deep kernel was faster (3,188 against 3,062 tok/s). */
+    const int nw = g->mode == CPT_FUSED_SWIGLU ? 2 : 1, wpr = pick_wpr(g->K, nw, g->deep ? FG_PF_DEEP : FG_PF);
+    const bool deep = g->deep && (wpr != pick_wpr(g->K, nw, FG_PF) || (g->n > 1 && wpr < 8));
+    fg_dispatch<launch_fg>(ctx, *g, wpr, deep);
     LAUNCH_OK("fused_gemv_kernel");
 }
 

@@ -237,6 +237,36 @@ static __device__ __forceinline__ void fused_gemv_block(const cpt_cuda_fused_gem
     }
 }
 
+/* Calls L<MAXN, WPR, MODE, NORM>::run(ctx, a, args...) with a's row bound (1, 2 or 4), wpr (1, 2, 4 or 8), mode and
+ * whether it normalises its input: the one place that maps a call to a compiled kernel variant. */
+template <template <int, int, int, bool> class L, int MAXN, int MODE, bool NORM, typename... A>
+static void fg_dispatch_wpr(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr, A... args) {
+    switch (wpr) {
+    case 1: L<MAXN, 1, MODE, NORM>::run(ctx, a, args...); break;
+    case 2: L<MAXN, 2, MODE, NORM>::run(ctx, a, args...); break;
+    case 4: L<MAXN, 4, MODE, NORM>::run(ctx, a, args...); break;
+    default: L<MAXN, 8, MODE, NORM>::run(ctx, a, args...); break;
+    }
+}
+template <template <int, int, int, bool> class L, int MAXN, typename... A>
+static void fg_dispatch_mode(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr, A... args) {
+    switch (a.mode) {
+    case CPT_FUSED_BF16:
+        if (a.norm_w) fg_dispatch_wpr<L, MAXN, CPT_FUSED_BF16, true>(ctx, a, wpr, args...);
+        else fg_dispatch_wpr<L, MAXN, CPT_FUSED_BF16, false>(ctx, a, wpr, args...);
+        break;
+    case CPT_FUSED_RESID: fg_dispatch_wpr<L, MAXN, CPT_FUSED_RESID, false>(ctx, a, wpr, args...); break;
+    case CPT_FUSED_SWIGLU: fg_dispatch_wpr<L, MAXN, CPT_FUSED_SWIGLU, true>(ctx, a, wpr, args...); break;
+    case CPT_FUSED_F32: fg_dispatch_wpr<L, MAXN, CPT_FUSED_F32, true>(ctx, a, wpr, args...); break;
+    }
+}
+template <template <int, int, int, bool> class L, typename... A>
+static void fg_dispatch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr, A... args) {
+    if (a.n == 1) fg_dispatch_mode<L, 1>(ctx, a, wpr, args...);
+    else if (a.n == 2) fg_dispatch_mode<L, 2>(ctx, a, wpr, args...);
+    else fg_dispatch_mode<L, 4>(ctx, a, wpr, args...);
+}
+
 /* The products with the weights staged through shared memory (decode_fused_staged.cu): 0 when they do not fit
  * (the caller runs the deep kernel, whose results they equal bitwise). */
 int fused_gemv_staged_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);

@@ -104,46 +104,22 @@ static size_t fs_smem_bytes(const cpt_cuda_fused_gemv &a, int wpr, int *stages) 
     return xs + s * st <= 227 * 1024 ? xs + s * st : 0;
 }
 
-template <int MAXN, int WPR, int MODE, bool NORM>
-static void launch_fs_w(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int stages, size_t smem) {
-    auto k = fused_gemv_staged_kernel<MAXN, WPR, MODE, NORM>;
-    CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    /* blocks a multiprocessor: as many as fit in FS_SM_KB, the rest of its shared memory left to the next kernel */
-    const int64_t chunks = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR);
-    const int64_t per_sm = a.stage_kb < FS_SM_KB ? FS_SM_KB / a.stage_kb : 1, most = per_sm * ctx->num_sms;
-    launch_k(ctx, k, dim3((unsigned)(chunks < most ? chunks : most)), dim3(FG_THREADS), smem, a, stages);
-}
-
-template <int MAXN, int MODE, bool NORM>
-static void launch_fs(cpt_cuda_ctx *ctx, int wpr, const cpt_cuda_fused_gemv &a, int stages, size_t smem) {
-    switch (wpr) {
-    case 1: launch_fs_w<MAXN, 1, MODE, NORM>(ctx, a, stages, smem); break;
-    case 2: launch_fs_w<MAXN, 2, MODE, NORM>(ctx, a, stages, smem); break;
-    case 4: launch_fs_w<MAXN, 4, MODE, NORM>(ctx, a, stages, smem); break;
-    default: launch_fs_w<MAXN, 8, MODE, NORM>(ctx, a, stages, smem); break;
+template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fs {
+    static void run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int stages, size_t smem) {
+        auto k = fused_gemv_staged_kernel<MAXN, WPR, MODE, NORM>;
+        CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        /* blocks a multiprocessor: as many as fit in FS_SM_KB, the rest of its shared memory left to the next kernel */
+        const int64_t chunks = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR);
+        const int64_t per_sm = a.stage_kb < FS_SM_KB ? FS_SM_KB / a.stage_kb : 1, most = per_sm * ctx->num_sms;
+        launch_k(ctx, k, dim3((unsigned)(chunks < most ? chunks : most)), dim3(FG_THREADS), smem, a, stages);
     }
-}
-
-template <int MAXN>
-static void launch_fs_mode(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr, int stages, size_t smem) {
-    switch (a.mode) {
-    case CPT_FUSED_BF16:
-        if (a.norm_w) launch_fs<MAXN, CPT_FUSED_BF16, true>(ctx, wpr, a, stages, smem);
-        else launch_fs<MAXN, CPT_FUSED_BF16, false>(ctx, wpr, a, stages, smem);
-        break;
-    case CPT_FUSED_RESID: launch_fs<MAXN, CPT_FUSED_RESID, false>(ctx, wpr, a, stages, smem); break;
-    case CPT_FUSED_SWIGLU: launch_fs<MAXN, CPT_FUSED_SWIGLU, true>(ctx, wpr, a, stages, smem); break;
-    case CPT_FUSED_F32: launch_fs<MAXN, CPT_FUSED_F32, true>(ctx, wpr, a, stages, smem); break;
-    }
-}
+};
 
 int fused_gemv_staged_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
     const int wpr = pick_wpr(a.K, a.mode == CPT_FUSED_SWIGLU ? 2 : 1, FG_PF_DEEP); /* the deep kernel's layout */
     int stages;
     const size_t smem = fs_smem_bytes(a, wpr, &stages);
     if (!smem) return 0;
-    if (a.n == 1) launch_fs_mode<1>(ctx, a, wpr, stages, smem);
-    else if (a.n == 2) launch_fs_mode<2>(ctx, a, wpr, stages, smem);
-    else launch_fs_mode<4>(ctx, a, wpr, stages, smem);
+    fg_dispatch<launch_fs>(ctx, a, wpr, stages, smem);
     return 1;
 }

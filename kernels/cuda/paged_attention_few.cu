@@ -84,16 +84,7 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
     /* 2. the queries (rotated, rounded as kv_append stores them; rows G..15 zero) and, in the split that holds it,
      * the new position's key and value: to the pages, and into the tile when it is in the first ROWS */
     const __nv_bfloat16 *qrow = qkv + i * QKV;
-    for (int r = warp; r < 16; r += NW) {
-        if (r < G)
-            norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
-                           [&](int k, float x0, float x1) {
-                               sQ[r * SD + k] = __float2bfloat16(x0);
-                               sQ[r * SD + k + half] = __float2bfloat16(x1);
-                           });
-        else
-            for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
-    }
+    pam_rope_queries<D, NW>(sQ, qrow, kvh, G, ap, p, warp, lane);
     if (has_p) {
         __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
         const int64_t kr = kv_row(kv, layer, 0, t, p) + (int64_t)kvh * D, vr = kr + vshift;

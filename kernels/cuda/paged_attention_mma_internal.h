@@ -150,6 +150,24 @@ static __device__ __forceinline__ void pam_merge_warps(float *o_s, float (&m_w)[
     }
 }
 
+/* Rows 0..G-1 of sQ: the G query heads of kv head kvh in qrow through norm_rope_head at position p, rounded to bf16
+ * as kv_append stores them; rows G..15 zero. Warps take rows in turn (NW warps). */
+template <int D, int NW>
+static __device__ __forceinline__ void pam_rope_queries(__nv_bfloat16 *sQ, const __nv_bfloat16 *qrow, int kvh, int G,
+                                                        const attn_append &ap, int p, int warp, int lane) {
+    constexpr int SD = attn_pad<D>::SD, half = D / 2;
+    for (int r = warp; r < 16; r += NW) {
+        if (r < G)
+            norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
+                           [&](int k, float x0, float x1) {
+                               sQ[r * SD + k] = __float2bfloat16(x0);
+                               sQ[r * SD + k + half] = __float2bfloat16(x1);
+                           });
+        else
+            for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
+    }
+}
+
 /* Positions [start, end) of row i's table t for kv head kvh; p = the row's own position (appended first when the
  * append is fused in and this split holds it). Run by threads 0 .. 32 NW - 1; SUB = 0: they are the whole block,
  * else SUB = 32 NW and they synchronise by a named barrier (the persistent decode step, where the block's other
@@ -180,20 +198,11 @@ static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *par
             *(uint4 *)(sQ + r * SD + k) = v;
         }
     } else {
-        const int half = D / 2;
-        for (int r = warp; r < 16; r += NW) {
-            if (r < G)
-                norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
-                               [&](int k, float x0, float x1) {
-                                   sQ[r * SD + k] = __float2bfloat16(x0);
-                                   sQ[r * SD + k + half] = __float2bfloat16(x1);
-                               });
-            else
-                for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
-        }
+        pam_rope_queries<D, NW>(sQ, qrow, kvh, G, ap, p, warp, lane);
         /* the split holding position p writes its key (rotated) and value into the pages before any tile load */
         if (start <= p && p < end) {
             __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
+            const int half = D / 2;
             int64_t kr = kv_row(kv, layer, 0, t, p) + (int64_t)kvh * D, vr = kr + vshift;
             if (warp == 0)
                 norm_rope_head(qrow + (int64_t)(H + kvh) * D, ap.k_norm, ap.eps, p, ap.inv_freq, D, lane,
