@@ -76,7 +76,7 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused, stage_kb, no_pdl, persistent, split_few, skip;
+    int gemv_rows, attn_v2, fused, stage_kb, ring_blocks, no_pdl, persistent, split_few, skip;
     dlayer *step_layers;    /* persistent: the layers' weight pointers on the device */
     int step_forwards;      /* forwards that ran as the persistent step (captured ones count once) */
     unsigned *step_barrier; /* persistent: the step kernel's grid-barrier counter */
@@ -254,7 +254,7 @@ static int fused_fits(const cpt_cuda_engine *e, int n) {
 static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const void *inp, const int32_t *rows,
                   const void *norm_w, const void *w, const void *bias, int n, int64_t K, int64_t OC) {
     cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC, e->fused >= 2,
-                             e->fused == 3 ? e->stage_kb : 0};
+                             e->fused == 3 ? e->stage_kb : 0, e->fused == 4 ? e->ring_blocks : 0};
     cpt_cuda_fused_gemv_run(e->ctx, &g);
 }
 
@@ -815,6 +815,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->attn_v2 = o ? o->attn_v2 : 0;
     e->fused = o ? o->fused : 0;
     e->stage_kb = o && o->stage_kb > 0 ? o->stage_kb : CPT_CUDA_FUSED_STAGE_KB;
+    e->ring_blocks = o && o->ring_blocks > 0 ? o->ring_blocks : 1;
     e->no_pdl = o ? o->no_pdl : 0;
     e->persistent = o ? o->persistent : 0;
     e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
@@ -825,8 +826,9 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
             int v, lo, hi;
         } ranges[] = {{"gemv_rows", e->gemv_rows, 0, CPT_CUDA_SKINNY_MAX_ROWS},
                       {"attn_v2", e->attn_v2, 0, 4},
-                      {"fused", e->fused, 0, 3},
+                      {"fused", e->fused, 0, 4},
                       {"stage_kb", e->stage_kb, 1, 227},
+                      {"ring_blocks", e->ring_blocks, 1, 4},
                       {"persistent", e->persistent, 0, 2},
                       {"split_few", e->split_few, 0, 65536}};
         for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)

@@ -41,8 +41,11 @@ typedef struct cpt_cuda_engine_opts {
                            * in, kernels/cuda/decode_fused.cu) with programmatic dependent launch; needs hidden,
                            * heads x head_dim and intermediate sizes that are multiples of 8 (else unfused); 2: the
                            * same with the deep products (cpt_cuda_fused_gemv deep); 3: the same with the weights
-                           * staged through shared memory (cpt_cuda_fused_gemv stage_kb; bitwise as 2) */
+                           * staged through shared memory (cpt_cuda_fused_gemv stage_kb; bitwise as 2); 4: the
+                           * same with each thread's weights streamed through its own shared-memory slots
+                           * (cpt_cuda_fused_gemv ring; bitwise as 2) */
     int stage_kb;         /* fused = 3: shared memory a product's block fills (KB); 0: CPT_CUDA_FUSED_STAGE_KB */
+    int ring_blocks;      /* fused = 4: the products' blocks a multiprocessor (1..4, at most as many as fit); 0: 1 */
     int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
     int persistent;       /* 1: decode steps of at most CPT_CUDA_FUSED_MAX_ROWS rows as one persistent kernel
                            * (cpt_cuda_decode_step: the fused products and the tensor-core attention between grid

@@ -67,6 +67,10 @@ void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
         LAUNCH_OK("fused_gemv_staged_kernel");
         return;
     }
+    if (g->ring > 0 && g->stage_kb <= 0 && fused_gemv_ring_launch(ctx, *g)) {
+        LAUNCH_OK("fused_gemv_ring_kernel");
+        return;
+    }
     /* deep: the deep kernel's warps per output. Where the 4-vector kernel has the same, its lanes walk the same
      * vectors in the same order (bitwise the same results) with fewer registers and twice the blocks a
      * multiprocessor; it runs for one row, and for rows longer than a register set (WPR 8) at any n: 2026-12-03,

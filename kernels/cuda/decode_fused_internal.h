@@ -270,6 +270,9 @@ static void fg_dispatch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr
 /* The products with the weights staged through shared memory (decode_fused_staged.cu): 0 when they do not fit
  * (the caller runs the deep kernel, whose results they equal bitwise). */
 int fused_gemv_staged_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);
+/* The products with each thread's weights streamed through its own shared-memory slots (decode_fused_ring.cu): 0
+ * when they do not fit (the caller runs the deep kernel, whose results they equal bitwise). */
+int fused_gemv_ring_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);
 
 /* The smallest WPR whose lanes hold a whole row in one register set of pfv vectors (else 8, and the kernel
  * loops). */

@@ -165,6 +165,7 @@ static int persistent;    /* the engines' persistent decode step (cpt_cuda_engin
 static const char *variant(int wide) {
     if (persistent) return wide ? "+persistent" : "+pers";
     if (attn_v2 == 4 && fused == 3) return wide ? "+few+staged" : "+stgd ";
+    if (attn_v2 == 4 && fused == 4) return wide ? "+few+ring" : "+ring ";
     if (attn_v2 == 4) return fused == 2 ? (wide ? "+few+deep8" : "+dflt") : (wide ? "+attnfew" : "+few ");
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
@@ -634,10 +635,10 @@ static void test_fused(void) {
         {CPT_FUSED_F32, 4, 1536, 4099, 0, 1},   {CPT_FUSED_BF16, 3, 64, 72, 1, 0},
         {CPT_FUSED_RESID, 4, 40, 24, 1, 0},     {CPT_FUSED_SWIGLU, 1, 8200, 40, 0, 0},
         {CPT_FUSED_RESID, 2, 16392, 64, 0, 0},  {CPT_FUSED_BF16, 0, 0, 0, 0, 0}};
-    /* every case with 4 vectors a lane, then 8 (deep), then the weights staged in shared memory (staged: also
-     * bitwise against deep on the same inputs) */
-    for (int cs = 0; cases[cs / 3][1]; cs++) {
-        const int c = cs / 3, st = cs % 3;
+    /* every case with 4 vectors a lane, then 8 (deep), then the weights staged in shared memory, then streamed
+     * through each thread's slots (ring) (staged and ring: also bitwise against deep on the same inputs) */
+    for (int cs = 0; cases[cs / 4][1]; cs++) {
+        const int c = cs / 4, st = cs % 4;
         cpt_cuda_fused_out mode = (cpt_cuda_fused_out)cases[c][0];
         int n = cases[c][1], K = cases[c][2], OC = cases[c][3], hb = cases[c][4], gather = cases[c][5];
         int nin = gather ? n + 3 : n, wrows = mode == CPT_FUSED_SWIGLU ? 2 * OC : OC;
@@ -654,21 +655,23 @@ static void test_fused(void) {
         void *dr = dev_raw(ctx, rows, sizeof rows, "rows");
         void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
         cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
-                                 1e-6f, dw, hb ? db : NULL, n, K, OC, st >= 1, st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0};
+                                 1e-6f, dw, hb ? db : NULL, n, K, OC, st >= 1, st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0,
+                                 st == 3 ? 1 : 0};
         cpt_cuda_fused_gemv_run(ctx, &g);
         float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
-        if (st == 2) {
+        if (st >= 2) {
             void *dout2 = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
             cpt_cuda_fused_gemv g2 = g;
-            g2.out = dout2, g2.stage_kb = 0;
+            g2.out = dout2, g2.stage_kb = 0, g2.ring = 0;
             cpt_cuda_fused_gemv_run(ctx, &g2);
             float *deep_got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout2, (size_t)n * OC) : get_bf16(ctx, dout2, (size_t)n * OC);
             int same = !memcmp(got, deep_got, sizeof(float) * (size_t)n * OC);
             free(deep_got);
             cpt_cuda_free(dout2);
-            printf("fused/staged %s n=%d K=%d OC=%d: bitwise the deep kernel's %s\n", fused_name(mode), n, K, OC,
+            const char *sn = st == 2 ? "staged" : "ring";
+            printf("fused/%s %s n=%d K=%d OC=%d: bitwise the deep kernel's %s\n", sn, fused_name(mode), n, K, OC,
                    same ? "yes" : "NO");
-            CHECK_MSG(same, "fused/staged %s n=%d K=%d OC=%d: differs from the deep kernel", fused_name(mode), n, K, OC);
+            CHECK_MSG(same, "fused/%s %s n=%d K=%d OC=%d: differs from the deep kernel", sn, fused_name(mode), n, K, OC);
         }
         double *ref = malloc(sizeof(double) * (size_t)n * OC);
         fused_ref(mode, x, gather ? rows : NULL, use_norm ? nw : NULL, 1e-6f, w, hb ? b : NULL, n, K, OC, out0, ref);
@@ -685,7 +688,7 @@ static void test_fused(void) {
         for (int r = 0; r < 50; r++) cpt_cuda_fused_gemv_run(ctx, &g);
         OK(cpt_cuda_sync(ctx, &err));
         double us = (now_s() - t0) / 50 * 1e6, gb = 2.0 * wrows * (double)K / 1e9;
-        const char *kn = st == 2 ? "/staged" : st ? "/deep" : "";
+        const char *kn = st == 3 ? "/ring" : st == 2 ? "/staged" : st ? "/deep" : "";
         printf("fused%s %-6s n=%d K=%-5d OC=%-6d%s%s: rel err %.2e, %zu off by > 1 bf16 step, %zu NaN; %.1f us = %.0f GB/s\n",
                kn, fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1,
                acc.nans, us, gb / (us * 1e-6));
@@ -714,7 +717,7 @@ static void test_fused(void) {
     void *dgu = dev_bf16(ctx, wgu, (size_t)2 * I * C, "wgu"), *dw2 = dev_bf16(ctx, w2, (size_t)C * I, "w2");
     void *dl = dev_bf16(ctx, wl, (size_t)V * C, "lm"), *dln = dev_bf16(ctx, ln, C, "ln");
     void *dh = dev(2 * (size_t)I, "h"), *dlog = dev(4 * (size_t)V, "logits");
-    for (int st = 0; st < 3; st++) { /* 4 vectors a lane, then 8 (deep), then staged */
+    for (int st = 0; st < 4; st++) { /* 4 vectors a lane, then 8 (deep), then staged, then ring */
         float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
         double us[2] = {0, 0};
         for (int pdl = 0; pdl < 2; pdl++) {
@@ -722,12 +725,12 @@ static void test_fused(void) {
             OK(cpt_cuda_sync(ctx, &err));
             double t0 = now_s();
             cpt_cuda_set_pdl(ctx, pdl);
-            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0;
+            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0, rg = st == 3;
             for (int r = 0; r < 200; r++) {
-                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, deep, kb};
-                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, deep, kb};
-                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, deep, kb};
-                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, deep, kb};
+                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, deep, kb, rg};
+                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, deep, kb, rg};
+                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, deep, kb, rg};
+                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, deep, kb, rg};
                 cpt_cuda_fused_gemv_run(ctx, &s1);
                 cpt_cuda_fused_gemv_run(ctx, &s2);
                 cpt_cuda_fused_gemv_run(ctx, &s3);
@@ -742,7 +745,7 @@ static void test_fused(void) {
         int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
         int finite = 1;
         for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
-        const char *kn = st == 2 ? "/staged" : st ? "/deep" : "";
+        const char *kn = st == 3 ? "/ring" : st == 2 ? "/staged" : st ? "/deep" : "";
         printf("fused%s chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", kn,
                us[0], us[1], same);
         SUM("fused%s chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", kn, us[0], us[1],
@@ -1192,6 +1195,10 @@ int main(void) {
         test_sampling_engine("random-448x3", big);
         /* the staged products (fused = 3; bitwise the deep ones op by op, above) in the engine */
         fused = 3;
+        test_greedy("random-448x3", big, 16);
+        test_greedy("random-1536x2", wide, 16);
+        /* the ring products (fused = 4; bitwise the deep ones op by op, above) in the engine */
+        fused = 4;
         test_greedy("random-448x3", big, 16);
         test_greedy("random-1536x2", wide, 16);
         attn_v2 = 3;
