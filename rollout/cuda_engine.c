@@ -815,7 +815,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->attn_v2 = o ? o->attn_v2 : 0;
     e->fused = o ? o->fused : 0;
     e->stage_kb = o && o->stage_kb > 0 ? o->stage_kb : CPT_CUDA_FUSED_STAGE_KB;
-    e->ring_blocks = o && o->ring_blocks > 0 ? o->ring_blocks : 1;
+    e->ring_blocks = o && o->ring_blocks > 0 ? o->ring_blocks : CPT_CUDA_FUSED_RING_BLOCKS;
     e->no_pdl = o ? o->no_pdl : 0;
     e->persistent = o ? o->persistent : 0;
     e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
@@ -828,7 +828,7 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
                       {"attn_v2", e->attn_v2, 0, 4},
                       {"fused", e->fused, 0, 4},
                       {"stage_kb", e->stage_kb, 1, 227},
-                      {"ring_blocks", e->ring_blocks, 1, 4},
+                      {"ring_blocks", e->ring_blocks, 1, 8},
                       {"persistent", e->persistent, 0, 2},
                       {"split_few", e->split_few, 0, 65536}};
         for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)

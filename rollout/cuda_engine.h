@@ -45,7 +45,8 @@ typedef struct cpt_cuda_engine_opts {
                            * same with each thread's weights streamed through its own shared-memory slots
                            * (cpt_cuda_fused_gemv ring; bitwise as 2) */
     int stage_kb;         /* fused = 3: shared memory a product's block fills (KB); 0: CPT_CUDA_FUSED_STAGE_KB */
-    int ring_blocks;      /* fused = 4: the products' blocks a multiprocessor (1..4, at most as many as fit); 0: 1 */
+    int ring_blocks;      /* fused = 4: the products' blocks a multiprocessor (1..8, at most as many as fit); 0:
+                           * CPT_CUDA_FUSED_RING_BLOCKS */
     int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
     int persistent;       /* 1: decode steps of at most CPT_CUDA_FUSED_MAX_ROWS rows as one persistent kernel
                            * (cpt_cuda_decode_step: the fused products and the tensor-core attention between grid
@@ -62,13 +63,14 @@ enum { CPT_SKIP_QKV = 1, CPT_SKIP_ATTN = 2, CPT_SKIP_O = 4, CPT_SKIP_GATEUP = 8,
 
 /* What the rollout worker and `cpt generate` use: the tensor-core attention (CPT_ATTN_MMA where head_dim is 64 or
  * 128, else the second kernel; 1.35-2.1x the second kernel's decode tok/s at batches 64 and 256 on the H200,
- * 2026-12-03) with the few-rows kernel in decode steps of <= 4 rows (1.2-1.3x at batch 1), the deep fused
- * products up to 4 rows (1.1x at batch 4, the same at 1) and the skinny products where those do not apply (faster
- * than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the
+ * 2026-12-03) with the few-rows kernel in decode steps of <= 4 rows (1.2-1.3x at batch 1), the fused products up
+ * to 4 rows streamed through per-thread shared-memory rings (fused = 4, 4 blocks a multiprocessor: bitwise the deep
+ * products, 1.14x / 1.28x their decode tok/s at 0.5B / 1.5B batch 1, 1.14x / 1.10x at batch 4) and the skinny
+ * products where those do not apply (faster than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the
  * tests compare them). */
 #define CPT_CUDA_ENGINE_GEMV_ROWS 4
 static inline cpt_cuda_engine_opts cpt_cuda_engine_defaults(cpt_engine_opts base) {
-    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 4, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 2};
+    cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 4, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 4};
     return o;
 }
 

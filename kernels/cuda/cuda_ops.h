@@ -254,10 +254,11 @@ void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const
  * memory by asynchronous copies, in chunks of consecutive output rows filling up to stage_kb KB a block with the
  * input rows (CPT_CUDA_FUSED_STAGE_KB), the first ones asked for before the wait for the previous kernel; results
  * bitwise those of deep = 1 (which runs where two chunks do not fit). ring > 0 (and stage_kb 0): every thread streams
- * its weight vectors through its own shared-memory slots, 16 in flight, across outputs, the first ones asked for
- * before the wait; `ring` blocks a multiprocessor (1: the next kernel's block fits beside); results bitwise those
+ * its weight vectors through its own shared-memory slots, FR_VECS in flight, across outputs, the first ones asked
+ * for before the wait; at most `ring` blocks a multiprocessor (CPT_CUDA_FUSED_RING_BLOCKS); results bitwise those
  * of deep = 1 (which runs where the slots do not fit). */
 #define CPT_CUDA_FUSED_STAGE_KB 56
+#define CPT_CUDA_FUSED_RING_BLOCKS 4
 #define CPT_CUDA_FUSED_MAX_ROWS 4
 typedef enum { CPT_FUSED_BF16, CPT_FUSED_RESID, CPT_FUSED_SWIGLU, CPT_FUSED_F32 } cpt_cuda_fused_out;
 typedef struct cpt_cuda_fused_gemv {

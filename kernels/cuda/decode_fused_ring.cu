@@ -4,12 +4,14 @@
  * Why: per kernel, the register products (decode_fused.cu) stream at ~4 TB/s once running but pay 4-11 us of ramp
  * and tail (2026-12-03 ncu at 1.5B batch 1: the LM head 125 us for 467 MB, gate/up 21.0 for 55 MB, down 18.2 for
  * 27.5 MB: ~4 TB/s plus 7 and 11 us). A lane holds at most 8 weight vectors in registers and asks for the next
- * ones only when an output ends, and a kernel filling every multiprocessor leaves no room for the next kernel's
- * blocks until its own exit. Here a thread keeps FR_VECS 16-byte weight vectors in flight (cp.async into its own
- * slots: no registers held, no barrier between threads, since every thread reads only the slots it filled), across
- * outputs and groups; the first FR_VECS are asked for before the wait for the previous kernel. With `ring` blocks a
- * multiprocessor (1 by default: half its registers, <= 113 KB of shared memory), the next kernel's block fits
- * beside this one and, with programmatic dependent launch, streams its own weights while this one computes.
+ * ones only when its output ends. Here a thread keeps FR_VECS 16-byte weight vectors in flight (cp.async into its
+ * own slots: no registers held, no barrier between threads, since every thread reads only the slots it filled),
+ * across outputs and groups; the first FR_VECS are asked for before the wait for the previous kernel.
+ *
+ * Measured (H200, 2026-12-03, decode tok/s at batch 1, 1.5B): 1 block a multiprocessor of 16 slots 457, 2 blocks
+ * 713, 3 blocks 767, 4 blocks of 8 slots 765 (the default: 64 registers, no spills, 0.5B batch 4 +14% over the deep
+ * kernel), 5 or 6 blocks (register spills) 723 / 686, against 598 for the deep register kernel: the warps in
+ * flight, not only the bytes, set the pace.
  *
  * Layout and sums: those of the deep register kernel (cpt_cuda_fused_gemv.deep = 1): WPR warps an output, a lane
  * walks the row's 16-byte vectors first, first + 32 WPR, ..., the same dot, warp reduction and epilogue, so the
@@ -18,10 +20,10 @@
 #include "kernels/cuda/decode_fused_internal.h"
 
 #ifndef FR_VECS
-#define FR_VECS 16 /* 16-byte weight vectors a thread has in flight (a power of 2): 64 KB a block */
+#define FR_VECS 8 /* 16-byte weight vectors a thread has in flight (even): 32 KB a block */
 #endif
 #ifndef FR_MINB
-#define FR_MINB 2 /* blocks a multiprocessor the registers are budgeted for */
+#define FR_MINB 4 /* blocks a multiprocessor the registers are budgeted for (64 registers, no spills) */
 #endif
 
 template <int N> static __device__ __forceinline__ void cp_async_wait_group() {
@@ -35,7 +37,7 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
     constexpr int RPB = FG_WARPS / WPR;                  /* outputs a group */
     constexpr int NW = MODE == CPT_FUSED_SWIGLU ? 2 : 1; /* weight rows an output: gate and up */
     constexpr int D = FR_VECS / NW;                      /* elements (an output's NW vectors) in flight */
-    static_assert(D >= 1 && (D & (D - 1)) == 0, "FR_VECS / NW must be a power of 2");
+    static_assert(D >= 1 && D * NW == FR_VECS, "FR_VECS must be even");
     extern __shared__ __align__(128) unsigned char fr_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % WPR, rib = warp / WPR;
     const int64_t nvec = a.K / 8, stride = WPR * 32, first = ks * 32 + lane;
@@ -50,11 +52,13 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
     const int64_t n_el = n_live * cnt;
     const uint4 *w0 = (const uint4 *)a.w;
     int64_t pe = 0, pj = 0, poc = (int64_t)blockIdx.x * RPB + rib; /* the next element to ask for */
+    int ps = 0, cs = 0; /* the slots of the next element asked for and consumed */
     /* one cp.async group per element (empty past the last), so element e has landed once at most D - 1 of this
      * thread's groups are pending after D + e commits */
     auto issue = [&]() {
         if (pe < n_el) {
-            uint4 *slot = ring + (size_t)(pe & (D - 1)) * NW * FG_THREADS + threadIdx.x;
+            uint4 *slot = ring + (size_t)ps * NW * FG_THREADS + threadIdx.x;
+            if (++ps == D) ps = 0;
             const int64_t v = first + pj * stride;
 #pragma unroll
             for (int r = 0; r < NW; r++)
@@ -72,7 +76,6 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
     fg_norm_prefetch<NORM>(a, gpre);
     pdl_wait();
     fg_stage_inputs<MAXN, NORM>(a, xs, gpre);
-    int64_t ce = 0; /* the next element to consume */
     for (int64_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         const int64_t oc = grp * RPB + rib;
         const bool live = oc < a.OC;
@@ -82,9 +85,10 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
 #pragma unroll
             for (int n = 0; n < MAXN; n++) acc[r][n] = 0.0f;
         if (live)
-            for (int64_t j = 0; j < cnt; j++, ce++) {
+            for (int64_t j = 0; j < cnt; j++) {
                 cp_async_wait_group<D - 1>();
-                const uint4 *slot = ring + (size_t)(ce & (D - 1)) * NW * FG_THREADS + threadIdx.x;
+                const uint4 *slot = ring + (size_t)cs * NW * FG_THREADS + threadIdx.x;
+                if (++cs == D) cs = 0;
                 uint4 w[NW];
 #pragma unroll
                 for (int r = 0; r < NW; r++) w[r] = slot[r * FG_THREADS];

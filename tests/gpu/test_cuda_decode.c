@@ -165,8 +165,8 @@ static int persistent;    /* the engines' persistent decode step (cpt_cuda_engin
 static const char *variant(int wide) {
     if (persistent) return wide ? "+persistent" : "+pers";
     if (attn_v2 == 4 && fused == 3) return wide ? "+few+staged" : "+stgd ";
-    if (attn_v2 == 4 && fused == 4) return wide ? "+few+ring" : "+ring ";
-    if (attn_v2 == 4) return fused == 2 ? (wide ? "+few+deep8" : "+dflt") : (wide ? "+attnfew" : "+few ");
+    if (attn_v2 == 4 && fused == 4) return wide ? "+few+ring" : "+dflt";
+    if (attn_v2 == 4) return fused == 2 ? (wide ? "+few+deep8" : "+deep8") : (wide ? "+attnfew" : "+few ");
     if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
     if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
     if (fused) return wide ? "+fused" : "+fusd";
@@ -656,7 +656,7 @@ static void test_fused(void) {
         void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
         cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
                                  1e-6f, dw, hb ? db : NULL, n, K, OC, st >= 1, st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0,
-                                 st == 3 ? 1 : 0};
+                                 st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0};
         cpt_cuda_fused_gemv_run(ctx, &g);
         float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
         if (st >= 2) {
@@ -725,7 +725,7 @@ static void test_fused(void) {
             OK(cpt_cuda_sync(ctx, &err));
             double t0 = now_s();
             cpt_cuda_set_pdl(ctx, pdl);
-            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0, rg = st == 3;
+            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0, rg = st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0;
             for (int r = 0; r < 200; r++) {
                 cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, deep, kb, rg};
                 cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, deep, kb, rg};
@@ -1183,24 +1183,22 @@ int main(void) {
         cpt_model *wide = random_model(1);
         test_persistent("random-1536x2", wide);
         /* the defaults (cpt_cuda_engine_defaults): the few-rows attention (attn_v2 = 4) in decode steps of <= 4
-         * rows and the deep fused products (fused = 2): greedy against the CPU, the churn's bitwise-equal greedy
-         * samples (prefills of <= 4 rows fused too: chunks of 3), sampling */
+         * rows and the ring products (fused = 4): greedy against the CPU, the churn's bitwise-equal greedy samples
+         * (prefills of <= 4 rows fused too: chunks of 3), sampling */
         attn_v2 = 4;
-        fused = 2;
+        fused = 4;
         test_greedy("random-448x3", big, 16);
         test_greedy("random-1536x2", wide, 16);
         prefill_chunk = 3;
         test_paged_churn("random-448x3", big);
         prefill_chunk = 0;
         test_sampling_engine("random-448x3", big);
-        /* the staged products (fused = 3; bitwise the deep ones op by op, above) in the engine */
-        fused = 3;
-        test_greedy("random-448x3", big, 16);
-        test_greedy("random-1536x2", wide, 16);
-        /* the ring products (fused = 4; bitwise the deep ones op by op, above) in the engine */
-        fused = 4;
-        test_greedy("random-448x3", big, 16);
-        test_greedy("random-1536x2", wide, 16);
+        /* the deep (fused = 2) and staged (fused = 3) products in the engine (the ring and staged ones are bitwise
+         * the deep ones op by op, above) */
+        for (fused = 2; fused <= 3; fused++) {
+            test_greedy("random-448x3", big, 16);
+            test_greedy("random-1536x2", wide, 16);
+        }
         attn_v2 = 3;
         fused = 1;
         cpt_model_free(wide);

@@ -27,7 +27,7 @@ int main(void) {
     cases[n].what = "persistent 3", cases[n++].o.persistent = 3;
     cases[n].what = "persistent 1 needs fused", cases[n].o.persistent = 1, cases[n++].o.fused = 0;
     cases[n].what = "fused 5", cases[n++].o.fused = 5;
-    cases[n].what = "ring_blocks 5", cases[n].o.fused = 4, cases[n++].o.ring_blocks = 5;
+    cases[n].what = "ring_blocks 9", cases[n].o.fused = 4, cases[n++].o.ring_blocks = 9;
     cases[n].what = "stage_kb 228", cases[n].o.fused = 3, cases[n++].o.stage_kb = 228;
     cases[n].what = "persistent 2 needs fused = 1", cases[n].o.persistent = 2, cases[n++].o.fused = 2;
     cases[n].what = "split_few 70000", cases[n++].o.split_few = 70000;
