@@ -17,7 +17,6 @@
 #define FG_PF_DEEP 8
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
-#define FG_STAGE_U 5              /* input vectors a thread loads at once when staging (K <= 10240 in one round) */
 
 /* The first norm weight vectors a thread takes (NORM): they never depend on the previous kernel, so they are
  * loaded before waiting for it. */
@@ -46,27 +45,14 @@ static __device__ __forceinline__ void fg_stage_inputs(const cpt_cuda_fused_gemv
     for (int n = 0; n < MAXN; n++) {
         if (n >= a.n) break;
         const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
-        /* FG_STAGE_U loads in flight a thread, then their stores: a row of K = 8960 (the 1.5B down product) is 4-5
-         * vectors a thread, one L2 round trip each when a load waited for the previous store */
-        for (int64_t v0 = threadIdx.x; v0 < nvec; v0 += FG_STAGE_U * FG_THREADS) {
-            uint4 raw[FG_STAGE_U];
+        for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
+            uint4 raw = __ldcg(src + v); /* L2: in the step kernel another block wrote it since */
+            xs_raw[n * nvec + v] = raw;
+            if constexpr (NORM) {
+                float f[8];
+                bf16x8_to_f32(raw, f);
 #pragma unroll
-            for (int u = 0; u < FG_STAGE_U; u++) {
-                const int64_t v = v0 + (int64_t)u * FG_THREADS;
-                raw[u] = v < nvec ? __ldcg(src + v) : make_uint4(0, 0, 0, 0); /* L2: in the step kernel another
-                                                                                  * block wrote it since */
-            }
-#pragma unroll
-            for (int u = 0; u < FG_STAGE_U; u++) {
-                const int64_t v = v0 + (int64_t)u * FG_THREADS;
-                if (v >= nvec) break;
-                xs_raw[n * nvec + v] = raw[u];
-                if constexpr (NORM) {
-                    float f[8];
-                    bf16x8_to_f32(raw[u], f);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) ss[n] += f[k] * f[k];
-                }
+                for (int k = 0; k < 8; k++) ss[n] += f[k] * f[k];
             }
         }
     }
