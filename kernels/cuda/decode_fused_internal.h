@@ -267,6 +267,9 @@ static void fg_dispatch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr
     else fg_dispatch_mode<L, 4>(ctx, a, wpr, args...);
 }
 
+/* b rounded up to 128 bytes: where the weight buffers start after the input rows in shared memory */
+static __host__ __device__ __forceinline__ size_t fg_align(size_t b) { return (b + 127) & ~(size_t)127; }
+
 /* The products with the weights staged through shared memory (decode_fused_staged.cu): 0 when they do not fit
  * (the caller runs the deep kernel, whose results they equal bitwise). */
 int fused_gemv_staged_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);

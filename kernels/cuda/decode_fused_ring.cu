@@ -37,8 +37,6 @@ template <int N> static __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-static __host__ __device__ __forceinline__ size_t fr_align(size_t b) { return (b + 127) & ~(size_t)127; }
-
 template <int MAXN, int WPR, int MODE, bool NORM>
 static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_kernel(cpt_cuda_fused_gemv a) {
     constexpr int RPB = FG_WARPS / WPR;                  /* outputs a group */
@@ -50,7 +48,7 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
     const int64_t nvec = a.K / 8, stride = WPR * 32, first = ks * 32 + lane;
     const int64_t ngroups = (a.OC + RPB - 1) / RPB;
     uint4 *xs = (uint4 *)fr_smem;                                  /* [n][K / 8]: the (normalised) input rows */
-    uint4 *ring = xs + fr_align((size_t)a.n * a.K * 2) / 16;       /* [D][NW][FG_THREADS] */
+    uint4 *ring = xs + fg_align((size_t)a.n * a.K * 2) / 16;       /* [D][NW][FG_THREADS] */
     /* this thread's elements: for each of its groups with a live output (oc < OC; only the last group of the grid
      * can have dead ones), its cnt vectors of that output's row(s) */
     const int64_t cnt = first < nvec ? (nvec - first + stride - 1) / stride : 0;
@@ -111,7 +109,7 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
 }
 
 static size_t fr_smem_bytes(const cpt_cuda_fused_gemv &a) {
-    return fr_align((size_t)a.n * a.K * 2) + (size_t)FR_VECS * FG_THREADS * 16;
+    return fg_align((size_t)a.n * a.K * 2) + (size_t)FR_VECS * FG_THREADS * 16;
 }
 
 template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fr {

@@ -33,8 +33,6 @@ static __device__ __forceinline__ void cp_async_wait_pending(int n) {
     }
 }
 
-static __host__ __device__ __forceinline__ size_t fs_align(size_t b) { return (b + 127) & ~(size_t)127; }
-
 template <int MAXN, int WPR, int MODE, bool NORM>
 static __global__ void __launch_bounds__(FG_THREADS, 2) fused_gemv_staged_kernel(cpt_cuda_fused_gemv a, int stages) {
     constexpr int R = FG_WARPS / WPR;                    /* outputs a chunk */
@@ -43,9 +41,9 @@ static __global__ void __launch_bounds__(FG_THREADS, 2) fused_gemv_staged_kernel
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % WPR, rib = warp / WPR;
     const int64_t nvec = a.K / 8, stride = WPR * 32, first = ks * 32 + lane;
     const int64_t nchunks = (a.OC + R - 1) / R, nk = (nchunks - blockIdx.x + gridDim.x - 1) / gridDim.x;
-    const size_t stage_vecs = fs_align((size_t)NW * R * a.K * 2) / 16;
+    const size_t stage_vecs = fg_align((size_t)NW * R * a.K * 2) / 16;
     uint4 *xs = (uint4 *)fs_smem; /* [n][K / 8]: the (normalised) input rows */
-    uint4 *stage0 = xs + fs_align((size_t)a.n * a.K * 2) / 16;
+    uint4 *stage0 = xs + fg_align((size_t)a.n * a.K * 2) / 16;
     /* every thread: its share of this block's k-th chunk into stage k % stages (gate rows, then up rows R rows
      * further), as one cp.async group (empty past the last chunk, so the group count stays k + 1) */
     auto issue = [&](int64_t k) {
@@ -96,7 +94,7 @@ static __global__ void __launch_bounds__(FG_THREADS, 2) fused_gemv_staged_kernel
 /* Shared memory of the launch, or 0 when two stages do not fit beside the input rows. */
 static size_t fs_smem_bytes(const cpt_cuda_fused_gemv &a, int wpr, int *stages) {
     const int nw = a.mode == CPT_FUSED_SWIGLU ? 2 : 1, R = FG_WARPS / wpr;
-    const size_t xs = fs_align((size_t)a.n * a.K * 2), st = fs_align((size_t)nw * R * a.K * 2);
+    const size_t xs = fg_align((size_t)a.n * a.K * 2), st = fg_align((size_t)nw * R * a.K * 2);
     const size_t budget = (size_t)a.stage_kb * 1024;
     int s = budget > xs ? (int)((budget - xs) / st) : 0;
     s = s < 2 ? 2 : s > FS_MAX_STAGES ? FS_MAX_STAGES : s;
