@@ -66,8 +66,8 @@ enum { CPT_SKIP_QKV = 1, CPT_SKIP_ATTN = 2, CPT_SKIP_O = 4, CPT_SKIP_GATEUP = 8,
  * 2026-12-03) with the few-rows kernel in decode steps of <= 4 rows (1.2-1.3x at batch 1), the fused products up
  * to 4 rows streamed through per-thread shared-memory rings (fused = 4, 4 blocks a multiprocessor: bitwise the deep
  * products, 1.14x / 1.28x their decode tok/s at 0.5B / 1.5B batch 1, 1.14x / 1.10x at batch 4) and the skinny
- * products where those do not apply (faster than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the first kernel and cuBLASLt everywhere (the
- * tests compare them). */
+ * products where those do not apply (faster than cuBLASLt at 1-4 rows, slower at 8). A zeroed struct keeps the
+ * first kernel and cuBLASLt everywhere (the tests compare them). */
 #define CPT_CUDA_ENGINE_GEMV_ROWS 4
 static inline cpt_cuda_engine_opts cpt_cuda_engine_defaults(cpt_engine_opts base) {
     cpt_cuda_engine_opts o = {.base = base, .attn_v2 = 4, .gemv_rows = CPT_CUDA_ENGINE_GEMV_ROWS, .fused = 4};

@@ -42,11 +42,8 @@ template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fg {
         auto k = deep ? fused_gemv_deep_kernel<MAXN, WPR, MODE, NORM> : fused_gemv_kernel<MAXN, WPR, MODE, NORM>;
         size_t smem = (size_t)a.n * (size_t)a.K * 2;
         if (smem > 48 * 1024) CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
-            per_sm = 1;
-        int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
-        launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
+        launch_k(ctx, k, fg_grid(ctx, k, smem, (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), 0), dim3(FG_THREADS),
+                 smem, a);
     }
 };
 

@@ -267,6 +267,18 @@ static void fg_dispatch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, int wpr
     else fg_dispatch_mode<L, 4>(ctx, a, wpr, args...);
 }
 
+/* The grid of a products kernel k: as many blocks as can be resident (at most `cap` a multiprocessor when cap > 0),
+ * at most one per group of outputs (each block walks groups grid-stride). */
+template <typename Kern>
+static dim3 fg_grid(const cpt_cuda_ctx *ctx, Kern k, size_t smem, int64_t groups, int cap) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
+        per_sm = 1;
+    if (cap > 0 && per_sm > cap) per_sm = cap;
+    const int64_t most = (int64_t)per_sm * ctx->num_sms;
+    return dim3((unsigned)(groups < most ? groups : most));
+}
+
 /* b rounded up to 128 bytes: where the weight buffers start after the input rows in shared memory */
 static __host__ __device__ __forceinline__ size_t fg_align(size_t b) { return (b + 127) & ~(size_t)127; }
 

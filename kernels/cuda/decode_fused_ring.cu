@@ -33,10 +33,6 @@ static __device__ __forceinline__ void fr_copy16(void *dst, const void *src, uin
                  "l"(pol));
 }
 
-template <int N> static __device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 template <int MAXN, int WPR, int MODE, bool NORM>
 static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_kernel(cpt_cuda_fused_gemv a) {
     constexpr int RPB = FG_WARPS / WPR;                  /* outputs a group */
@@ -117,12 +113,8 @@ template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fr {
         auto k = fused_gemv_ring_kernel<MAXN, WPR, MODE, NORM>;
         CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         /* `ring` blocks a multiprocessor, at most as many as can be resident (no second wave) */
-        int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, FG_THREADS, smem) != cudaSuccess || per_sm < 1)
-            per_sm = 1;
-        if (per_sm > a.ring) per_sm = a.ring;
-        const int64_t groups = (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), most = (int64_t)per_sm * ctx->num_sms;
-        launch_k(ctx, k, dim3((unsigned)(groups < most ? groups : most)), dim3(FG_THREADS), smem, a);
+        launch_k(ctx, k, fg_grid(ctx, k, smem, (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), a.ring),
+                 dim3(FG_THREADS), smem, a);
     }
 };
 
