@@ -60,11 +60,12 @@ static __device__ __forceinline__ void paf_load(__nv_bfloat16 *sK, __nv_bfloat16
 template <int D>
 static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_kernel(
     __nv_bfloat16 *out, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer, const int32_t *pos,
-    const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, attn_append ap) {
+    const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, attn_append ap, cpt_cuda_chain ch) {
     constexpr int NW = paf_cfg<D>::NW, NT = paf_cfg<D>::NT, BN = paf_cfg<D>::BN, ROWS = paf_cfg<D>::ROWS,
                   SD = paf_cfg<D>::SD;
     extern __shared__ __align__(16) unsigned char paf_smem[];
-    __shared__ float m_w[NW][16], l_w[NW][16], pm_s[16], pl_s[16];
+    __shared__ float m_w[NW][16], l_w[NW][16], pm_s[16], pl_s[16], sn_s[D / 2], cs_s[D / 2];
+    __shared__ __align__(16) __nv_bfloat16 raw_s[18 * D]; /* the G <= 16 query heads, the key, the value */
     __nv_bfloat16 *sQ = (__nv_bfloat16 *)paf_smem, *sK = sQ + 16 * SD, *sV = sK + ROWS * SD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t i = blockIdx.x;
@@ -76,21 +77,45 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
     const bool has_p = start <= p && p < end, p_first = has_p && p - start < ROWS;
     pdl_trigger();
 
-    /* 1. before the wait: the split's first ROWS positions, which earlier steps wrote (all but p) */
+    /* 1. before the wait: the split's first ROWS positions, which earlier steps wrote (all but p), and the RoPE
+     * angles at p */
     if (start < end)
         paf_load<D>(sK, sV, kv, layer, t, kvh, start, min(end - start, ROWS), p_first ? p - start : -1, vshift);
-    pdl_wait();
+    for (int k = tid; k < half; k += NT) rope_angle(p, ap.inv_freq, k, sn_s[k], cs_s[k]);
+    chain_wait(ch); /* the qkv product: its grid's completion, or its count */
 
-    /* 2. the queries (rotated, rounded as kv_append stores them; rows G..15 zero) and, in the split that holds it,
-     * the new position's key and value: to the pages, and into the tile when it is in the first ROWS */
+    /* 2. the row's G query heads and kv head kvh's key and value, one 16-byte load through L2 a thread (one round
+     * trip, not one per head and pair), then from shared memory: the queries rotated (rounded as kv_append stores
+     * them; rows G..15 zero) and, in the split that holds it, the new position's key and value: to the pages, and
+     * into the tile when it is in the first ROWS */
     const __nv_bfloat16 *qrow = qkv + i * QKV;
-    pam_rope_queries<D, NW>(sQ, qrow, kvh, G, ap, p, warp, lane);
+    {
+        const int nq = G * D / 8, nk = D / 8;
+        for (int c = tid; c < nq + 2 * nk; c += NT) {
+            const int64_t at = c < nq ? (int64_t)kvh * G * D + c * 8
+                                      : (int64_t)(c < nq + nk ? H + kvh : H + KV + kvh) * D + (c - nq) % nk * 8;
+            ((uint4 *)raw_s)[c] = __ldcg((const uint4 *)(qrow + at));
+        }
+    }
+    __syncthreads();
+    auto trig = [&](int k, float &sn, float &cs) { sn = sn_s[k], cs = cs_s[k]; };
+    for (int r = warp; r < 16; r += NW) {
+        if (r < G)
+            norm_rope_from([&](int d) { return __bfloat162float(raw_s[r * D + d]); }, trig, ap.q_norm, ap.eps, D, lane,
+                           [&](int k, float x0, float x1) {
+                               sQ[r * SD + k] = __float2bfloat16(x0);
+                               sQ[r * SD + k + half] = __float2bfloat16(x1);
+                           });
+        else
+            for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
+    }
     if (has_p) {
         __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
         const int64_t kr = kv_row(kv, layer, 0, t, p) + (int64_t)kvh * D, vr = kr + vshift;
         const int rp = p - start;
+        const __nv_bfloat16 *kraw = raw_s + G * D, *vraw = kraw + D;
         if (warp == 0)
-            norm_rope_head(qrow + (int64_t)(H + kvh) * D, ap.k_norm, ap.eps, p, ap.inv_freq, D, lane,
+            norm_rope_from([&](int d) { return __bfloat162float(kraw[d]); }, trig, ap.k_norm, ap.eps, D, lane,
                            [&](int k, float x0, float x1) {
                                __nv_bfloat16 a = __float2bfloat16(x0), b = __float2bfloat16(x1);
                                pool[kr + k] = a;
@@ -99,7 +124,7 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
                            });
         else if (warp == 1)
             for (int d = lane; d < D; d += 32) {
-                __nv_bfloat16 v = __ldcg(qrow + (int64_t)(H + KV + kvh) * D + d);
+                __nv_bfloat16 v = vraw[d];
                 pool[vr + d] = v;
                 if (p_first) sV[rp * SD + d] = v;
             }
@@ -141,7 +166,10 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
             if (d == 0) pm_s[gg] = M, pl_s[gg] = ll;
         }
     });
-    if (n_splits == 1) return;
+    if (n_splits == 1) {
+        chain_done(ch, 1);
+        return;
+    }
 
     /* 5. the splits merged in split order through distributed shared memory; the second barrier keeps every
      * block's partial alive until its peers have read it */
@@ -169,6 +197,7 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
         out[i * (int64_t)H * D + (int64_t)(kvh * G + gg) * D + d] = __float2bfloat16(num / den);
     }
     cl.sync();
+    chain_done(ch, 1);
 }
 
 int cpt_cuda_paged_attention_few_ok(cpt_attn_shape s, int n_splits) {
@@ -179,7 +208,7 @@ int cpt_cuda_paged_attention_few_ok(cpt_attn_shape s, int n_splits) {
 template <int D>
 static void launch_few(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, const __nv_bfloat16 *qkv, const cpt_cuda_paged_kv *kv,
                        int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
-                       const int32_t *split_len, int H, int KV, attn_append ap) {
+                       const int32_t *split_len, int H, int KV, attn_append ap, cpt_cuda_chain ch) {
     auto kern = paged_attention_few_kernel<D>;
     constexpr size_t smem = paf_cfg<D>::smem;
     if (smem > 48 * 1024) CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -195,16 +224,16 @@ static void launch_few(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, const __nv_bfloat1
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = ctx->pdl ? 2 : 1;
-    CUDA_OK(cudaLaunchKernelEx(&cfg, kern, out, qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, ap));
+    CUDA_OK(cudaLaunchKernelEx(&cfg, kern, out, qkv, *kv, layer, pos, tab, split_len, n_splits, H, KV, ap, ch));
 }
 
 void cpt_paged_attention_few_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, const __nv_bfloat16 *qkv,
                                     const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                     int n_rows, int n_splits, const int32_t *split_len, int H, int KV, int D,
-                                    attn_append ap) {
+                                    attn_append ap, cpt_cuda_chain ch) {
     if (D == 128)
-        launch_few<128>(ctx, out, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, H, KV, ap);
+        launch_few<128>(ctx, out, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, H, KV, ap, ch);
     else
-        launch_few<64>(ctx, out, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, H, KV, ap);
+        launch_few<64>(ctx, out, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, H, KV, ap, ch);
     LAUNCH_OK("paged_attention_few_kernel");
 }

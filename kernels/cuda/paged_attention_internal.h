@@ -23,18 +23,19 @@ static __device__ inline int64_t kv_row(const cpt_cuda_paged_kv &kv, int layer, 
            (int64_t)kv.n_kv_heads * kv.head_dim;
 }
 
-/* One warp: head vector src [D] through the optional rmsnorm (weight w) and RoPE at position p; store(k, x_k,
- * x_(k + D/2)) for each rotated pair, fp32 (the caller rounds). The one computation behind kv_append and the
- * attention that appends (bitwise the same results). */
-template <typename Store>
-static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, const __nv_bfloat16 *w, float eps,
-                                                      int p, const float *inv_freq, int D, int lane, Store store) {
+/* One warp: a head vector [D] (element d: ld(d), fp32 of the bf16 value) through the optional rmsnorm (weight w) and
+ * RoPE (trig(k, sn, cs): sin and cos of p inv_freq[k]); store(k, x_k, x_(k + D/2)) for each rotated pair, fp32 (the
+ * caller rounds). The one computation behind kv_append and the attentions that append (bitwise the same results
+ * whichever memory the vector and the angles come from). */
+template <typename Load, typename Trig, typename Store>
+static __device__ __forceinline__ void norm_rope_from(Load ld, Trig trig, const __nv_bfloat16 *w, float eps, int D,
+                                                      int lane, Store store) {
     int half = D / 2;
     float rstd = 1.0f;
     if (w) {
         float ss = 0.0f;
         for (int d = lane; d < D; d += 32) {
-            float f = __bfloat162float(__ldcg(src + d));
+            float f = ld(d);
             ss += f * f;
         }
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -42,15 +43,29 @@ static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, 
     }
     __syncwarp();
     for (int k = lane; k < half; k += 32) {
-        float a = __bfloat162float(__ldcg(src + k)) * rstd, b = __bfloat162float(__ldcg(src + k + half)) * rstd;
+        float a = ld(k) * rstd, b = ld(k + half) * rstd;
         if (w) {
             a *= __bfloat162float(w[k]);
             b *= __bfloat162float(w[k + half]);
         }
         float sn, cs;
-        sincosf((float)p * inv_freq[k], &sn, &cs);
+        trig(k, sn, cs);
         store(k, a * cs - b * sn, b * cs + a * sn);
     }
+}
+
+/* The angle of RoPE pair k at position p (norm_rope_from's trig). */
+static __device__ __forceinline__ void rope_angle(int p, const float *inv_freq, int k, float &sn, float &cs) {
+    sincosf((float)p * inv_freq[k], &sn, &cs);
+}
+
+/* norm_rope_from with the head vector src read through L2 (another kernel, or another block, wrote it) and the
+ * angles computed here. */
+template <typename Store>
+static __device__ __forceinline__ void norm_rope_head(const __nv_bfloat16 *src, const __nv_bfloat16 *w, float eps,
+                                                      int p, const float *inv_freq, int D, int lane, Store store) {
+    norm_rope_from([&](int d) { return __bfloat162float(__ldcg(src + d)); },
+                   [&](int k, float &sn, float &cs) { rope_angle(p, inv_freq, k, sn, cs); }, w, eps, D, lane, store);
 }
 
 /* The (unnormalised o, m, l) partial of an empty split: m = -inf, l = 0, which the combine skips. */
@@ -143,11 +158,11 @@ void cpt_paged_attention_mma_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float
                                     int *counters, attn_append ap);
 
 /* The few-rows kernel of cpt_cuda_paged_attention_v2_append (paged_attention_few.cu); operands already checked,
- * cpt_cuda_paged_attention_few_ok holds, ap.inv_freq set. */
+ * cpt_cuda_paged_attention_few_ok holds, ap.inv_freq set; ch: its link in a chain of counters (zero: none). */
 void cpt_paged_attention_few_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, const __nv_bfloat16 *qkv,
                                     const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                     int n_rows, int n_splits, const int32_t *split_len, int H, int KV, int D,
-                                    attn_append ap);
+                                    attn_append ap, cpt_cuda_chain ch);
 
 /* The last of the (row i, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
  * order of the merge is the split order whichever block runs it) and leaves the counter at zero again. Called by
