@@ -1,7 +1,7 @@
 /* GPU decode throughput of the cuda engine (rollout/cuda_engine.h) on Qwen2.5-shaped random models.
  *
  *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--defaults]
- *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--fused-staged|--fused-ring|--no-fused] [--stage-kb N] [--ring-blocks N] [--no-pdl] [--chain|--no-chain] [--persistent 1|2]
+ *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--fused-staged|--fused-ring|--no-fused] [--stage-kb N] [--ring-blocks N] [--no-pdl] [--persistent 1|2]
  *                [--split-few N] [--skip qkv,attn,o,gateup,down,lm] [--bw 4.3e12]
  *
  * --defaults: what the rollout worker runs (cpt_cuda_engine_defaults); the options after it change it.
@@ -118,7 +118,7 @@ static int parse_skip(const char *list) {
 int main(int argc, char **argv) {
     const char *shapes = "0.5b,1.5b", *batches = "1,64,256";
     int prompt = 256, n_new = 512, no_graphs = 0, gemv = 0, attn_v2 = 0, fused = 0, no_pdl = 0, persistent = 0, split_few = 0,
-        skip = 0, stage_kb = 0, ring_blocks = 0, chain = 0;
+        skip = 0, stage_kb = 0, ring_blocks = 0;
     double bw = 4.3e12;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
@@ -132,7 +132,6 @@ int main(int argc, char **argv) {
             memset(&none, 0, sizeof none);
             cpt_cuda_engine_opts d = cpt_cuda_engine_defaults(none);
             gemv = d.gemv_rows, attn_v2 = d.attn_v2, fused = d.fused, no_pdl = d.no_pdl, persistent = d.persistent;
-            chain = d.chain;
         }
         else if (!strcmp(argv[i], "--gemv") && i + 1 < argc) gemv = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--attn-v2")) attn_v2 = 1;
@@ -147,16 +146,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fused-ring")) fused = 4;
         else if (!strcmp(argv[i], "--ring-blocks") && i + 1 < argc) ring_blocks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
-        else if (!strcmp(argv[i], "--chain")) chain = 1;
-        else if (!strcmp(argv[i], "--chain-attn")) chain = 2;
-        else if (!strcmp(argv[i], "--no-chain")) chain = 0;
         else if (!strcmp(argv[i], "--persistent") && i + 1 < argc) persistent = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--split-few") && i + 1 < argc) split_few = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--skip") && i + 1 < argc) {
             if ((skip = parse_skip(argv[++i])) < 0) return 2;
         } else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--fused-staged|--fused-ring|--no-fused] [--stage-kb N] [--ring-blocks N] [--no-pdl] [--chain|--no-chain] [--persistent 1|2] [--split-few N] [--skip qkv,attn,o,gateup,down,lm] "
+                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--fused-staged|--fused-ring|--no-fused] [--stage-kb N] [--ring-blocks N] [--no-pdl] [--persistent 1|2] [--split-few N] [--skip qkv,attn,o,gateup,down,lm] "
                             "[--bw 4.3e12]\n");
             return 2;
         }
@@ -185,7 +181,6 @@ int main(int argc, char **argv) {
         o.stage_kb = stage_kb;
         o.ring_blocks = ring_blocks;
         o.no_pdl = no_pdl;
-        o.chain = chain;
         o.persistent = persistent;
         o.split_few = split_few;
         o.bench_skip = skip;
@@ -213,9 +208,9 @@ int main(int argc, char **argv) {
             double roof = B * bw / step_bytes;
             printf("RESULT shape=%s batch=%d prompt=%d new=%d graphs=%d gemv=%d attn_v2=%d fused=%d pdl=%d prefill_s=%.4f decode_tok_s=%.1f "
                    "e2e_tok_s=%.1f step_ms=%.3f roofline_tok_s=%.1f roofline_pct=%.1f graphs_captured=%d gpu_step_ms=%.3f "
-                   "persistent=%d step_kernel_forwards=%d split_few=%d skip=%d stage_kb=%d ring_blocks=%d chain=%d\n",
+                   "persistent=%d step_kernel_forwards=%d split_few=%d skip=%d stage_kb=%d ring_blocks=%d\n",
                    name, B, prompt, n_new, !no_graphs, gemv, attn_v2, fused, fused && !no_pdl, tf, dec, e2e, 1000.0 * B / dec, roof, 100.0 * dec / roof,
-                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s, persistent, cpt_cuda_engine_step_forwards(e), split_few, skip, stage_kb, ring_blocks, chain);
+                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s, persistent, cpt_cuda_engine_step_forwards(e), split_few, skip, stage_kb, ring_blocks);
             fflush(stdout);
         }
         cpt_cuda_engine_free(e);

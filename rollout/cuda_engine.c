@@ -76,11 +76,9 @@ struct cpt_cuda_engine {
     void *act;
     void *x, *h, *qkv, *att, *o, *gu, *a, *mlp, *hl_in, *hl;
     float *logits, *plog, *partial;
-    int gemv_rows, attn_v2, fused, stage_kb, ring_blocks, no_pdl, persistent, split_few, skip, chain;
-    unsigned *chain_ctr; /* chain: [L][CH_PER_LAYER] counts of stored outputs, zeroed before each forward */
+    int gemv_rows, attn_v2, fused, stage_kb, ring_blocks, no_pdl, persistent, split_few, skip;
     dlayer *step_layers;    /* persistent: the layers' weight pointers on the device */
     int step_forwards;      /* forwards that ran as the persistent step (captured ones count once) */
-    int chain_forwards;     /* forwards that ran chained (captured ones count once) */
     unsigned *step_barrier; /* persistent: the step kernel's grid-barrier counter */
     float *skinny; /* split-K partial sums of the skinny products */
     void *spart;   /* the sampler's per-chunk partials (cpt_cuda_sample_ex) */
@@ -225,8 +223,8 @@ static int few_attention(const cpt_cuda_engine *e, int n, int decode) {
 }
 
 /* The layer's append and attention; decode: the rows' tables all differ (a decode step), so attention v2 can do
- * the append itself (one launch fewer). chain (decode with the few-rows attention only; may be NULL): its link. */
-static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode, const cpt_cuda_chain *chain) {
+ * the append itself (one launch fewer). */
+static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) {
     const cpt_model_config *c = &e->cfg;
     const dlayer *w = &e->layers[l];
     cpt_attn_shape shape = {e->H, e->KV, e->D};
@@ -236,7 +234,7 @@ static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode, 
     if (decode && e->attn_v2) {
         cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                            MD(e, off_split, int32_t), shape, e->attn_counters, w->q_norm, w->k_norm,
-                                           c->rms_norm_eps, e->inv_freq, kind, chain);
+                                           c->rms_norm_eps, e->inv_freq, kind);
         return;
     }
     cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->q_norm, w->k_norm, c->rms_norm_eps, e->inv_freq, shape);
@@ -254,38 +252,10 @@ static int fused_fits(const cpt_cuda_engine *e, int n) {
 }
 
 static void fused(cpt_cuda_engine *e, cpt_cuda_fused_out mode, void *out, const void *inp, const int32_t *rows,
-                  const void *norm_w, const void *w, const void *bias, int n, int64_t K, int64_t OC,
-                  cpt_cuda_chain chain) {
-    cpt_cuda_fused_gemv g = {mode,   out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC, e->fused >= 2,
-                             e->fused == 3 ? e->stage_kb : 0, e->fused == 4 ? e->ring_blocks : 0, chain};
+                  const void *norm_w, const void *w, const void *bias, int n, int64_t K, int64_t OC) {
+    cpt_cuda_fused_gemv g = {mode, out, inp, rows, norm_w, e->cfg.rms_norm_eps, w, bias, n, K, OC, e->fused >= 2,
+                             e->fused == 3 ? e->stage_kb : 0, e->fused == 4 ? e->ring_blocks : 0};
     cpt_cuda_fused_gemv_run(e->ctx, &g);
-}
-
-/* The chain of a decode step (engine option chain): a layer's kernels count their stored outputs into these slots,
- * each kernel waits for the count of the one launched before it. */
-enum { CH_QKV, CH_ATTN, CH_O, CH_GU, CH_DOWN, CH_PER_LAYER };
-typedef struct {
-    unsigned *prev; /* the previous kernel's slot; NULL: it does not count (wait for its grid) */
-    unsigned prev_count;
-} chain_state;
-
-/* The next kernel's link: it waits for the previous kernel's count and counts `count` into slot (NULL: nothing). */
-static cpt_cuda_chain chain_link(chain_state *cs, unsigned *slot, unsigned count) {
-    cpt_cuda_chain c = {cs->prev, cs->prev_count, slot};
-    cs->prev = slot, cs->prev_count = count;
-    return c;
-}
-
-/* Whether a decode step of n rows runs chained: the ring products for every K of the layer, the few-rows attention
- * (which choose_splits then gives at most CPT_PAGED_FEW_MAX_SPLITS splits), and the counters zeroed first. */
-static int chain_step(cpt_cuda_engine *e, int n, int decode) {
-    if (!e->chain || !decode || e->fused != 4 || !few_attention(e, n, decode)) return 0;
-    int64_t HD = (int64_t)e->H * e->D;
-    if (!cpt_cuda_fused_gemv_ring_fits(n, e->C) || !cpt_cuda_fused_gemv_ring_fits(n, e->I) ||
-        !cpt_cuda_fused_gemv_ring_fits(n, HD))
-        return 0;
-    cpt_err err;
-    return !cpt_cuda_memset(e->ctx, e->chain_ctr, 0, sizeof(unsigned) * CH_PER_LAYER * (size_t)e->L, &err);
 }
 
 /* A decode step of n rows (n_out = n) as one persistent kernel (engine option persistent), when one is compiled
@@ -308,42 +278,26 @@ static int step_fits(const cpt_cuda_engine *e, int n, int splits, cpt_cuda_decod
  * a = swiglu(norm(x) Wgu), x += a Wdown; logits = norm(x[last]) lm^T. The same roundings as forward(). */
 static void forward_fused(cpt_cuda_engine *e, int n, int n_out, int splits, int decode) {
     int64_t C = e->C, QKV = e->QKV, HD = (int64_t)e->H * e->D, I = e->I;
+    cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
     cpt_cuda_decode_step st;
     if (decode && step_fits(e, n, splits, &st)) {
-        cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
         cpt_cuda_decode_step_run(e->ctx, &st);
         e->step_forwards++;
         return;
     }
-    /* chained: the counters are zeroed before the embedding, whose completion the first product waits for */
-    const int chain = chain_step(e, n, decode);
-    e->chain_forwards += chain;
-    cpt_cuda_embed(e->ctx, e->x, MD(e, off_tok, int32_t), e->embed, n, C);
     cpt_cuda_set_pdl(e->ctx, !e->no_pdl); /* the layers' kernels only: off again at the end */
     const int skip = e->skip;
-    chain_state cs = {NULL, 0};
     for (int l = 0; l < e->L; l++) {
         const dlayer *w = &e->layers[l];
-        unsigned *ch = chain ? e->chain_ctr + (size_t)l * CH_PER_LAYER : NULL;
-        /* chain 2: only the attention counts (the o product waits for it; the rest wait for grids) */
-#define LINK(k, count) chain_link(&cs, ch && (e->chain == 1 || (k) == CH_ATTN) ? ch + (k) : NULL, (unsigned)(count))
         if (!(skip & CPT_SKIP_QKV))
-            fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV, LINK(CH_QKV, QKV));
-        if (!(skip & CPT_SKIP_ATTN)) {
-            cpt_cuda_chain c = LINK(CH_ATTN, n * e->KV * splits);
-            attention(e, l, n, splits, decode, chain ? &c : NULL);
-        }
-        if (!(skip & CPT_SKIP_O))
-            fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C, LINK(CH_O, C));
-        if (!(skip & CPT_SKIP_GATEUP))
-            fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I, LINK(CH_GU, I));
-        if (!(skip & CPT_SKIP_DOWN))
-            fused(e, CPT_FUSED_RESID, e->x, e->a, NULL, NULL, w->wdown, NULL, n, I, C, LINK(CH_DOWN, C));
-#undef LINK
+            fused(e, CPT_FUSED_BF16, e->qkv, e->x, NULL, w->ln1, w->wqkv, w->bqkv, n, C, QKV);
+        if (!(skip & CPT_SKIP_ATTN)) attention(e, l, n, splits, decode);
+        if (!(skip & CPT_SKIP_O)) fused(e, CPT_FUSED_RESID, e->x, e->att, NULL, NULL, w->wo, w->bo, n, HD, C);
+        if (!(skip & CPT_SKIP_GATEUP)) fused(e, CPT_FUSED_SWIGLU, e->a, e->x, NULL, w->ln2, w->wgu, NULL, n, C, I);
+        if (!(skip & CPT_SKIP_DOWN)) fused(e, CPT_FUSED_RESID, e->x, e->a, NULL, NULL, w->wdown, NULL, n, I, C);
     }
     if (n_out > 0 && !(skip & CPT_SKIP_LM)) /* a prefill chunk that ends no prompt has no logits */
-        fused(e, CPT_FUSED_F32, e->logits, e->x, MD(e, off_last, int32_t), e->norm, e->lm, NULL, n_out, C, e->V,
-              chain_link(&cs, NULL, 0));
+        fused(e, CPT_FUSED_F32, e->logits, e->x, MD(e, off_last, int32_t), e->norm, e->lm, NULL, n_out, C, e->V);
     cpt_cuda_set_pdl(e->ctx, 0);
 }
 
@@ -368,7 +322,7 @@ static void forward(cpt_cuda_engine *e, int n, int n_out, int splits, int decode
             cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->mlp, n, C),
                                  B1(w->ln1, C), c->rms_norm_eps);
         mm(e, e->qkv, e->h, w->wqkv, w->bqkv, n, C, QKV);
-        attention(e, l, n, splits, 0, NULL);
+        attention(e, l, n, splits, 0);
         mm(e, e->o, e->att, w->wo, w->bo, n, HD, C);
         cpt_cuda_rmsnorm_fwd(ctx, BT(e->h, n, C), none, BT(e->x, n, C), BT(e->x, n, C), BT(e->o, n, C),
                              B1(w->ln2, C), c->rms_norm_eps);
@@ -863,7 +817,6 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     e->stage_kb = o && o->stage_kb > 0 ? o->stage_kb : CPT_CUDA_FUSED_STAGE_KB;
     e->ring_blocks = o && o->ring_blocks > 0 ? o->ring_blocks : CPT_CUDA_FUSED_RING_BLOCKS;
     e->no_pdl = o ? o->no_pdl : 0;
-    e->chain = o ? o->chain : 0;
     e->persistent = o ? o->persistent : 0;
     e->split_few = o && o->split_few > 0 ? o->split_few : SPLIT_MIN_LEN_FEW;
     e->skip = o ? o->bench_skip : 0;
@@ -877,7 +830,6 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
                       {"stage_kb", e->stage_kb, 1, 227},
                       {"ring_blocks", e->ring_blocks, 1, 8},
                       {"persistent", e->persistent, 0, 2},
-                      {"chain", e->chain, 0, 2},
                       {"split_few", e->split_few, 0, 65536}};
         for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)
             if (ranges[k].v < ranges[k].lo || ranges[k].v > ranges[k].hi) {
@@ -889,10 +841,6 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
     if (e->persistent && e->fused != 1) {
         cpt_errf(err, "cuda engine: persistent %d needs fused = 1 (the step kernel is the fused products)",
                  e->persistent);
-        goto fail;
-    }
-    if (e->chain && e->fused != 4) {
-        cpt_errf(err, "cuda engine: chain needs fused = 4 (the ring products count their outputs)");
         goto fail;
     }
     if (e->n_slots > 1024) {
@@ -909,9 +857,6 @@ static cpt_cuda_engine *engine_create(const cpt_model_config *cfg, const cpt_cud
         if (!e->step_layers || !e->step_barrier || cpt_cuda_memcpy_h2d(e->ctx, e->step_layers, e->layers, lb, err))
             goto fail;
     }
-    if (e->chain && !(e->chain_ctr = cpt_cuda_malloc(sizeof(unsigned) * CH_PER_LAYER * (size_t)e->L,
-                                                     "decode chain counters", err)))
-        goto fail;
     if (e->gemv_rows) {
         int64_t oc = e->QKV > 2 * e->I ? e->QKV : 2 * e->I;
         if (e->C > oc) oc = e->C;
@@ -1071,7 +1016,6 @@ void cpt_cuda_engine_free(cpt_cuda_engine *e) {
     cpt_cuda_free(e->skinny);
     cpt_cuda_free(e->step_layers);
     cpt_cuda_free(e->step_barrier);
-    cpt_cuda_free(e->chain_ctr);
     free(e->plog_free);
     cpt_cuda_host_free(e->meta_h);
     cpt_cuda_free(e->meta_d);
@@ -1141,12 +1085,6 @@ int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { return e->total_blocks
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { return e->n_free; }
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { return e->n_graphs; }
 int cpt_cuda_engine_step_forwards(const cpt_cuda_engine *e) { return e->step_forwards; }
-int cpt_cuda_engine_chain_forwards(const cpt_cuda_engine *e) { return e->chain_forwards; }
-int cpt_cuda_engine_chain_counts(cpt_cuda_engine *e, unsigned *out, cpt_err *err) {
-    if (!e->chain_ctr) return cpt_errf(err, "cuda engine: no chain (opts.chain 0)");
-    if (cpt_cuda_memcpy_d2h(e->ctx, out, e->chain_ctr, sizeof(unsigned) * CH_PER_LAYER * (size_t)e->L, err)) return -1;
-    return cpt_cuda_sync(e->ctx, err);
-}
 
 int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results,
                              cpt_err *err) {
@@ -1196,11 +1134,6 @@ int cpt_cuda_engine_kv_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e) { (void)e; return 0; }
 int cpt_cuda_engine_step_forwards(const cpt_cuda_engine *e) { (void)e; return 0; }
-int cpt_cuda_engine_chain_forwards(const cpt_cuda_engine *e) { (void)e; return 0; }
-int cpt_cuda_engine_chain_counts(cpt_cuda_engine *e, unsigned *out, cpt_err *err) {
-    (void)e, (void)out;
-    return no_cuda(err);
-}
 double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err) { (void)e, (void)reps; return no_cuda(err); }
 
 #endif

@@ -48,9 +48,6 @@ typedef struct cpt_cuda_engine_opts {
     int ring_blocks;      /* fused = 4: the products' blocks a multiprocessor (1..8, at most as many as fit); 0:
                            * CPT_CUDA_FUSED_RING_BLOCKS */
     int no_pdl;           /* 1: the fused path without programmatic dependent launch (timing its effect) */
-    int chain;            /* 1: in decode steps with the ring products (fused = 4) and the few-rows attention, each
-                           * kernel waits for its producer's count of stored outputs instead of its grid's
-                           * completion (cpt_cuda_chain; bitwise the same results); needs fused = 4 */
     int persistent;       /* 1: decode steps of at most CPT_CUDA_FUSED_MAX_ROWS rows as one persistent kernel
                            * (cpt_cuda_decode_step: the fused products and the tensor-core attention between grid
                            * barriers; bitwise the same as fused = 1 with attn_v2 = 3) where one is compiled for
@@ -113,11 +110,6 @@ int cpt_cuda_engine_kv_free_blocks(const cpt_cuda_engine *e);
 int cpt_cuda_engine_graphs(const cpt_cuda_engine *e);
 /* Decode forwards that ran as the persistent step kernel (opts.persistent); a captured graph counts once. */
 int cpt_cuda_engine_step_forwards(const cpt_cuda_engine *e);
-/* Forwards that ran chained (opts.chain); a captured graph counts once. cpt_cuda_engine_chain_counts: the counts of
- * the latest chained forward, [layer][qkv, attention, o, gate/up, down] into out[5 L] (tests: a product counts its
- * outputs, the attention its blocks); -1 and err when the engine has no chain. */
-int cpt_cuda_engine_chain_forwards(const cpt_cuda_engine *e);
-int cpt_cuda_engine_chain_counts(cpt_cuda_engine *e, unsigned *out, cpt_err *err);
 /* Benches: replays the latest decode step's graph reps times back to back and returns the seconds per replay: the
  * device time of a step without the host's share. Call it right after a step, before the next step or submit: the
  * replays repeat that step exactly (the same KV rows written with the same values, into blocks that step's slots

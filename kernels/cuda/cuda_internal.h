@@ -116,37 +116,6 @@ static __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-/* The wait of a kernel in a chain of counters (cpt_cuda_chain): the previous grid's completion, or thread 0 spins
- * (acquire at GPU scope) until the producer's count is reached, then the block barrier passes it on. Activations
- * are then read through L2 (__ldcg, cp.async.cg): the producer's blocks ran on other multiprocessors. A wait of
- * seconds means a producer that can no longer count (a bug, not load): trap, so the step fails instead of hanging. */
-static __device__ __forceinline__ void chain_wait(const cpt_cuda_chain &c) {
-    if (!c.wait_on) {
-        pdl_wait();
-        return;
-    }
-    if (threadIdx.x == 0) {
-        for (unsigned spins = 0;; spins++) {
-            unsigned v;
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.wait_on) : "memory");
-            if (v >= c.wait_for) break;
-            if (spins == (1u << 26)) __trap();
-            __nanosleep(20);
-        }
-    }
-    __syncthreads();
-}
-/* The end of a block in a chain: its outputs stored (every thread calls this after its last store), `share` added
- * to the done count (release at GPU scope, the block's stores before it), then the previous grid waited for, so
- * this grid completes after it. */
-static __device__ __forceinline__ void chain_done(const cpt_cuda_chain &c, unsigned share) {
-    if (c.done) {
-        __syncthreads();
-        if (threadIdx.x == 0) /* release: the block's stores (ordered by the barrier) before the count */
-            asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c.done), "r"(share) : "memory");
-    }
-    if (c.wait_on) pdl_wait();
-}
 /* kernel<<<grid, block, smem, ctx->stream>>>(args), with programmatic dependent launch when ctx->pdl. */
 template <typename... P, typename... A>
 static inline void launch_k(const cpt_cuda_ctx *ctx, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,

@@ -186,19 +186,6 @@ size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head
 void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                               const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                               int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
-/* A decode kernel's link in a chain of counters (the engine option chain), instead of the previous grid's
- * completion: the kernel waits until *wait_on >= wait_for (its producer's blocks each add their share once their
- * outputs are stored: release and acquire at GPU scope), and each of its blocks adds its own share to *done once
- * its outputs are stored: a product the number of its outputs (OC in all), the attention 1 a block (rows x kv
- * heads x splits in all). It still waits for the previous grid before it returns, so grids complete in stream
- * order. wait_on NULL: the previous grid's completion (pdl_wait); done NULL: nothing counted. The producer must be
- * the kernel launched just before, with programmatic dependent launch (its blocks have all started before this
- * kernel's are scheduled: no block waits on one that cannot run); the counters are zeroed before the chain runs. */
-typedef struct cpt_cuda_chain {
-    const unsigned *wait_on;
-    unsigned wait_for;
-    unsigned *done;
-} cpt_cuda_chain;
 /* The kernel behind cpt_cuda_paged_attention_v2 (the engine option attn_v2 is this + 1):
  * - CPT_ATTN_V2: restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over many
  *   positions at once); head_dim 8, 16, 32, 64 or 128.
@@ -227,14 +214,12 @@ void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, c
 /* cpt_cuda_kv_append and cpt_cuda_paged_attention_v2 in one launch, for rows whose tables differ (decode steps: no
  * row reads a position another row of the call appends): each block rotates its own queries (qkv is left as it
  * is) and the block whose split holds the row's position writes that key and value first. Bitwise the same
- * outputs and pages as the two calls with the same kind. chain (may be NULL): the kernel's link in a chain of
- * counters (cpt_cuda_chain; the few-rows kernel only, an error where another runs). */
+ * outputs and pages as the two calls with the same kind. */
 void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                         const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
                                         const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
                                         cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
-                                        float eps, const float *inv_freq, cpt_attn_kind kind,
-                                        const cpt_cuda_chain *chain);
+                                        float eps, const float *inv_freq, cpt_attn_kind kind);
 /* Copies whole blocks (every layer, K and V): pairs [n_pairs][2] = (src, dst) i32 on the device. */
 void cpt_cuda_kv_copy_blocks(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, const int32_t *pairs, int n_pairs);
 
@@ -289,11 +274,8 @@ typedef struct cpt_cuda_fused_gemv {
     int deep;
     int stage_kb;
     int ring;
-    cpt_cuda_chain chain; /* ring products only (the others refuse a chain) */
 } cpt_cuda_fused_gemv;
 int cpt_cuda_fused_gemv_ok(int64_t K);
-/* Whether the ring products (ring > 0) run for n rows of K (their shared memory fits), not the deep kernel. */
-int cpt_cuda_fused_gemv_ring_fits(int n, int64_t K);
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);
 /* A whole decode step of 1..CPT_CUDA_FUSED_MAX_ROWS rows (one per table) in one persistent kernel
  * (kernels/cuda/decode_step.cu): for every layer the fused products and the tensor-core attention with the append

@@ -60,7 +60,7 @@ void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
     CKCHECK(g->mode == CPT_FUSED_BF16 || (g->mode == CPT_FUSED_RESID) == (g->norm_w == NULL), op,
             "mode %d %s a norm weight", (int)g->mode, g->norm_w ? "with" : "without");
     CKCHECK(!g->rows || g->mode != CPT_FUSED_RESID, op, "a row index with the residual epilogue");
-    if (g->stage_kb > 0 && !g->chain.wait_on && !g->chain.done && fused_gemv_staged_launch(ctx, *g)) {
+    if (g->stage_kb > 0 && fused_gemv_staged_launch(ctx, *g)) {
         LAUNCH_OK("fused_gemv_staged_kernel");
         return;
     }
@@ -68,8 +68,6 @@ void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
         LAUNCH_OK("fused_gemv_ring_kernel");
         return;
     }
-    CKCHECK(!g->chain.wait_on && !g->chain.done, op, "a chain of counters needs the ring products (%s)",
-            g->ring > 0 && g->stage_kb <= 0 ? "their slots do not fit" : "ring 0 or stage_kb set");
     /* deep: the deep kernel's warps per output. Where the 4-vector kernel has the same, its lanes walk the same
      * vectors in the same order (bitwise the same results) with fewer registers and twice the blocks a
      * multiprocessor; it runs for one row, and for rows longer than a register set (WPR 8) at any n: 2026-12-03,

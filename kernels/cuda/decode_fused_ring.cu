@@ -77,7 +77,7 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
     for (int i = 0; i < D; i++) issue();
     uint4 gpre[FG_NORM_PF];
     fg_norm_prefetch<NORM>(a, gpre);
-    chain_wait(a.chain);
+    pdl_wait();
     fg_stage_inputs<MAXN, NORM>(a, xs, gpre);
     for (int64_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         const int64_t oc = grp * RPB + rib;
@@ -102,11 +102,6 @@ static __global__ void __launch_bounds__(FG_THREADS, FR_MINB) fused_gemv_ring_ke
         fg_finish<MAXN, WPR, MODE, NW>(a, acc, grp, oc, live);
     }
     cp_async_wait_all();
-    unsigned outputs = 0; /* this block's live outputs: its share of the chain's count */
-    if (a.chain.done)
-        for (int64_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x)
-            outputs += (unsigned)min((int64_t)RPB, a.OC - grp * RPB);
-    chain_done(a.chain, outputs);
 }
 
 static size_t fr_smem_bytes(const cpt_cuda_fused_gemv &a) {
@@ -123,15 +118,9 @@ template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fr {
     }
 };
 
-int cpt_cuda_fused_gemv_ring_fits(int n, int64_t K) {
-    cpt_cuda_fused_gemv a = {};
-    a.n = n, a.K = K;
-    return fr_smem_bytes(a) <= 227 * 1024;
-}
-
 int fused_gemv_ring_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a) {
     const size_t smem = fr_smem_bytes(a);
-    if (!cpt_cuda_fused_gemv_ring_fits(a.n, a.K)) return 0;
+    if (smem > 227 * 1024) return 0;
     fg_dispatch<launch_fr>(ctx, a, pick_wpr(a.K, a.mode == CPT_FUSED_SWIGLU ? 2 : 1, FG_PF_DEEP), smem);
     return 1;
 }

@@ -416,8 +416,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
 
 static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv, const cpt_cuda_paged_kv *kv,
                          int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
-                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, cpt_attn_kind kind,
-                         const cpt_cuda_chain *chain) {
+                         const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, cpt_attn_kind kind) {
     const char *op = "paged_attention_v2";
     CKCHECK(kind == CPT_ATTN_V2 || kind == CPT_ATTN_V2_DEEP || kind == CPT_ATTN_MMA ||
                 (kind == CPT_ATTN_FEW && ap.inv_freq),
@@ -433,11 +432,9 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
     if (n_rows == 0) return;
     if (kind == CPT_ATTN_FEW && cpt_cuda_paged_attention_few_ok(s, n_splits)) {
         cpt_paged_attention_few_launch(ctx, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, kv, layer, pos, tab,
-                                       n_rows, n_splits, split_len, H, KV, D, ap, chain ? *chain : cpt_cuda_chain{});
+                                       n_rows, n_splits, split_len, H, KV, D, ap);
         return;
     }
-    CKCHECK(!chain || (!chain->wait_on && !chain->done), op,
-            "a chain of counters needs the few-rows kernel (kind %d, %d splits)", (int)kind, n_splits);
     if (kind == CPT_ATTN_FEW) kind = CPT_ATTN_MMA;
     if (kind == CPT_ATTN_MMA && cpt_cuda_paged_attention_mma_ok(s)) {
         cpt_paged_attention_mma_launch(ctx, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, kv, layer, pos,
@@ -476,19 +473,18 @@ void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, c
                                  int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s, int *counters,
                                  cpt_attn_kind kind) {
     attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
-                 attn_append{NULL, NULL, 0.0f, NULL}, kind, NULL);
+                 attn_append{NULL, NULL, 0.0f, NULL}, kind);
 }
 
 void cpt_cuda_paged_attention_v2_append(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                                         const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos,
                                         const int32_t *tab, int n_rows, int n_splits, const int32_t *split_len,
                                         cpt_attn_shape s, int *counters, const void *q_norm, const void *k_norm,
-                                        float eps, const float *inv_freq, cpt_attn_kind kind,
-                                        const cpt_cuda_chain *chain) {
+                                        float eps, const float *inv_freq, cpt_attn_kind kind) {
     CKCHECK(inv_freq && s.head_dim % 2 == 0, "paged_attention_v2_append", "inv_freq missing or odd head_dim %d",
             s.head_dim);
     attention_v2(ctx, out, partial, qkv, kv, layer, pos, tab, n_rows, n_splits, split_len, s, counters,
-                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq}, kind, chain);
+                 attn_append{(const __nv_bfloat16 *)q_norm, (const __nv_bfloat16 *)k_norm, eps, inv_freq}, kind);
 }
 
 /* ---- copy-on-write -------------------------------------------------------------------------------------- */

@@ -158,11 +158,11 @@ void cpt_paged_attention_mma_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float
                                     int *counters, attn_append ap);
 
 /* The few-rows kernel of cpt_cuda_paged_attention_v2_append (paged_attention_few.cu); operands already checked,
- * cpt_cuda_paged_attention_few_ok holds, ap.inv_freq set; ch: its link in a chain of counters (zero: none). */
+ * cpt_cuda_paged_attention_few_ok holds, ap.inv_freq set. */
 void cpt_paged_attention_few_launch(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, const __nv_bfloat16 *qkv,
                                     const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                                     int n_rows, int n_splits, const int32_t *split_len, int H, int KV, int D,
-                                    attn_append ap, cpt_cuda_chain ch);
+                                    attn_append ap);
 
 /* The last of the (row i, kv head)'s split blocks to finish merges them (the threadfence-reduction pattern: the
  * order of the merge is the split order whichever block runs it) and leaves the counter at zero again. Called by

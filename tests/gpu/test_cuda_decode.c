@@ -160,7 +160,6 @@ static int prefill_chunk; /* the engines' prefill chunk (0: default) */
 static int attn_v2;       /* the engines' attention kernel (cpt_cuda_engine_opts.attn_v2) */
 static int fused;         /* the engines' fused products (cpt_cuda_engine_opts.fused) */
 static int persistent;    /* the engines' persistent decode step (cpt_cuda_engine_opts.persistent) */
-static int chain;         /* the engines' chained decode steps (cpt_cuda_engine_opts.chain) */
 
 /* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
 static const char *variant(int wide) {
@@ -189,7 +188,6 @@ static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_bl
     o.attn_v2 = attn_v2;
     o.fused = fused;
     o.persistent = persistent;
-    o.chain = chain;
     cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
     if (!e) {
         fprintf(stderr, "cuda engine: %s\n", err.msg);
@@ -658,7 +656,7 @@ static void test_fused(void) {
         void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
         cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
                                  1e-6f, dw, hb ? db : NULL, n, K, OC, st >= 1, st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0,
-                                 st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0, {NULL, 0, NULL}};
+                                 st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0};
         cpt_cuda_fused_gemv_run(ctx, &g);
         float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
         if (st >= 2) {
@@ -708,8 +706,7 @@ static void test_fused(void) {
 
     /* a chain with programmatic dependent launch: x += a W1; h = swiglu(norm(x) Wgu); x += h W2; logits =
      * norm(x) Wlm, each reading what the previous wrote, 200 times back to back; bitwise what plain launches give
-     * (a kernel reading before its predecessor finished would differ); the ring products also chained by counters
-     * (cpt_cuda_chain: each waits for the previous one's count of outputs, not its grid) */
+     * (a kernel reading before its predecessor finished would differ) */
     int n = 1, C = 896, I = 4864, V = 32768;
     float *x0 = rand_bf16(&rng, (size_t)C, 1.0f), *a = rand_bf16(&rng, (size_t)C, 1.0f);
     float *w1 = rand_bf16(&rng, (size_t)C * C, 0.03f), *wgu = rand_bf16(&rng, (size_t)2 * I * C, 0.03f);
@@ -720,8 +717,7 @@ static void test_fused(void) {
     void *dgu = dev_bf16(ctx, wgu, (size_t)2 * I * C, "wgu"), *dw2 = dev_bf16(ctx, w2, (size_t)C * I, "w2");
     void *dl = dev_bf16(ctx, wl, (size_t)V * C, "lm"), *dln = dev_bf16(ctx, ln, C, "ln");
     void *dh = dev(2 * (size_t)I, "h"), *dlog = dev(4 * (size_t)V, "logits");
-    unsigned *dctr = dev(3 * sizeof(unsigned), "chain counters");
-    for (int st = 0; st < 5; st++) { /* 4 vectors a lane, then 8 (deep), then staged, then ring, then ring chained */
+    for (int st = 0; st < 4; st++) { /* 4 vectors a lane, then 8 (deep), then staged, then ring */
         float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
         double us[2] = {0, 0};
         for (int pdl = 0; pdl < 2; pdl++) {
@@ -729,16 +725,12 @@ static void test_fused(void) {
             OK(cpt_cuda_sync(ctx, &err));
             double t0 = now_s();
             cpt_cuda_set_pdl(ctx, pdl);
-            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0, rg = st >= 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0;
-            const int ch = st == 4 && pdl;
-            cpt_cuda_chain c1 = {NULL, 0, ch ? dctr : NULL}, c2 = {c1.done, (unsigned)C, ch ? dctr + 1 : NULL};
-            cpt_cuda_chain c3 = {c2.done, (unsigned)I, ch ? dctr + 2 : NULL}, c4 = {c3.done, (unsigned)C, NULL};
+            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0, rg = st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0;
             for (int r = 0; r < 200; r++) {
-                if (ch) OK(cpt_cuda_memset(ctx, dctr, 0, 3 * sizeof(unsigned), &err));
-                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, deep, kb, rg, c1};
-                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, deep, kb, rg, c2};
-                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, deep, kb, rg, c3};
-                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, deep, kb, rg, c4};
+                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, deep, kb, rg};
+                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, deep, kb, rg};
+                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, deep, kb, rg};
+                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, deep, kb, rg};
                 cpt_cuda_fused_gemv_run(ctx, &s1);
                 cpt_cuda_fused_gemv_run(ctx, &s2);
                 cpt_cuda_fused_gemv_run(ctx, &s3);
@@ -753,24 +745,18 @@ static void test_fused(void) {
         int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
         int finite = 1;
         for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
-        const char *kn = st == 4 ? "/ring+counters" : st == 3 ? "/ring" : st == 2 ? "/staged" : st ? "/deep" : "";
+        const char *kn = st == 3 ? "/ring" : st == 2 ? "/staged" : st ? "/deep" : "";
         printf("fused%s chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", kn,
                us[0], us[1], same);
         SUM("fused%s chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", kn, us[0], us[1],
             same ? "yes" : "NO");
-        if (st == 4) { /* the counts the last round left: each product's outputs */
-            unsigned got[3];
-            OK(cpt_cuda_memcpy_d2h(ctx, got, dctr, sizeof got, &err));
-            CHECK_MSG(got[0] == (unsigned)C && got[1] == (unsigned)I && got[2] == (unsigned)C,
-                      "chain counts %u %u %u, want %d %d %d", got[0], got[1], got[2], C, I, C);
-        }
         CHECK_MSG(same, "the fused%s chain with programmatic dependent launch differs from plain launches", kn);
         CHECK(finite);
         for (int k = 0; k < 2; k++) free(res[k]), free(lg[k]);
     }
     free(x0), free(a), free(w1), free(wgu), free(w2), free(wl), free(ln);
     cpt_cuda_free(dx), cpt_cuda_free(da), cpt_cuda_free(dw1), cpt_cuda_free(dgu), cpt_cuda_free(dw2);
-    cpt_cuda_free(dl), cpt_cuda_free(dln), cpt_cuda_free(dh), cpt_cuda_free(dlog), cpt_cuda_free(dctr);
+    cpt_cuda_free(dl), cpt_cuda_free(dln), cpt_cuda_free(dh), cpt_cuda_free(dlog);
     cpt_cuda_ctx_free(ctx);
 }
 
@@ -959,7 +945,7 @@ static void test_attention_kernels(void) {
                         OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
                         OK(cpt_cuda_memset(ctx, dob, 0xFF, 2 * on, &err));
                         cpt_cuda_paged_attention_v2_append(ctx, dob, dpart, dq, &kb, LAYER, ddp, ddt, nd, splits,
-                                                           ddsl, shp, dcnt, qnp, knp, 1e-6f, dinv, kb_kind, NULL);
+                                                           ddsl, shp, dcnt, qnp, knp, 1e-6f, dinv, kb_kind);
                         OK(cpt_cuda_sync(ctx, &err));
                         OK(cpt_cuda_download_bf16(ctx, ha, doa, on, &err));
                         OK(cpt_cuda_download_bf16(ctx, hb, dob, on, &err));
@@ -1141,77 +1127,6 @@ static void test_persistent(const char *name, cpt_model *m) {
     cpt_cuda_engine_free(e0);
 }
 
-/* The chained decode steps (opts.chain: each kernel waits for its producer's count of stored outputs instead of its
- * grid's completion) against the same engine unchained: bitwise the same tokens and logprobs, with graphs and
- * eagerly, over steps of 1-4 rows (greedy and sampled, 3 samples of one prompt); the counts of the last forward are
- * exactly each product's outputs and the attention's blocks (a count too high would let a kernel read early). */
-static void test_chain(const char *name, cpt_model *m) {
-    const cpt_model_config *c = cpt_model_cfg(m);
-    int V = c->vocab_size, L = c->num_layers;
-    enum { NR = 5 };
-    static const int lens[NR] = {1, 9, 17, 40, 90};
-    cpt_rng rng;
-    cpt_rng_seed(&rng, 29, 0);
-    cpt_gen_request rq[NR];
-    int32_t *prompts[NR];
-    for (int i = 0; i < NR; i++) {
-        prompts[i] = rand_prompt(&rng, lens[i], V);
-        memset(&rq[i], 0, sizeof rq[i]);
-        rq[i].prompt = prompts[i];
-        rq[i].n_prompt = lens[i];
-        rq[i].n_samples = i == 3 ? 3 : 1;
-        rq[i].sp = i < 2 ? (cpt_sample_params){0.0f, 0, 1.0f, 0.0f} : (cpt_sample_params){0.8f, 0, 0.95f, 0.0f};
-        rq[i].seed = 37 + (uint64_t)i;
-        rq[i].max_new_tokens = 40;
-    }
-    int keep_fused = fused, keep_attn = attn_v2, keep_gemv = gemv_rows;
-    fused = 4, attn_v2 = 4, gemv_rows = 4, chain = 0;
-    cpt_gen_result ref[NR], got[NR];
-    cpt_cuda_engine *e0 = gpu_engine(m, 4, 16, 0, 0, 512);
-    run_gpu(e0, rq, NR, ref);
-    CHECK_EQ_INT(cpt_cuda_engine_chain_forwards(e0), 0);
-    unsigned got_counts[5];
-    CHECK_MSG(cpt_cuda_engine_chain_counts(e0, got_counts, &err) < 0, "%s: chain counts without a chain", name);
-    for (int v = 0; v < 3; v++) { /* chain 1 with graphs, eagerly; chain 2 (the attention counts, o waits for it) */
-        const int eager = v == 1;
-        chain = v < 2 ? 1 : 2;
-        cpt_cuda_engine *e = gpu_engine(m, 4, 16, 0, eager, 512);
-        run_gpu(e, rq, NR, got);
-        int fw = cpt_cuda_engine_chain_forwards(e), same = same_results(ref, got, NR);
-        unsigned *cnt = calloc((size_t)L * 5, sizeof *cnt);
-        OK(cpt_cuda_engine_chain_counts(e, cnt, &err));
-        unsigned QKV = (unsigned)((c->num_heads + 2 * c->num_kv_heads) * c->head_dim), KVH = (unsigned)c->num_kv_heads;
-        int counts_ok = 1;
-        const unsigned all = chain == 1; /* chain 2: only the attention's slot counts */
-        for (int l = 0; l < L; l++) {
-            const unsigned *k = cnt + 5 * l, att = k[1];
-            counts_ok &= k[0] == all * QKV && k[2] == all * c->hidden_size && k[3] == all * c->intermediate_size &&
-                         k[4] == all * c->hidden_size && att >= KVH && att <= 4 * KVH * 8 && att % KVH == 0 &&
-                         att == cnt[1];
-        }
-        printf("chain%d%s %-13s %d chained forwards, vs unchained: %s; counts of the last forward (layer 0: %u %u %u %u "
-               "%u) %s\n", chain, eager ? " eager" : "", name, fw, same ? "bitwise the same" : "DIFFERS", cnt[0], cnt[1],
-               cnt[2], cnt[3], cnt[4], counts_ok ? "as expected" : "WRONG");
-        SUM("chain%d%s %-13s %s  counts %s  chained forwards %d", chain, eager ? "e" : " ", name, same ? "bitwise" : "DIFFERS",
-            counts_ok ? "ok" : "WRONG", fw);
-        CHECK_MSG(fw > 0, "%s: no forward ran chained", name);
-        CHECK_MSG(same, "%s: the chained steps differ from the unchained ones", name);
-        CHECK_MSG(counts_ok, "%s: chain counts (layer 0: %u %u %u %u %u) are not the outputs and blocks", name, cnt[0],
-                  cnt[1], cnt[2], cnt[3], cnt[4]);
-        CHECK_EQ_INT(cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-        free(cnt);
-        for (int i = 0; i < NR; i++) cpt_gen_result_free(&got[i]);
-        cpt_cuda_engine_free(e);
-    }
-    chain = 0;
-    fused = keep_fused, attn_v2 = keep_attn, gemv_rows = keep_gemv;
-    for (int i = 0; i < NR; i++) {
-        cpt_gen_result_free(&ref[i]);
-        free(prompts[i]);
-    }
-    cpt_cuda_engine_free(e0);
-}
-
 int main(void) {
     static const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     test_sampler_kernel();
@@ -1278,9 +1193,6 @@ int main(void) {
         test_paged_churn("random-448x3", big);
         prefill_chunk = 0;
         test_sampling_engine("random-448x3", big);
-        /* the same steps chained by counters (opts.chain), at head_dim 64 and at the 1.5B shape's layer */
-        test_chain("random-448x3", big);
-        test_chain("random-1536x2", wide);
         /* the deep (fused = 2) and staged (fused = 3) products in the engine (the ring and staged ones are bitwise
          * the deep ones op by op, above) */
         for (fused = 2; fused <= 3; fused++) {
