@@ -18,7 +18,8 @@
 #define MAX_SPLITS 16
 #define MAX_GRAPHS 96
 #define SPLIT_MIN_LEN 256 /* positions a split should have at least */
-#define SPLIT_MIN_LEN_FEW 64 /* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows (opts split_few) */
+/* the same at <= CPT_CUDA_FUSED_MAX_ROWS rows (opts split_few): one tile of the few-rows attention's 8 warps */
+#define SPLIT_MIN_LEN_FEW 128
 
 typedef struct greq {
     cpt_gen_req_head h; /* first: e->reqs holds these */
@@ -531,9 +532,8 @@ static int pow2_at_least(int n) {
 
 /* The attention splits of a decode step of B rows, row k over positions 0 .. pos[k], and each row's split length
  * (split_len[0 .. B)). At <= CPT_CUDA_FUSED_MAX_ROWS rows (the products are per row there) a row's split length
- * follows from its own context alone: 64 positions, doubled until at most MAX_SPLITS splits (8 with the few-rows
- * attention: one thread block cluster). Its output then does
- * not depend on the other rows of the step, so the n samples of a prompt, admitted and decoded in different steps,
+ * follows from its own context alone: SPLIT_MIN_LEN_FEW positions, doubled until at most MAX_SPLITS splits (8 with
+ * the few-rows attention: one thread block cluster). Its output then does not depend on the other rows of the step, so the n samples of a prompt, admitted and decoded in different steps,
  * stay bitwise the same, and a sequence decodes alike whatever shares its steps. At more rows the splits fill the
  * multiprocessors: one length for all rows (cuBLASLt's products change with the row count anyway). */
 static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, int32_t *split_len) {

@@ -54,7 +54,8 @@ typedef struct cpt_cuda_engine_opts {
                            * the shapes, else as fused; 2: the same with the kernel built for 1 block a
                            * multiprocessor. Needs fused = 1. */
     int split_few;        /* positions an attention split starts with in decode steps of <= CPT_CUDA_FUSED_MAX_ROWS
-                           * rows (doubled while a row would need more than 16 splits); 0: 64 */
+                           * rows (doubled while a row would need more splits than the attention kernel takes: 8
+                           * with the few-rows kernel, else 16); 0: 128 */
     int bench_skip;       /* timing only, the outputs are wrong: parts of the fused forward left out, a bit mask
                            * of CPT_SKIP_* (a step's time without a part, against with it, is that part's cost in
                            * the stream, overlaps included) */
