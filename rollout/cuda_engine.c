@@ -533,8 +533,8 @@ static int pow2_at_least(int n) {
 /* The attention splits of a decode step of B rows, row k over positions 0 .. pos[k], and each row's split length
  * (split_len[0 .. B)). At <= CPT_CUDA_FUSED_MAX_ROWS rows (the products are per row there) a row's split length
  * follows from its own context alone: SPLIT_MIN_LEN_FEW positions, doubled until at most MAX_SPLITS splits (8 with
- * the few-rows attention: one thread block cluster). Its output then does not depend on the other rows of the step, so the n samples of a prompt, admitted and decoded in different steps,
- * stay bitwise the same, and a sequence decodes alike whatever shares its steps. At more rows the splits fill the
+ * the few-rows attention: one thread block cluster). Its output then does not depend on the other rows of the step,
+ * so the n samples of a prompt, admitted and decoded in different steps, stay bitwise the same, and a sequence decodes alike whatever shares its steps. At more rows the splits fill the
  * multiprocessors: one length for all rows (cuBLASLt's products change with the row count anyway). */
 static int choose_splits(const cpt_cuda_engine *e, int B, const int32_t *pos, int32_t *split_len) {
     if (B <= CPT_CUDA_FUSED_MAX_ROWS) {

@@ -109,16 +109,9 @@ static __global__ void __launch_bounds__(paf_cfg<D>::NT) paged_attention_few_ker
     }
     __syncthreads();
     auto trig = [&](int k, float &sn, float &cs) { sn = sn_s[k], cs = cs_s[k]; };
-    for (int r = warp; r < 16; r += NW) {
-        if (r < G)
-            norm_rope_from([&](int d) { return __bfloat162float(raw_s[r * D + d]); }, trig, ap.q_norm, ap.eps, D, lane,
-                           [&](int k, float x0, float x1) {
-                               sQ[r * SD + k] = __float2bfloat16(x0);
-                               sQ[r * SD + k + half] = __float2bfloat16(x1);
-                           });
-        else
-            for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
-    }
+    pam_rope_rows<D, NW>(
+        sQ, G, [&](int r) { return (const __nv_bfloat16 *)raw_s + r * D; },
+        [](const __nv_bfloat16 *src, int d) { return __bfloat162float(src[d]); }, trig, ap, warp, lane);
     if (has_p) {
         __nv_bfloat16 *pool = (__nv_bfloat16 *)kv.pool;
         const int64_t kr = kv_row(kv, layer, 0, t, p) + (int64_t)kvh * D, vr = kr + vshift;

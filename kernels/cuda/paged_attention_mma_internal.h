@@ -150,22 +150,34 @@ static __device__ __forceinline__ void pam_merge_warps(float *o_s, float (&m_w)[
     }
 }
 
-/* Rows 0..G-1 of sQ: the G query heads of kv head kvh in qrow through norm_rope_head at position p, rounded to bf16
- * as kv_append stores them; rows G..15 zero. Warps take rows in turn (NW warps). */
-template <int D, int NW>
-static __device__ __forceinline__ void pam_rope_queries(__nv_bfloat16 *sQ, const __nv_bfloat16 *qrow, int kvh, int G,
-                                                        const attn_append &ap, int p, int warp, int lane) {
+/* Rows 0..G-1 of sQ: the G query heads through norm_rope_from (head r starts at head(r); element d: ld(src, d);
+ * angles: trig), rounded to bf16 as kv_append stores them; rows G..15 zero. Warps take rows in turn (NW warps). */
+template <int D, int NW, typename Head, typename Load, typename Trig>
+static __device__ __forceinline__ void pam_rope_rows(__nv_bfloat16 *sQ, int G, Head head, Load ld, Trig trig,
+                                                     const attn_append &ap, int warp, int lane) {
     constexpr int SD = attn_pad<D>::SD, half = D / 2;
     for (int r = warp; r < 16; r += NW) {
-        if (r < G)
-            norm_rope_head(qrow + (int64_t)(kvh * G + r) * D, ap.q_norm, ap.eps, p, ap.inv_freq, D, lane,
+        if (r < G) {
+            const __nv_bfloat16 *src = head(r);
+            norm_rope_from([&](int d) { return ld(src, d); }, trig, ap.q_norm, ap.eps, D, lane,
                            [&](int k, float x0, float x1) {
                                sQ[r * SD + k] = __float2bfloat16(x0);
                                sQ[r * SD + k + half] = __float2bfloat16(x1);
                            });
-        else
+        } else {
             for (int d = lane; d < D; d += 32) sQ[r * SD + d] = __float2bfloat16(0.0f);
+        }
     }
+}
+
+/* pam_rope_rows with the G query heads of kv head kvh read from qrow through L2 and the angles at position p. */
+template <int D, int NW>
+static __device__ __forceinline__ void pam_rope_queries(__nv_bfloat16 *sQ, const __nv_bfloat16 *qrow, int kvh, int G,
+                                                        const attn_append &ap, int p, int warp, int lane) {
+    pam_rope_rows<D, NW>(
+        sQ, G, [&](int r) { return qrow + (int64_t)(kvh * G + r) * D; },
+        [](const __nv_bfloat16 *src, int d) { return __bfloat162float(__ldcg(src + d)); },
+        [&](int k, float &sn, float &cs) { rope_angle(p, ap.inv_freq, k, sn, cs); }, ap, warp, lane);
 }
 
 /* Positions [start, end) of row i's table t for kv head kvh; p = the row's own position (appended first when the
