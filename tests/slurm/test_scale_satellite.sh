@@ -5,7 +5,8 @@
 # `cpt-scale`'s table and among `cpt-queue stats`'s consumers, and makes groups. `scontrol requeue` of the main job
 # drains it (its batch script gets TERM, the worker finishes what it holds, the job leaves COMPLETED, not killed);
 # the rerun reads the desired count back from the queue's control hash and submits a new satellite, which
-# `cpt-scale rollout=1` drains the same way. Last, a satellite whose main job is gone drains by itself.
+# `cpt-scale rollout=1` drains the same way. Last, a satellite whose main job ends under it drains by itself,
+# and one that starts after its main job is over does not start its worker.
 # The run finishes with every group trained exactly once (the trainer's data cursor and outstanding ids).
 # queue.claim_idle_ms=3000 keeps it short: after the requeue, messages left pending by the first attempt's workers
 # are claimed only after this idle time (60 s by default), and a sync-mode step may wait for one of them.
@@ -110,11 +111,20 @@ grep -q "cpt: submitted satellite job $sat2 for rollout-sat0-r1 " "$T/job.log" |
 grep -q "cpt: satellite rollout-sat0-r1 (job $sat2) drained" "$T/job.log" || fail "no drain of $sat2 in the job log"
 ! grep -q "cpt: started rollout-1" "$T/job.log" || fail "a second rollout step started inside a full allocation"
 summary=$(check_groups "$R" $STEPS $G) || fail "exactly-once: $summary"
-# A satellite whose main job is gone (cpt-sched killed before it could cancel it) drains by itself.
-orphan=$(sbatch --parsable --output="$T/orphan.log" "$R/satellite.sh" "$job" 1 \
+# A satellite that starts after its main job is over does not start its worker (a TERM sent before the worker set
+# its handler would kill it instead of draining it).
+late=$(sbatch --parsable --output="$T/late.log" "$R/satellite.sh" "$job" 1 sh -c "touch '$T/late.ran'")
+wait_job_done "$late" 60
+grep -q "satellite: main job $job is COMPLETED; the worker is not started" "$T/late.log" || { cat "$T/late.log"; fail "late"; }
+[ ! -e "$T/late.ran" ] || fail "the late satellite started its worker"
+# A satellite whose main job ends under it (cpt-sched killed before it could cancel it) drains by itself.
+main2=$(sbatch --parsable --output=/dev/null --wrap 'sleep 8')
+for _ in $(seq 1 60); do [ "$(job_field "$main2" JobState)" = RUNNING ] && break; sleep 0.5; done
+[ "$(job_field "$main2" JobState)" = RUNNING ] || fail "job $main2 did not start"
+orphan=$(sbatch --parsable --output="$T/orphan.log" "$R/satellite.sh" "$main2" 1 \
          sh -c 'trap "echo worker drained; exit 0" TERM; while :; do sleep 0.2; done')
 wait_job_done "$orphan" 60
-grep -q "satellite: draining (main job $job is COMPLETED)" "$T/orphan.log" || { cat "$T/orphan.log"; fail "orphan"; }
+grep -q "satellite: draining (main job $main2 is COMPLETED)" "$T/orphan.log" || { cat "$T/orphan.log"; fail "orphan"; }
 grep -q "worker drained" "$T/orphan.log" || fail "the orphaned satellite's worker did not get TERM"
 [ -z "$(squeue -h --name="cpt-sat-$RUN-rollout,cpt-sat-$RUN-reward" -t PD,R,CG -o %i)" ] || fail "satellites left after the run"
 echo "test_scale_satellite: ok ($STEPS steps in ${dt}s; satellite job $sat up at step $up_step made $made1 groups," \
