@@ -23,6 +23,7 @@ echo "== tests (asan+ubsan: unit, integration)"
 echo "== build (libFuzzer)"
 scripts/build.sh fuzz
 echo "== fuzz (${CPT_FUZZ_SECONDS:-20} s per harness)"
-(cd build-fuzz && ctest --output-on-failure -L fuzz)
+# each harness is one process on one core: they run side by side
+(cd build-fuzz && ctest --output-on-failure -j "$jobs" -L fuzz)
 
 echo "== all tests passed in $(( $(date +%s) - start )) s"
