@@ -87,6 +87,11 @@ int cpt_reward_score_group(const cpt_reward_scorer *s, cpt_rollout_group *g, cpt
                      res[c].value);
             goto done;
         }
+        if (s->max_abs > 0 && fabs(res[c].value) > s->max_abs) {
+            cpt_errf(err, "reward %s: completions[%d]: score %g exceeds reward.max_abs = %g", cpt_reward_name(s->reward),
+                     c, res[c].value, s->max_abs);
+            goto done;
+        }
         rewards[c] = res[c].value;
         for (int p = 0; p < res[c].n_parts && p < CPT_REWARD_MAX_PARTS; p++)
             if (part_index(names, n_parts, res[c].parts[p].name) < 0 && n_parts < CPT_MAX_REWARD_PARTS)
@@ -109,8 +114,9 @@ int cpt_reward_score_group(const cpt_reward_scorer *s, cpt_rollout_group *g, cpt
                 int j = part_index(names, n_parts, res[c].parts[p].name);
                 double v = res[c].parts[p].value;
                 if (j < 0) continue;
-                if (!isfinite(v)) {
-                    cpt_errf(err, "reward part %s: completions[%d]: not finite (%g)", names[j], c, v);
+                if (!isfinite(v) || (s->max_abs > 0 && fabs(v) > s->max_abs)) {
+                    cpt_errf(err, "reward part %s: completions[%d]: %g is not finite or exceeds reward.max_abs = %g",
+                             names[j], c, v, s->max_abs);
                     goto done;
                 }
                 pv[(size_t)j * (size_t)n + (size_t)c] = v;
@@ -254,7 +260,8 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
     cpt_info("cpt-reward %s: run %s, reward %s%s", worker_id, conn.run, cpt_reward_name(reward),
              teacher ? ", with the OPD teacher" : "");
 
-    cpt_reward_scorer sc = {.reward = reward, .tok = tok, .teacher = teacher};
+    cpt_reward_scorer sc = {.reward = reward, .tok = tok, .teacher = teacher,
+                            .max_abs = cpt_cfg_float(cfg, "reward.max_abs")};
     const double hb_every = cpt_cfg_float(cfg, "reward.heartbeat_s");
     double t_hb = 0, t_win = cpt_now(), busy_s = 0;
     long win_tokens = 0;

@@ -24,6 +24,7 @@ typedef struct cpt_reward_scorer {
     cpt_reward *reward;         /* not owned */
     const cpt_tokenizer *tok;   /* not owned */
     cpt_model *teacher;         /* OPD: fills teacher_logprobs; NULL: none */
+    double max_abs;             /* a score (or part) with a larger magnitude fails the group; 0: no bound */
 } cpt_reward_scorer;
 
 /* Scores g in place: sets has_rewards, rewards, parts (the union of the parts' names over the completions, in

@@ -154,11 +154,11 @@ int cpt_objective_compute(const cpt_objective_config *oc, const cpt_obj_inputs *
 
 /* GRPO group advantages: rewards [n_groups * group_size], groups contiguous. adv = (r - mean) / (std + eps) with
  * std unbiased (torch default), or r - mean when std_norm is 0 (dr_grpo). */
-int cpt_grpo_advantages(const float *rewards, int n_groups, int group_size, int std_norm, double eps, float *adv,
+int cpt_grpo_advantages(const double *rewards, int n_groups, int group_size, int std_norm, double eps, float *adv,
                         cpt_err *err);
 
 /* Dynamic sampling (DAPO): keep[g] = 0 for groups whose rewards all tie exactly; returns the number dropped. */
-int cpt_dynamic_sampling_filter(const float *rewards, int n_groups, int group_size, uint8_t *keep);
+int cpt_dynamic_sampling_filter(const double *rewards, int n_groups, int group_size, uint8_t *keep);
 
 /* DAPO soft overlong punishment for a response of len tokens: 0 up to max_len - buffer_len, then linear down to
  * -factor at max_len, -factor beyond. buffer_len 0: always 0. */

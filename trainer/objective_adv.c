@@ -6,12 +6,12 @@
 
 #include "trainer/objective.h"
 
-int cpt_grpo_advantages(const float *rewards, int n_groups, int group_size, int std_norm, double eps, float *adv,
+int cpt_grpo_advantages(const double *rewards, int n_groups, int group_size, int std_norm, double eps, float *adv,
                         cpt_err *err) {
     if (n_groups < 0 || group_size < 1)
         return cpt_errf(err, "grpo advantages: bad shape %d groups x %d", n_groups, group_size);
     for (int g = 0; g < n_groups; g++) {
-        const float *r = rewards + (size_t)g * group_size;
+        const double *r = rewards + (size_t)g * group_size;
         double mean = 0;
         for (int i = 0; i < group_size; i++) {
             if (!isfinite(r[i])) return cpt_errf(err, "grpo advantages: reward %d of group %d is not finite", i, g);
@@ -31,10 +31,10 @@ int cpt_grpo_advantages(const float *rewards, int n_groups, int group_size, int 
     return 0;
 }
 
-int cpt_dynamic_sampling_filter(const float *rewards, int n_groups, int group_size, uint8_t *keep) {
+int cpt_dynamic_sampling_filter(const double *rewards, int n_groups, int group_size, uint8_t *keep) {
     int dropped = 0;
     for (int g = 0; g < n_groups; g++) {
-        const float *r = rewards + (size_t)g * group_size;
+        const double *r = rewards + (size_t)g * group_size;
         int tie = 1;
         for (int i = 1; i < group_size; i++)
             if (r[i] != r[0]) { tie = 0; break; }

@@ -18,6 +18,7 @@
 #include "reward/reward.h"
 #include "trainer/checkpoint.h"
 #include "trainer/online_book.h"
+#include "trainer/online_dead.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
 #include "trainer/sft.h"
@@ -48,6 +49,7 @@ typedef struct online_ctx {
     cpt_queue *q;
     cpt_weights_tx *tx; /* weights.transport (trainer/weights_tx.h) */
     cpt_online_book book;
+    cpt_dead_reader dead; /* failed groups: bounded re-issue, then skip */
     cpt_queue_item *held; /* accepted scored groups waiting to be trained on */
     size_t n_held, cap_held;
     cpt_rl_batch batch;
@@ -287,6 +289,7 @@ static int issue_one(online_ctx *c, cpt_book_entry *e, cpt_err *err) {
     }
     snprintf(pg.run, sizeof pg.run, "%s", c->run);
     pg.id = cpt_book_mark_issued(&c->book, e, version);
+    e->issued_at = cpt_now();
     pg.n_prompt = (uint32_t)n;
     pg.n_samples = (uint32_t)cpt_cfg_int(cfg, "rollout.group_size");
     pg.sampling.temperature = (float)cpt_cfg_float(cfg, "sampling.temperature");
@@ -345,6 +348,30 @@ static int all_tied(const cpt_rollout_group *g) {
     return 1;
 }
 
+/* A scored group the run cannot train on (forged or corrupt: tokens outside the vocabulary, a weight version never
+ * issued, the wrong number of completions, rewards out of bounds) goes to the dead stream with the reason; the dead
+ * reader then counts it as a failed attempt of its group. Returns 1 if refused, 0 if usable, -1 on error. */
+static int refuse_invalid(online_ctx *c, cpt_queue_item *it, cpt_err *err) {
+    const cpt_model_config *mc = cpt_model_cfg(c->policy);
+    int max_len = (int)cpt_cfg_int(c->cfg, "train.max_seq_len");
+    if (max_len > mc->max_position_embeddings) max_len = mc->max_position_embeddings;
+    cpt_rl_group_limits lim = {.vocab_size = mc->vocab_size,
+                               .max_seq_len = max_len,
+                               .group_size = (uint32_t)cpt_cfg_int(c->cfg, "rollout.group_size"),
+                               .max_version = c->st.weight_version,
+                               .max_abs_reward = cpt_cfg_float(c->cfg, "reward.max_abs"),
+                               .need_teacher = c->oc.type == CPT_OBJ_OPD};
+    /* ppo puts the reward on a float32 token reward for GAE: beyond 1e30 it would not stay finite */
+    if (c->oc.type == CPT_OBJ_PPO && lim.max_abs_reward > 1e30) lim.max_abs_reward = 1e30;
+    cpt_err why;
+    if (!cpt_rl_group_check(&it->rollout, &lim, &why)) return 0;
+    char reason[CPT_ERR_MAX + 32];
+    snprintf(reason, sizeof reason, "cpt-train: %s", why.msg);
+    cpt_warn("online: scored group (%" PRIu64 ", %" PRIu64 ") -> dead: %s", it->rollout.id.epoch, it->rollout.id.index,
+             reason);
+    return cpt_queue_dead_letter(c->q, CPT_STREAM_SCORED, "trainer", &it->msg, reason, err) ? -1 : 1;
+}
+
 /* Takes scored groups until groups_per_step usable ones are held (or a stop, or one read times out: returns so the
  * caller can issue and check the stop flag). */
 static int receive(online_ctx *c, cpt_err *err) {
@@ -359,6 +386,12 @@ static int receive(online_ctx *c, cpt_err *err) {
             return -1;
         }
         if (rc == 0) break;
+        int bad = refuse_invalid(c, &it, err);
+        if (bad) {
+            cpt_queue_item_free(&it);
+            if (bad < 0) return -1;
+            continue;
+        }
         cpt_group_id base = cpt_online_base_id(it.rollout.id);
         cpt_book_verdict v = cpt_book_receive(&c->book, it.rollout.id, it.rollout.weight_version,
                                               c->st.weight_version, c->sync ? 0 : c->max_staleness);
@@ -379,10 +412,14 @@ static int receive(online_ctx *c, cpt_err *err) {
                          ": issued again",
                          base.epoch, base.index, it.rollout.weight_version, c->st.weight_version);
             else
-                cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") was never issued by this run: dropped", base.epoch,
-                         base.index);
-            /* a plain ack: the id must stay open for its next attempt */
-            r = cpt_queue_ack(c->q, CPT_STREAM_SCORED, "trainer", it.msg.id, err);
+                cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") was never issued by this run: dead-lettered",
+                         base.epoch, base.index);
+            /* a plain ack (or the dead stream): the id must stay open for its next attempt */
+            if (v == CPT_BOOK_STALE)
+                r = cpt_queue_ack(c->q, CPT_STREAM_SCORED, "trainer", it.msg.id, err);
+            else
+                r = cpt_queue_dead_letter(c->q, CPT_STREAM_SCORED, "trainer", &it.msg,
+                                          "cpt-train: group id never issued by this run", err);
         }
         cpt_queue_item_free(&it);
         if (r) return -1;
@@ -526,6 +563,8 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     cpt_metrics_add_int(c->metrics, "groups/unknown", c->book.unknown);
     cpt_metrics_add_int(c->metrics, "groups/reissued", c->book.reissued);
     cpt_metrics_add_int(c->metrics, "groups/dynamic_dropped", c->dynamic_dropped);
+    cpt_metrics_add_int(c->metrics, "groups/failed", c->book.failed);
+    cpt_metrics_add_int(c->metrics, "groups/skipped", c->book.skipped);
     cpt_metrics_add_int(c->metrics, "train/truncated", c->batch.n_truncated);
     c->wait_s = 0;
     return cpt_metrics_end(c->metrics, err);
@@ -578,6 +617,9 @@ static int run(online_ctx *c, cpt_err *err) {
     if (!c->metrics) return -1;
     if (open_queue(c, err)) return -1;
     if (restore_outstanding(c, err)) return -1;
+    if (cpt_dead_reader_init(&c->dead, c->q, (uint32_t)cpt_cfg_int(cfg, "queue.group_retries"),
+                             cpt_cfg_float(cfg, "queue.group_timeout_s"), err))
+        return -1;
     if (!(c->tx = cpt_weights_tx_new(cfg, c->q, c->run, c->run_dir, c->policy, err))) return -1;
     /* The current version (0 fresh, the checkpoint's after a resume) is announced before any prompt, so workers
      * that answer min_version can load it. */
@@ -595,6 +637,7 @@ static int run(online_ctx *c, cpt_err *err) {
     double t_start = cpt_now(), last_progress = cpt_now();
     while (c->st.step < c->total_steps && !(c->stop && *c->stop) &&
            !(this_run > 0 && c->st.step - first_step >= this_run)) {
+        if (cpt_dead_reader_poll(&c->dead, c->q, &c->book, cpt_now(), err) < 0) return -1;
         if (issue(c, err)) return -1;
         size_t before = c->n_held;
         if (receive(c, err)) return -1;
@@ -620,9 +663,10 @@ static int run(online_ctx *c, cpt_err *err) {
     if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
     if (c->st.step >= c->total_steps) {
         if (validate(c, err)) return -1;
-        fprintf(stderr, "%s done: step %" PRId64 ", version %" PRId64 ", %ld groups trained, %ld stale dropped, %ld duplicates\n",
-                cpt_obj_type_name(c->oc.type), c->st.step, c->st.weight_version, c->book.trained, c->book.stale,
-                c->book.duplicates + c->q->stats.duplicates);
+        fprintf(stderr, "%s done: step %" PRId64 ", version %" PRId64 ", %ld groups trained, %ld skipped, %ld stale dropped, "
+                "%ld duplicates\n",
+                cpt_obj_type_name(c->oc.type), c->st.step, c->st.weight_version, c->book.trained, c->book.skipped,
+                c->book.stale, c->book.duplicates + c->q->stats.duplicates);
         return 0;
     }
     return EXIT_STOPPED;

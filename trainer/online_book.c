@@ -157,12 +157,31 @@ void cpt_book_drop_stale(cpt_online_book *b, cpt_group_id base) {
     b->stale++;
 }
 
+static void remove_at(cpt_online_book *b, size_t i) {
+    /* keep issue order: re-issues go out oldest first */
+    memmove(&b->e[i], &b->e[i + 1], (b->n - i - 1) * sizeof *b->e);
+    b->n--;
+}
+
+cpt_book_fail_verdict cpt_book_failed(cpt_online_book *b, cpt_group_id wire, uint32_t max_retries) {
+    cpt_book_entry *e = cpt_book_find(b, cpt_online_base_id(wire));
+    if (!e || e->state != CPT_BOOK_IN_FLIGHT || cpt_online_attempt(wire) != (e->attempt & 0xffff))
+        return CPT_BOOK_FAIL_IGNORED;
+    b->failed++;
+    if (e->failures >= max_retries) {
+        b->skipped++;
+        remove_at(b, (size_t)(e - b->e));
+        return CPT_BOOK_FAIL_SKIP;
+    }
+    e->failures++;
+    e->state = CPT_BOOK_TO_ISSUE;
+    return CPT_BOOK_FAIL_RETRY;
+}
+
 int cpt_book_trained(cpt_online_book *b, cpt_group_id base, cpt_err *err) {
     for (size_t i = 0; i < b->n; i++)
         if (id_eq(b->e[i].id, base)) {
-            /* keep issue order: re-issues go out oldest first */
-            memmove(&b->e[i], &b->e[i + 1], (b->n - i - 1) * sizeof *b->e);
-            b->n--;
+            remove_at(b, i);
             b->trained++;
             return 0;
         }

@@ -8,7 +8,11 @@
  *
  * Every base id issued and not yet trained is outstanding (in the checkpoint). Any id below the cursor that is not
  * outstanding has been trained, so a copy of it that still arrives (a retried add, an attempt that lost the race,
- * anything after a resume) is a duplicate: dropped and counted. Nothing else needs remembering. */
+ * anything after a resume) is a duplicate: dropped and counted. Nothing else needs remembering.
+ *
+ * A group that fails (its latest attempt dead-lettered by a role, or not answered in time) is issued again up to
+ * a bounded number of times and then skipped: no longer outstanding, never trained, and, being behind the cursor,
+ * never issued again (a late answer is a duplicate). */
 #ifndef CPT_TRAINER_ONLINE_BOOK_H
 #define CPT_TRAINER_ONLINE_BOOK_H
 
@@ -36,13 +40,15 @@ typedef struct cpt_book_entry {
     uint32_t attempt;       /* of the latest issue */
     cpt_book_state state;
     int64_t issued_version; /* trainer version when last issued */
+    uint32_t failures;      /* failed attempts so far (dead-lettered, timed out) */
+    double issued_at;       /* when the latest attempt was issued (the caller's clock; 0: not set) */
 } cpt_book_entry;
 
 typedef struct cpt_online_book {
     uint64_t next_epoch, next_index; /* the data cursor: the next new id */
     cpt_book_entry *e;
     size_t n, cap;
-    long trained, duplicates, stale, unknown, reissued;
+    long trained, duplicates, stale, unknown, reissued, failed, skipped;
     /* The first attempt number of this trainer start. A trainer that restarts from an older checkpoint (a kill -9
      * between checkpoints) issues again ids the workers have already seen; a fresh attempt range per start keeps
      * their duplicate filter from dropping the new issue. */
@@ -83,6 +89,16 @@ cpt_book_verdict cpt_book_receive(cpt_online_book *b, cpt_group_id wire, uint64_
                                   int64_t max_staleness);
 /* A RECEIVED group found stale at training time: back to TO_ISSUE, counted. */
 void cpt_book_drop_stale(cpt_online_book *b, cpt_group_id base);
+typedef enum {
+    CPT_BOOK_FAIL_IGNORED = 0, /* not the latest attempt of an id in flight: nothing to do */
+    CPT_BOOK_FAIL_RETRY,       /* back to TO_ISSUE: the next issue is a new attempt */
+    CPT_BOOK_FAIL_SKIP         /* failed max_retries + 1 times: no longer outstanding, counted in skipped */
+} cpt_book_fail_verdict;
+
+/* The attempt `wire` failed. Only the latest attempt of an entry in flight counts, so a copy of an older attempt,
+ * one from an earlier trainer start or a forged id changes nothing. */
+cpt_book_fail_verdict cpt_book_failed(cpt_online_book *b, cpt_group_id wire, uint32_t max_retries);
+
 /* Trained: no longer outstanding. -1 if it was not outstanding (a bug in the caller). */
 int cpt_book_trained(cpt_online_book *b, cpt_group_id base, cpt_err *err);
 

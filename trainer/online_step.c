@@ -55,8 +55,9 @@ void cpt_online_learner_free(cpt_online_learner *L) {
     free(L->cparams);
     float **bufs[] = {&L->logp, &L->old_logp, &L->ref_logp, &L->ent, &L->adv, &L->task_adv, &L->values,
                       &L->old_values, &L->returns, &L->tok_rewards, &L->d_logp, &L->d_ent, &L->d_val, &L->zeros,
-                      &L->seq_adv, &L->seq_rew};
+                      &L->seq_adv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+    free(L->seq_rew);
     free(L->ss);
     memset(L, 0, sizeof *L);
 }
@@ -76,7 +77,7 @@ static int grow(cpt_online_learner *L, int n_tokens, int n_seqs, cpt_err *err) {
     if (n_seqs > L->cap_seqs) {
         float *a = realloc(L->seq_adv, (size_t)n_seqs * sizeof(float));
         if (a) L->seq_adv = a;
-        float *r = realloc(L->seq_rew, (size_t)n_seqs * sizeof(float));
+        double *r = realloc(L->seq_rew, (size_t)n_seqs * sizeof(double));
         if (r) L->seq_rew = r;
         int32_t *s = realloc(L->ss, (size_t)(n_seqs + 1) * sizeof(int32_t));
         if (s) L->ss = s;
@@ -86,7 +87,7 @@ static int grow(cpt_online_learner *L, int n_tokens, int n_seqs, cpt_err *err) {
     return 0;
 }
 
-int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b, const float *rewards,
+int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b, const double *rewards,
                           const float *values, float *adv, float *returns, float *scratch_seq, float *scratch_tok,
                           cpt_err *err) {
     if (oc->type == CPT_OBJ_PPO) {
@@ -96,7 +97,7 @@ int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b,
         for (int s = 0; s < b->n_seqs; s++)
             for (int t = b->seq_start[s + 1] - 1; t >= b->seq_start[s]; t--)
                 if (b->mask[t] != 0) {
-                    scratch_tok[t] = rewards[s];
+                    scratch_tok[t] = (float)rewards[s]; /* |r| <= reward.max_abs, within float range */
                     break;
                 }
         return cpt_gae(scratch_tok, values, b->mask, b->n_seqs, b->seq_start, oc->gamma, oc->gae_lambda,
@@ -188,9 +189,9 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
         if (oc->overlong_buffer_len > 0)
             r += cpt_overlong_penalty(b->seq_resp_len[s], oc->overlong_max_len, oc->overlong_buffer_len,
                                       oc->overlong_penalty_factor);
-        L->seq_rew[s] = (float)r;
+        L->seq_rew[s] = r;
         rs += b->seq_reward[s];
-        rq += (double)b->seq_reward[s] * b->seq_reward[s];
+        rq += b->seq_reward[s] * b->seq_reward[s];
         len += b->seq_resp_len[s];
     }
     st->reward_mean = rs / b->n_seqs;

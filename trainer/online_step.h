@@ -44,7 +44,8 @@ typedef struct cpt_online_learner {
     float *d_logp, *d_ent, *d_val, *zeros;
     int32_t *ss;           /* local seq_start of a micro-batch */
     int cap_seqs;
-    float *seq_adv, *seq_rew;
+    float *seq_adv;
+    double *seq_rew; /* rewards stay double until the advantages normalise them */
 } cpt_online_learner;
 
 /* Sets up optimizers and schedules from cfg (optim.*, critic.lr, train.*) for the given models; ref and critic may
@@ -68,7 +69,7 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
 
 /* Advantages of b per token into adv (task rewards and teacher as the objective type asks); values needed for ppo
  * (returns filled then). Exposed for tests. */
-int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b, const float *rewards,
+int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b, const double *rewards,
                           const float *values, float *adv, float *returns, float *scratch_seq, float *scratch_tok,
                           cpt_err *err);
 

@@ -1,6 +1,7 @@
 #include "trainer/rl_data.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,12 +170,42 @@ int cpt_rl_batch_add_group(cpt_rl_batch *b, const cpt_rollout_group *g, int max_
             b->teacher_logprobs[t] = on && c->teacher_logprobs ? c->teacher_logprobs[j] : 0.0f;
         }
         int s = b->n_seqs++;
-        b->seq_reward[s] = (float)g->rewards[k];
+        b->seq_reward[s] = g->rewards[k];
         b->seq_group[s] = gi;
         b->seq_resp_len[s] = nc;
         b->n_tokens += len;
         b->seq_start[s + 1] = b->n_tokens;
     }
     b->n_groups++;
+    return 0;
+}
+
+int cpt_rl_group_check(const cpt_rollout_group *g, const cpt_rl_group_limits *lim, cpt_err *err) {
+    if (!g->has_rewards) return cpt_errf(err, "no rewards");
+    if (g->n_prompt < 1 || (int64_t)g->n_prompt >= lim->max_seq_len)
+        return cpt_errf(err, "prompt of %u tokens does not fit train.max_seq_len %d", g->n_prompt, lim->max_seq_len);
+    for (uint32_t i = 0; i < g->n_prompt; i++)
+        if (g->prompt[i] < 0 || g->prompt[i] >= lim->vocab_size)
+            return cpt_errf(err, "prompt[%u]: token %d outside the vocabulary [0, %d)", i, g->prompt[i],
+                            lim->vocab_size);
+    if (g->n_completions < 1 || (lim->group_size && g->n_completions != lim->group_size))
+        return cpt_errf(err, "%u completions, the run asks %u (rollout.group_size)", g->n_completions,
+                        lim->group_size);
+    if ((int64_t)g->weight_version > lim->max_version || (int64_t)g->weight_version < 0)
+        return cpt_errf(err, "weight_version %llu was never issued (newest %lld)", (unsigned long long)g->weight_version,
+                        (long long)lim->max_version);
+    for (uint32_t k = 0; k < g->n_completions; k++) {
+        const cpt_completion *c = &g->completions[k];
+        for (uint32_t i = 0; i < c->n_tokens; i++)
+            if (c->tokens[i] < 0 || c->tokens[i] >= lim->vocab_size)
+                return cpt_errf(err, "completions[%u].tokens[%u]: token %d outside the vocabulary [0, %d)", k, i,
+                                c->tokens[i], lim->vocab_size);
+        if (lim->need_teacher && !c->teacher_logprobs)
+            return cpt_errf(err, "completions[%u]: no teacher_logprobs (opd)", k);
+        double r = g->rewards[k];
+        if (!isfinite(r) || (lim->max_abs_reward > 0 && fabs(r) > lim->max_abs_reward))
+            return cpt_errf(err, "rewards[%u]: %g is not finite or exceeds reward.max_abs = %g", k, r,
+                            lim->max_abs_reward);
+    }
     return 0;
 }

@@ -34,7 +34,7 @@ typedef struct cpt_rl_batch {
     float *behav_logprobs;   /* rollout behaviour logprobs at masked positions, 0 elsewhere */
     float *teacher_logprobs; /* opd: the teacher's at masked positions (0 elsewhere) */
     int has_teacher;         /* every completion of the batch carried teacher logprobs */
-    float *seq_reward;       /* [n_seqs] */
+    double *seq_reward;      /* [n_seqs]: kept double until the advantages normalise them */
     int32_t *seq_group;      /* [n_seqs]: group index in the batch */
     int32_t *seq_resp_len;   /* [n_seqs]: completion tokens kept */
     int32_t *group_seq0, *group_size; /* [n_groups]: first sequence and count */
@@ -49,5 +49,19 @@ void cpt_rl_batch_free(cpt_rl_batch *b);
  * Errors: not a scored group, a prompt that does not fit max_seq_len, a token outside the vocabulary. */
 int cpt_rl_batch_add_group(cpt_rl_batch *b, const cpt_rollout_group *g, int max_seq_len, int vocab_size,
                            cpt_err *err);
+
+/* What the trainer accepts from the wire: a scored group is checked against the run before it is used, and one
+ * that fails is dead-lettered with the reason (a forged or corrupt message must not stop the trainer). */
+typedef struct cpt_rl_group_limits {
+    int vocab_size;        /* every token id in [0, vocab_size) */
+    int max_seq_len;       /* the prompt leaves room for at least one completion token */
+    uint32_t group_size;   /* completions per group (rollout.group_size); 0: any */
+    int64_t max_version;   /* the newest weight version issued: a later one was never made */
+    double max_abs_reward; /* rewards finite and |r| <= this (reward.max_abs); 0: finite only */
+    int need_teacher;      /* opd: every completion carries teacher_logprobs */
+} cpt_rl_group_limits;
+
+/* 0 if g may be trained on, else -1 with the reason in err (naming the field and the bound). */
+int cpt_rl_group_check(const cpt_rollout_group *g, const cpt_rl_group_limits *lim, cpt_err *err);
 
 #endif

@@ -137,7 +137,10 @@ static int run_case(json_t *c) {
     if (type == CPT_OBJ_GRPO) {
         json_t *rw = json_object_get(c, "rewards");
         int G = (int)json_integer_value(json_object_get(c, "group_size"));
-        float *rewards = farr(rw, n_seqs, "rewards", cname);
+        float *rewards_f = farr(rw, n_seqs, "rewards", cname);
+        double *rewards = calloc((size_t)n_seqs, sizeof(double));
+        for (int i = 0; i < n_seqs; i++) rewards[i] = rewards_f[i];
+        free(rewards_f);
         float *seq_adv = calloc((size_t)n_seqs, sizeof(float));
         CHECK(cpt_grpo_advantages(rewards, n_seqs / G, G, oc.adv_std_norm, oc.adv_eps, seq_adv, &err) == 0);
         check_array(cname, "seq_advantages", seq_adv, json_object_get(expect, "seq_advantages"), n_seqs);
@@ -200,7 +203,7 @@ static void test_helpers(void) {
     CHECK_NEAR(cpt_overlong_penalty(400, 20, 0, 2.0), 0.0, 1e-15);
 
     /* dynamic sampling: groups 0 and 2 tie */
-    float r[12] = {1, 1, 1, 1, 0, 1, 0, 0, 0.5f, 0.5f, 0.5f, 0.5f};
+    double r[12] = {1, 1, 1, 1, 0, 1, 0, 0, 0.5, 0.5, 0.5, 0.5};
     uint8_t keep[3];
     CHECK_EQ_INT(cpt_dynamic_sampling_filter(r, 3, 4, keep), 2);
     CHECK_EQ_INT(keep[0], 0);
@@ -208,19 +211,26 @@ static void test_helpers(void) {
     CHECK_EQ_INT(keep[2], 0);
 
     /* group advantages by hand: rewards 0,1,0,1 -> mean .5, unbiased std sqrt(1/3) */
-    float r2[4] = {0, 1, 0, 1}, a[4];
+    double r2[4] = {0, 1, 0, 1};
+    float a[4];
     cpt_err err;
     CHECK(cpt_grpo_advantages(r2, 1, 4, 1, 0.0, a, &err) == 0);
     CHECK_NEAR(a[1], 0.5 / sqrt(1.0 / 3.0), 1e-6);
     CHECK_NEAR(a[0], -0.5 / sqrt(1.0 / 3.0), 1e-6);
     CHECK(cpt_grpo_advantages(r2, 1, 4, 0, 0.0, a, &err) == 0);
     CHECK_NEAR(a[1], 0.5, 1e-7);
-    float one = 3, a1;
+    double one = 3;
+    float a1;
     CHECK(cpt_grpo_advantages(&one, 1, 1, 1, 1e-6, &a1, &err) == 0);
     CHECK_NEAR(a1, 0.0, 1e-15);
-    float bad[2] = {1, NAN};
+    double bad[2] = {1, NAN};
     CHECK(cpt_grpo_advantages(bad, 1, 2, 1, 1e-6, a, &err) == -1);
     CHECK(strstr(err.msg, "not finite") != NULL);
+    /* rewards beyond float range stay doubles: 1e39 and 3e39 normalise to -1/sqrt(2), +1/sqrt(2) */
+    double huge[2] = {1e39, 3e39};
+    CHECK(cpt_grpo_advantages(huge, 1, 2, 1, 1e-6, a, &err) == 0);
+    CHECK_NEAR(a[0], -1.0 / sqrt(2.0), 1e-6);
+    CHECK_NEAR(a[1], 1.0 / sqrt(2.0), 1e-6);
 
     /* GAE by hand: one sequence, mask 0 1 1 1, gamma 1, lambda 1: advantages are reward-to-go minus value */
     float rw[4] = {9, 0, 0, 1}, v[4] = {9, 0.5f, 0.25f, 0.75f}, mk[4] = {0, 1, 1, 1}, adv[4], ret[4];

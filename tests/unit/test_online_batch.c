@@ -117,7 +117,7 @@ static void test_batch(void) {
     CHECK_EQ_INT(b.seq_start[1], 5);
     CHECK_EQ_INT(b.seq_start[3], 12);
     CHECK_EQ_INT(b.seq_resp_len[0], 2);
-    CHECK(b.seq_reward[2] == 0.5f);
+    CHECK(b.seq_reward[2] == 0.5);
     CHECK_EQ_INT(b.has_teacher, 0);
 
     /* a second group, truncated at max_seq_len 4: keeps the prompt and 1 completion token */
@@ -156,6 +156,19 @@ static void test_batch(void) {
     CHECK_NEAR(adv[3], 1.0, 1e-6);
     CHECK_NEAR(adv[7], -1.0, 1e-6);
     CHECK_NEAR(adv[0], 0.0, 1e-9);
+    /* finite rewards beyond float range (1e39) stay doubles through the batch: the same advantages as {1, 0, .5} */
+    double huge[3] = {2e39, 0, 1e39};
+    fake_group fh;
+    toks[1][0] = 12;
+    make_group(&fh, 7, prompt, 3, 3, len, toks, huge);
+    cpt_rl_batch_reset(&one);
+    CHECK_EQ_INT(cpt_rl_batch_add_group(&one, &fh.g, 64, 32, &err), 0);
+    CHECK(one.seq_reward[0] == 2e39);
+    CHECK_EQ_INT(cpt_online_advantages(&oc, &one, one.seq_reward, NULL, adv, NULL, seq, tokscr, &err), 0);
+    CHECK_NEAR(adv[2], 1.0, 1e-6);
+    CHECK_NEAR(adv[7], -1.0, 1e-6);
+    cpt_rl_batch_reset(&one);
+    CHECK_EQ_INT(cpt_rl_batch_add_group(&one, &f.g, 64, 32, &err), 0);
     /* opd without teacher logprobs is refused with the reason */
     cpt_objective_defaults(&oc, CPT_OBJ_OPD);
     CHECK_EQ_INT(cpt_online_advantages(&oc, &one, one.seq_reward, NULL, adv, NULL, seq, tokscr, &err), -1);

@@ -123,8 +123,69 @@ static void test_flow(void) {
     cpt_book_free(&bad);
 }
 
+/* Failed groups: bounded re-issue, then a skip; only the latest attempt in flight counts; a skipped id is not
+ * outstanding (not in the checkpoint, not issued again after a resume) and a late answer is a duplicate. */
+static void test_failures(void) {
+    cpt_err err;
+    cpt_online_book b;
+    cpt_book_init(&b, 0, 0);
+    CHECK_EQ_INT(cpt_book_add_new(&b, gid(0, 0), &err), 0);
+    CHECK_EQ_INT(cpt_book_add_new(&b, gid(0, 1), &err), 0);
+    cpt_group_id w0 = cpt_book_mark_issued(&b, cpt_book_next_to_issue(&b), 0);
+    cpt_group_id w1 = cpt_book_mark_issued(&b, cpt_book_next_to_issue(&b), 0);
+    /* not in flight, unknown, or an older attempt: ignored */
+    CHECK_EQ_INT(cpt_book_failed(&b, gid(0, 5), 2), CPT_BOOK_FAIL_IGNORED);
+    CHECK_EQ_INT(cpt_book_failed(&b, cpt_online_wire_id(gid(0, 0), 9), 2), CPT_BOOK_FAIL_IGNORED);
+    CHECK_EQ_INT(b.failed, 0);
+    /* retries = 2: two re-issues, the third failure skips */
+    CHECK_EQ_INT(cpt_book_failed(&b, w0, 2), CPT_BOOK_FAIL_RETRY);
+    CHECK_EQ_INT(cpt_book_failed(&b, w0, 2), CPT_BOOK_FAIL_IGNORED); /* a second copy of the same attempt */
+    cpt_book_entry *e = cpt_book_next_to_issue(&b);
+    CHECK(e && e->id.index == 0);
+    cpt_group_id w0b = cpt_book_mark_issued(&b, e, 0);
+    CHECK_EQ_INT(cpt_online_attempt(w0b), 1);
+    CHECK_EQ_INT(cpt_book_failed(&b, w0, 2), CPT_BOOK_FAIL_IGNORED); /* the first attempt again: old */
+    CHECK_EQ_INT(cpt_book_failed(&b, w0b, 2), CPT_BOOK_FAIL_RETRY);
+    cpt_group_id w0c = cpt_book_mark_issued(&b, cpt_book_next_to_issue(&b), 0);
+    CHECK_EQ_INT(cpt_book_failed(&b, w0c, 2), CPT_BOOK_FAIL_SKIP);
+    CHECK_EQ_INT(b.failed, 3);
+    CHECK_EQ_INT(b.skipped, 1);
+    CHECK_EQ_INT(b.reissued, 2);
+    CHECK_EQ_INT(b.n, 1);
+    CHECK(cpt_book_find(&b, gid(0, 0)) == NULL);
+    CHECK(cpt_book_next_to_issue(&b) == NULL);
+    /* a late answer of the skipped id is a duplicate, never trained */
+    CHECK_EQ_INT(cpt_book_receive(&b, w0b, 0, 0, 0), CPT_BOOK_DUPLICATE);
+    /* a received group is not failed by a dead copy */
+    CHECK_EQ_INT(cpt_book_receive(&b, w1, 0, 0, 0), CPT_BOOK_ACCEPT);
+    CHECK_EQ_INT(cpt_book_failed(&b, w1, 2), CPT_BOOK_FAIL_IGNORED);
+    /* retries = 0: the first failure skips */
+    CHECK_EQ_INT(cpt_book_add_new(&b, gid(0, 2), &err), 0);
+    cpt_group_id w2 = cpt_book_mark_issued(&b, cpt_book_next_to_issue(&b), 0);
+    CHECK_EQ_INT(cpt_book_failed(&b, w2, 0), CPT_BOOK_FAIL_SKIP);
+    CHECK_EQ_INT(b.skipped, 2);
+    /* the checkpoint: only (0, 1) is outstanding; trained + skipped + outstanding = issued (3) */
+    CHECK_EQ_INT(cpt_book_trained(&b, gid(0, 1), &err), 0);
+    cpt_group_id *out;
+    size_t n;
+    CHECK_EQ_INT(cpt_book_outstanding(&b, &out, &n, &err), 0);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(b.trained + b.skipped + (long)b.n, 3);
+    free(out);
+    /* a resume from that checkpoint issues nothing again; the skipped ids are below the cursor: duplicates */
+    cpt_online_book r;
+    cpt_book_init(&r, b.next_epoch, b.next_index);
+    CHECK_EQ_INT(cpt_book_restore(&r, NULL, 0, &err), 0);
+    CHECK(cpt_book_next_to_issue(&r) == NULL);
+    CHECK_EQ_INT(cpt_book_receive(&r, w2, 0, 0, 0), CPT_BOOK_DUPLICATE);
+    CHECK_EQ_INT(cpt_book_receive(&r, w0c, 0, 0, 0), CPT_BOOK_DUPLICATE);
+    cpt_book_free(&r);
+    cpt_book_free(&b);
+}
+
 int main(void) {
     test_wire_ids();
     test_flow();
+    test_failures();
     return check_summary("test_online_book");
 }
