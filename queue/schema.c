@@ -975,3 +975,40 @@ out:
     dec_close(&d);
     return rc;
 }
+
+/* ---- bounds of the run ---- */
+
+static int tokens_in_vocab(const int32_t *t, uint32_t n, int32_t vocab, const char *what, cpt_err *err) {
+    if (vocab <= 0) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= vocab)
+            return cpt_errf(err, "%s[%u]: token %d outside the vocabulary [0, %d)", what, i, t[i], vocab);
+    return 0;
+}
+
+int cpt_prompt_group_check_bounds(const cpt_prompt_group *m, const cpt_group_bounds *b, cpt_err *err) {
+    if (tokens_in_vocab(m->prompt, m->n_prompt, b->vocab_size, "prompt", err)) return -1;
+    if (b->max_samples && m->n_samples > b->max_samples)
+        return cpt_errf(err, "n_samples: %u, the run samples at most %u (rollout.group_size)", m->n_samples,
+                        b->max_samples);
+    if (b->has_max_version && m->min_version > b->max_version)
+        return cpt_errf(err, "min_version: %llu was never announced (newest %llu)", (unsigned long long)m->min_version,
+                        (unsigned long long)b->max_version);
+    return 0;
+}
+
+int cpt_rollout_group_check_bounds(const cpt_rollout_group *m, const cpt_group_bounds *b, cpt_err *err) {
+    if (tokens_in_vocab(m->prompt, m->n_prompt, b->vocab_size, "prompt", err)) return -1;
+    if (b->max_samples && m->n_completions > b->max_samples)
+        return cpt_errf(err, "completions: %u, the run samples at most %u (rollout.group_size)", m->n_completions,
+                        b->max_samples);
+    if (b->has_max_version && m->weight_version > b->max_version)
+        return cpt_errf(err, "weight_version: %llu was never announced (newest %llu)",
+                        (unsigned long long)m->weight_version, (unsigned long long)b->max_version);
+    for (uint32_t c = 0; c < m->n_completions; c++) {
+        char what[48];
+        snprintf(what, sizeof what, "completions[%u].tokens", c);
+        if (tokens_in_vocab(m->completions[c].tokens, m->completions[c].n_tokens, b->vocab_size, what, err)) return -1;
+    }
+    return 0;
+}

@@ -170,6 +170,18 @@ int cpt_heartbeat_decode(const void *data, size_t len, cpt_heartbeat_msg *m, cpt
 void cpt_prompt_group_free(cpt_prompt_group *m);
 void cpt_rollout_group_free(cpt_rollout_group *m);
 
+/* What a role checks of a decoded group against its run, beyond the schema's own bounds: a forged or corrupt
+ * message that passes decoding must still not make a role wait for ever, die or do absurd work; it is dead-lettered
+ * with the reason. A bound of 0 (has_max_version 0) is not checked. */
+typedef struct cpt_group_bounds {
+    int32_t vocab_size;   /* token ids (prompt, completions) in [0, vocab_size) */
+    uint32_t max_samples; /* n_samples / n_completions at most this (the run's rollout.group_size) */
+    int has_max_version;
+    uint64_t max_version; /* min_version / weight_version at most this: the newest version announced */
+} cpt_group_bounds;
+int cpt_prompt_group_check_bounds(const cpt_prompt_group *m, const cpt_group_bounds *b, cpt_err *err);
+int cpt_rollout_group_check_bounds(const cpt_rollout_group *m, const cpt_group_bounds *b, cpt_err *err);
+
 /* Reads only the envelope (schema, type, run and, for groups, the group id) without validating the rest: for
  * routing, dead-letter reasons and cpt-queue. Returns -1 if even that is not readable. */
 typedef struct cpt_msg_header {

@@ -222,6 +222,25 @@ static int heartbeat(cpt_queue *q, const char *run, const char *me, uint64_t ver
     return cpt_queue_heartbeat(q, &h, err);
 }
 
+/* A rollout group the run cannot have made goes to the dead stream: more completions than rollout.group_size, or a
+ * weight_version never announced. Token ids are checked by the decoding. Returns 1 if refused, with the reason. */
+static int refuse_rollout(const cpt_config *cfg, cpt_queue *q, const cpt_rollout_group *g, int64_t *announced,
+                          char *why, size_t cap) {
+    if (*announced < 0 || g->weight_version > (uint64_t)*announced) { /* it may be newer than the last look */
+        cpt_weights_msg wm;
+        cpt_err werr;
+        if (cpt_queue_get_weights(q, &wm, &werr) == 1) *announced = (int64_t)wm.version;
+    }
+    /* no announcement at all (a queue without a trainer, as in tests): the version is not checked */
+    cpt_group_bounds b = {.max_samples = (uint32_t)cpt_cfg_int(cfg, "rollout.group_size"),
+                          .has_max_version = *announced >= 0,
+                          .max_version = *announced >= 0 ? (uint64_t)*announced : 0};
+    cpt_err err;
+    if (!cpt_rollout_group_check_bounds(g, &b, &err)) return 0;
+    snprintf(why, cap, "%s", err.msg);
+    return 1;
+}
+
 int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile sig_atomic_t *stop,
                           cpt_reward_worker_stats *stats, cpt_err *err) {
     cpt_reward_worker_stats local;
@@ -266,6 +285,7 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
     double t_hb = 0, t_win = cpt_now(), busy_s = 0;
     long win_tokens = 0;
     uint64_t version = 0;
+    int64_t announced = -1; /* the newest weight version announced; -1: none seen */
     while (!*stop) {
         double now = cpt_now();
         if (now - t_hb >= hb_every) {
@@ -289,7 +309,12 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
         if (got == 0) continue;
         double t0 = cpt_now();
         cpt_err serr;
-        int failed = cpt_reward_score_group(&sc, &it.rollout, &serr) != 0;
+        char why[CPT_ERR_MAX];
+        int failed = 0;
+        if (refuse_rollout(cfg, q, &it.rollout, &announced, why, sizeof why))
+            failed = cpt_errf(&serr, "refused: %s", why) != 0;
+        else
+            failed = cpt_reward_score_group(&sc, &it.rollout, &serr) != 0;
         if (failed && *stop) {
             /* A stop signal sent to the whole process group also reaches a plugin's child process: a failure now
              * says nothing about the group, so it stays pending and another worker takes it. */

@@ -41,6 +41,8 @@ typedef struct worker {
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
     uint64_t bad_version; /* a version that failed to load: not retried */
+    uint64_t announced;   /* the newest version announced (the weights hash), once has_announced */
+    int has_announced;
     flight *fl;
     int n_fl, cap_fl;
     int32_t eos[2];
@@ -196,6 +198,8 @@ static void poll_weights(worker *w) {
     if (w->rx && cpt_weights_rx_poll(w->rx, w->eng.gpu, w->m, rc == 1 ? &wm : NULL, &err))
         cpt_warn("cpt-rollout %s: weight group: %s", w->me, err.msg);
     if (rc == 0) return;
+    w->announced = wm.version;
+    w->has_announced = 1;
     /* Any version other than the one held is the trainer's current one: after a trainer resume from a checkpoint
      * the announced version can go down, and the weights of the lost steps must not be kept. */
     int other = !w->m || wm.version != w->version;
@@ -252,6 +256,22 @@ static void start_flight(worker *w, int i) {
     f->version = w->version;
 }
 
+/* A prompt the run cannot have issued goes to the dead stream: more samples than rollout.group_size, or a
+ * min_version never announced (the worker would hold it, and stop taking work, waiting for that version). Token
+ * ids and the context are the engine's to check (start_flight). Returns 1 if flight i was refused (and dropped). */
+static int refuse_prompt(worker *w, int i) {
+    const cpt_prompt_group *pg = &w->fl[i].it.prompt;
+    if (pg->min_version > w->version && (!w->has_announced || pg->min_version > w->announced))
+        poll_weights(w); /* the announcement may be newer than the last poll */
+    cpt_group_bounds b = {.max_samples = (uint32_t)cpt_cfg_int(w->cfg, "rollout.group_size"),
+                          .has_max_version = w->has_announced,
+                          .max_version = w->announced};
+    cpt_err err;
+    if (!cpt_prompt_group_check_bounds(pg, &b, &err)) return 0;
+    dead_letter(w, i, err.msg);
+    return 1;
+}
+
 static void take_group(worker *w) {
     cpt_err err;
     cpt_queue_item it;
@@ -279,7 +299,8 @@ static void take_group(worker *w) {
     }
     double now = cpt_now();
     w->fl[w->n_fl++] = (flight){.it = it, .req = -1, .t_taken = now, .t_touch = now};
-    if (it.prompt.min_version <= w->version) start_flight(w, w->n_fl - 1);
+    if (refuse_prompt(w, w->n_fl - 1)) return;
+    if (w->fl[w->n_fl - 1].it.prompt.min_version <= w->version) start_flight(w, w->n_fl - 1);
 }
 
 static void finish_group(worker *w, const cpt_gen_result *res) {

@@ -83,4 +83,20 @@ static inline long long test_pending(cpt_queue *q, cpt_stream s, const char *gro
     return n;
 }
 
+/* Number of dead entries whose reason contains text. */
+static inline int test_dead_count(cpt_queue *q, const char *text) {
+    const char *argv[] = {"XRANGE", cpt_queue_key(q, CPT_STREAM_DEAD), "-", "+"};
+    cpt_err err;
+    redisReply *r = cpt_redis_command(q->redis, 4, argv, NULL, argv[1], 0, &err);
+    if (!r) { fprintf(stderr, "%s\n", err.msg); return -1; }
+    int n = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *f = r->element[i]->element[1];
+        for (size_t k = 0; k + 1 < f->elements; k += 2)
+            if (!strcmp(f->element[k]->str, "reason") && strstr(f->element[k + 1]->str, text)) n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
 #endif

@@ -8,7 +8,10 @@
  *      a checkpoint; restarted, it issues exactly those ids again (a new attempt) and finishes.
  *   3. an async run (max_staleness 1) where one answer claims an old version: dropped as stale, issued again.
  *   4. a run whose checkpoint falls exactly at the end of an epoch (4 records, 2 steps of 2 groups): the cursor is
- *      saved as (1, 0) and the resumed run goes on with epoch 1's ids. */
+ *      saved as (1, 0) and the resumed run goes on with epoch 1's ids.
+ *   5. forged scored groups (a token outside the vocabulary, a weight_version never issued, too few completions, a
+ *      group id never issued, a reward of 1e39, bytes that are not msgpack) among the real answers: each lands in
+ *      dead with its reason, the trainer lives, and the run trains exactly its 12 groups, none skipped. */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -154,6 +157,48 @@ static void answer(player *p, cpt_queue_item *it, int64_t claim_version, int dup
     cpt_buf_free(&buf);
 }
 
+/* Forged scored groups about the prompt it: kinds 0..4 a valid group but for one field; the wire id carries an
+ * attempt the trainer never issued, so the dead entries do not count as failures of the real attempt (the reasons
+ * are about the content, checked first). Then bytes that are not msgpack. */
+static void forge(player *p, const cpt_queue_item *it) {
+    cpt_err err;
+    const cpt_prompt_group *pg = &it->prompt;
+    for (int kind = 0; kind < 5; kind++) {
+        cpt_completion comp[4];
+        double rewards[4];
+        float lps[4][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}, {-1, -1, -1, -1}};
+        int32_t toks[4][4];
+        memset(comp, 0, sizeof comp);
+        for (int k = 0; k < 4; k++) {
+            memcpy(toks[k], k % 2 ? p->bad : p->good, sizeof toks[k]);
+            comp[k] = (cpt_completion){.n_tokens = 4, .tokens = toks[k], .logprobs = lps[k], .finish = CPT_FINISH_STOP};
+            rewards[k] = k % 2;
+        }
+        cpt_rollout_group g;
+        memset(&g, 0, sizeof g);
+        snprintf(g.run, sizeof g.run, "%s", pg->run);
+        g.id = cpt_online_wire_id(cpt_online_base_id(pg->id), 0x7fff);
+        g.n_prompt = pg->n_prompt;
+        g.prompt = pg->prompt;
+        g.n_completions = 4;
+        g.completions = comp;
+        g.weight_version = p->version;
+        snprintf(g.worker, sizeof g.worker, "forger");
+        g.has_rewards = 1;
+        g.rewards = rewards;
+        if (kind == 0) toks[2][1] = 100000;
+        if (kind == 1) g.weight_version = 1000000000000ull;
+        if (kind == 2) g.n_completions = 3;
+        if (kind == 3) g.id = (cpt_group_id){0, 999999};
+        if (kind == 4) rewards[0] = 1e39;
+        cpt_buf buf;
+        CHECK_EQ_INT(cpt_rollout_group_encode(&g, &buf, &err), 0);
+        CHECK_EQ_INT(cpt_queue_add(p->q, CPT_STREAM_SCORED, buf.data, buf.len, NULL, &err), 0);
+        cpt_buf_free(&buf);
+    }
+    CHECK_EQ_INT(cpt_queue_add(p->q, CPT_STREAM_SCORED, "\xc1 not msgpack", 14, NULL, &err), 0);
+}
+
 static void note_prompt(player *p, const cpt_queue_item *it) {
     p->n_prompts++;
     if (p->n_seen < 256) p->seen[p->n_seen++] = it->prompt.id;
@@ -166,7 +211,7 @@ static void note_prompt(player *p, const cpt_queue_item *it) {
 
 /* Plays until the trainer exits; returns its exit status. stop_after: SIGTERM once this many prompts were taken
  * (those after the first `answer_limit` are left unanswered); stale_at: answer prompt number stale_at with version 0. */
-static int play(player *p, pid_t pid, int sync, int answer_limit, int stale_at, int dup_at) {
+static int play(player *p, pid_t pid, int sync, int answer_limit, int stale_at, int dup_at, int forge_at) {
     int status = -1;
     int taken = 0, termed = 0;
     double t0 = cpt_now();
@@ -197,6 +242,7 @@ static int play(player *p, pid_t pid, int sync, int answer_limit, int stale_at, 
         }
         CHECK_EQ_INT(sync_weights(p), 0);
         if (sync && it.prompt.min_version != p->version) p->wrong_min_version++;
+        if (taken == forge_at) forge(p, &it);
         answer(p, &it, taken == stale_at ? 0 : -1, taken == dup_at);
         cpt_queue_item_free(&it);
     }
@@ -277,7 +323,7 @@ static void test_sync_and_resume(test_redis *R) {
 
     /* 1. six steps, one duplicated scored group */
     pid_t pid = start_trainer(cfg_path, 0, NULL);
-    int rc = play(&p, pid, 1, 0, 0, 1);
+    int rc = play(&p, pid, 1, 0, 0, 1, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(p.n_prompts, 12);
     CHECK_EQ_INT(p.attempts_gt0, 0);
@@ -320,7 +366,7 @@ static void test_sync_and_resume(test_redis *R) {
     p.n_seen = 0;
     p.n_prompts = 0;
     pid = start_trainer(cfg_path, 1, ov);
-    rc = play(&p, pid, 1, 2, 0, 0);
+    rc = play(&p, pid, 1, 2, 0, 0, 0);
     CHECK_EQ_INT(rc, 3);
     CHECK(p.n_prompts >= 3); /* the 4th may or may not be read before the trainer exits */
     /* step 8's ids: consecutive positions of the data order */
@@ -335,7 +381,7 @@ static void test_sync_and_resume(test_redis *R) {
     p.n_prompts = 0;
     p.attempts_gt0 = 0;
     pid = start_trainer(cfg_path, 1, ov);
-    rc = play(&p, pid, 1, 0, 0, 0);
+    rc = play(&p, pid, 1, 0, 0, 0, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(p.n_prompts, 6);       /* 2 issued again + 4 new */
     CHECK_EQ_INT(p.attempts_gt0, 6);
@@ -360,7 +406,7 @@ static void test_async_stale(test_redis *R) {
     player_init(&p, R, cfg_path, "olasync");
     pid_t pid = start_trainer(cfg_path, 0, NULL);
     /* the 9th prompt is answered claiming version 0: by then the trainer is at version >= 2 (async issues 4 ahead) */
-    int rc = play(&p, pid, 0, 0, 9, 0);
+    int rc = play(&p, pid, 0, 0, 9, 0, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK(last_metric(run_dir, "groups/dropped_stale") >= 1);
     CHECK(p.attempts_gt0 >= 1);
@@ -391,7 +437,7 @@ static void test_epoch_end_resume(test_redis *R) {
 
     char *ov2[] = {ov_data, "train.steps=2"};
     pid_t pid = start_trainer(cfg_path, 2, ov2);
-    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0), 0);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0), 0);
     CHECK_EQ_INT(p.n_prompts, 4);
     cpt_train_state st;
     memset(&st, 0, sizeof st);
@@ -405,7 +451,7 @@ static void test_epoch_end_resume(test_redis *R) {
     p.n_seen = 0;
     p.n_prompts = 0;
     pid = start_trainer(cfg_path, 2, ov4);
-    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0), 0);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0), 0);
     CHECK_EQ_INT(p.n_prompts, 4);
     int epoch1 = 1;
     for (int i = 0; i < p.n_seen; i++)
@@ -415,12 +461,40 @@ static void test_epoch_end_resume(test_redis *R) {
     player_free(&p);
 }
 
+static void test_forged_scored(test_redis *R) {
+    char run_dir[256], cfg_path[300];
+    snprintf(run_dir, sizeof run_dir, "%s/run-forged", R->dir);
+    cpt_err err;
+    cpt_mkdir_p(run_dir, 0755, &err);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
+    write_config(cfg_path, "olforged", run_dir, R->srv.url, "sync");
+    player p;
+    player_init(&p, R, cfg_path, "olforged");
+    pid_t pid = start_trainer(cfg_path, 0, NULL);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 3), 0);
+    CHECK_EQ_INT(p.n_prompts, 12);
+    CHECK_EQ_INT(p.attempts_gt0, 0);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/trained"), 12);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/skipped"), 0);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/failed"), 0);
+    CHECK_EQ_INT(last_metric(run_dir, "version"), 6);
+    CHECK_EQ_INT((int)test_xlen(p.q, CPT_STREAM_DEAD), 6);
+    CHECK_EQ_INT(test_dead_count(p.q, "token 100000 outside the vocabulary"), 1);
+    CHECK_EQ_INT(test_dead_count(p.q, "weight_version 1000000000000 was never issued"), 1);
+    CHECK_EQ_INT(test_dead_count(p.q, "3 completions, the run asks 4"), 1);
+    CHECK_EQ_INT(test_dead_count(p.q, "group id never issued by this run"), 1);
+    CHECK_EQ_INT(test_dead_count(p.q, "exceeds reward.max_abs"), 1);
+    CHECK_EQ_INT(test_dead_count(p.q, "msgpack"), 1);
+    player_free(&p);
+}
+
 int main(void) {
     test_redis R;
     test_redis_start(&R, "everysec");
     test_sync_and_resume(&R);
     test_async_stale(&R);
     test_epoch_end_resume(&R);
+    test_forged_scored(&R);
     test_redis_stop(&R);
     return check_summary("test_online_loop");
 }

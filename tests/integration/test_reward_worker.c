@@ -44,6 +44,10 @@ static int32_t *encode(const cpt_tokenizer *tok, const char *s, uint32_t *n) {
     return ids;
 }
 
+/* What add_group puts in the next group it writes (tests of forged messages), then resets. */
+static uint64_t next_version = 7;
+static int32_t next_bad_token = -1;
+
 /* One rollout group: prompt text, completions texts, extra. */
 static void add_group(cpt_queue *q, const cpt_tokenizer *tok, const char *run, uint64_t index, const char *prompt,
                       int n, const char *const *completions, const char *extra) {
@@ -62,7 +66,10 @@ static void add_group(cpt_queue *q, const cpt_tokenizer *tok, const char *run, u
         for (uint32_t t = 0; t < k->n_tokens; t++) k->logprobs[t] = -0.5f;
         k->finish = CPT_FINISH_STOP;
     }
-    g.weight_version = 7;
+    g.weight_version = next_version;
+    if (next_bad_token >= 0 && n > 0 && g.completions[0].n_tokens > 0) g.completions[0].tokens[0] = next_bad_token;
+    next_version = 7;
+    next_bad_token = -1;
     snprintf(g.worker, sizeof g.worker, "rollout-0");
     g.extra = extra ? strdup(extra) : NULL;
     cpt_buf b;
@@ -192,6 +199,54 @@ static void test_crash(test_redis *t, const cpt_tokenizer *tok, const char *dir)
     cpt_queue_close(q);
 }
 
+/* Forged or corrupt rollout groups go to dead with the reason and the worker lives on: a weight_version never
+ * announced, more completions than rollout.group_size, a token outside the vocabulary, and a score beyond
+ * reward.max_abs (length penalty 1000 per byte beyond 0 against a bound of 10). A good group is still scored. */
+static void test_forged(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
+    char cfgp[256];
+    snprintf(cfgp, sizeof cfgp, "%s/forged.toml", dir);
+    write_config(cfgp, t->srv.url, "rwf",
+                 "type = \"combined\"\ncombine = [\"math:1\", \"length:1\"]\nlength_penalty = 1000\n"
+                 "length_max_penalty = 1000000\nlength_target = 20\nmax_abs = 10\n[rollout]\ngroup_size = 4");
+    cpt_queue *q = test_queue_open(t, "rwf", 64, 60000);
+    cpt_err err;
+    CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_SCORED, "trainer", &err), 0);
+    cpt_weights_msg w;
+    memset(&w, 0, sizeof w);
+    snprintf(w.run, sizeof w.run, "rwf");
+    w.version = 7;
+    snprintf(w.transport, sizeof w.transport, "file");
+    snprintf(w.location, sizeof w.location, "/nonexistent/v7.safetensors");
+    snprintf(w.checksum, sizeof w.checksum, "xxh64:0000000000000000");
+    CHECK_EQ_INT(cpt_queue_publish_weights(q, &w, &err), 0);
+    const char *c2[] = {"#### 5", "#### 6"};
+    const char *c5[] = {"#### 5", "#### 6", "#### 7", "#### 8", "#### 9"};
+    const char *clong[] = {"#### 5 and a completion well beyond twenty bytes", "#### 6"};
+    next_version = 1000000000000ull;
+    add_group(q, tok, "rwf", 0, "What is 2 + 3?", 2, c2, "{\"answer\": \"5\"}");
+    add_group(q, tok, "rwf", 1, "What is 2 + 3?", 5, c5, "{\"answer\": \"5\"}");
+    next_bad_token = 1000000;
+    add_group(q, tok, "rwf", 2, "What is 2 + 3?", 2, c2, "{\"answer\": \"5\"}");
+    add_group(q, tok, "rwf", 3, "What is 2 + 3?", 2, clong, "{\"answer\": \"5\"}");
+    add_group(q, tok, "rwf", 4, "What is 2 + 3?", 2, c2, "{\"answer\": \"5\"}");
+    pid_t pid = start_worker(cfgp, "reward-f");
+    cpt_queue_item it;
+    CHECK(next_scored(q, &it, 30));
+    CHECK_EQ_INT((int)it.rollout.id.index, 4);
+    cpt_queue_item_free(&it);
+    CHECK_EQ_INT((int)test_xlen(q, CPT_STREAM_DEAD), 4);
+    CHECK_EQ_INT(test_dead_count(q, "weight_version: 1000000000000 was never announced (newest 7)"), 1);
+    CHECK_EQ_INT(test_dead_count(q, "completions: 5, the run samples at most 4"), 1);
+    CHECK_EQ_INT(test_dead_count(q, "id 1000000 at position 0 is not in the vocabulary"), 1);
+    CHECK_EQ_INT(test_dead_count(q, "exceeds reward.max_abs = 10"), 1);
+    int st = 0;
+    CHECK_EQ_INT((int)waitpid(pid, &st, WNOHANG), 0);
+    kill(pid, SIGTERM);
+    CHECK(wait_exit(pid, 15, &st));
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cpt_queue_close(q);
+}
+
 static cpt_model *tiny_model(int vocab, uint64_t seed, int value_head) {
     cpt_model *m = tiny_model_new(vocab, 1, seed);
     if (value_head) tiny_model_add_value_head(m, seed + 1);
@@ -275,6 +330,7 @@ int main(void) {
     if (!tok) { fprintf(stderr, "%s\n", err.msg); return 1; }
     test_scores(&t, tok, t.dir);
     test_crash(&t, tok, t.dir);
+    test_forged(&t, tok, t.dir);
     test_opd_and_reward_model(&t, tok, t.dir);
     cpt_tokenizer_free(tok);
     test_redis_stop(&t);

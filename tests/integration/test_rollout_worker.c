@@ -160,12 +160,22 @@ static void versions_and_drain(cpt_queue *q) {
     }
     CHECK_EQ_INT(got, 2);
 
-    /* min_version 3 waits for v3 */
+    /* Forged prompts go to dead with the reason, and the worker keeps taking work: a min_version never announced
+     * (the trainer announces a version before it issues prompts for it; the worker would hold the group, and take
+     * nothing else, waiting for it), more samples than rollout.group_size (8). */
     add_group(q, 20, 3, 2, 6, 4);
+    add_group(q, 21, 1000000000000ull, 2, 6, 4);
+    add_group(q, 22, 2, 4096, 6, 4);
     CHECK(!next_rollout(q, &it, 1.5));
+    CHECK_EQ_INT(test_dead_count(q, "min_version: 3 was never announced (newest 2)"), 1);
+    CHECK_EQ_INT(test_dead_count(q, "min_version: 1000000000000 was never announced"), 1);
+    CHECK_EQ_INT(test_dead_count(q, "n_samples: 4096, the run samples at most 8"), 1);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    /* min_version 3 once v3 is announced: answered by v3 */
     publish(q, 3, &v3);
+    add_group(q, 23, 3, 2, 6, 4);
     CHECK(next_rollout(q, &it, 30));
-    CHECK_EQ_INT(it.rollout.id.index, 20);
+    CHECK_EQ_INT(it.rollout.id.index, 23);
     CHECK_EQ_INT(it.rollout.weight_version, 3);
     CHECK(logprob_gap(v3, &it.rollout) < 1e-4);
     cpt_queue_item_free(&it);
