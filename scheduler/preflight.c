@@ -8,12 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/chat_template.h"
 #include "core/dataset.h"
 #include "core/fs.h"
 #include "core/safetensors.h"
 #include "core/tokenizer.h"
 #include "model/model.h"
 #include "reward/reward.h"
+#include "trainer/rl_data.h"
 
 static void line(cpt_preflight *p, const char *tag, const char *what, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -129,6 +131,76 @@ static const char *format_wanted(const char *algo) {
     return "rl_prompt";
 }
 
+/* The model's max_position_embeddings; 0: unknown (the model check says why). */
+static long model_context(const cpt_config *c) {
+    if (!strcmp(cpt_cfg_str(c, "model.init"), "random")) return (long)cpt_cfg_int(c, "model.max_position_embeddings");
+    char dir[4200];
+    model_folder(cpt_cfg_str(c, "model.path"), dir, sizeof dir);
+    cpt_model_config mc;
+    cpt_err err;
+    return cpt_model_config_load(dir, &mc, &err) ? 0 : (long)mc.max_position_embeddings;
+}
+
+/* Online data: every prompt tokenized as the trainer issues it (tokenizer, data.chat_template) and compared with
+ * what the roles accept: the rollout refuses one longer than its context, the trainer one that leaves no room
+ * in train.max_seq_len. Such a group is skipped after its retries (queue.group_retries), so this is a warning. */
+static void check_prompt_lengths(cpt_preflight *p, const char *key, const char *path, const cpt_dataset *ds) {
+    const cpt_config *c = p->cfg;
+    /* as the rollout engine and the trainer take them */
+    long model_ctx = model_context(c);
+    long ctx = cpt_cfg_int(c, "rollout.max_len") > 0 ? (long)cpt_cfg_int(c, "rollout.max_len") : model_ctx;
+    long train_max = (long)cpt_cfg_int(c, "train.max_seq_len");
+    if (model_ctx <= 0 || ctx <= 0) return; /* the model check already says why */
+    if (train_max > model_ctx) train_max = model_ctx;
+    const char *tp = cpt_cfg_str(c, "tokenizer.path");
+    if (!*tp) tp = cpt_cfg_str(c, "model.path");
+    cpt_err err;
+    cpt_err_clear(&err);
+    cpt_tokenizer *tok = cpt_tokenizer_load(tp, &err);
+    if (!tok) return; /* the tokenizer check reports it */
+    cpt_chat_template tpl;
+    int have_tpl = strcmp(cpt_cfg_str(c, "data.chat_template"), "none") != 0;
+    if (have_tpl && cpt_chat_template_load(tp, cpt_cfg_str(c, "data.chat_template"), &tpl, &err)) {
+        line(p, "FAIL", "data", "%s: data.chat_template: %s", key, err.msg);
+        cpt_tokenizer_free(tok);
+        return;
+    }
+    size_t n = cpt_dataset_count(ds), over_ctx = 0, over_train = 0, longest = 0;
+    int first_ctx = 0, first_train = 0, failed_line = 0;
+    size_t first_ctx_len = 0, first_train_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cpt_record *r = cpt_dataset_get(ds, i);
+        int32_t *ids = NULL;
+        size_t k = 0;
+        if (cpt_rl_prompt_ids(have_tpl ? &tpl : NULL, tok, r, &ids, &k, &err)) {
+            failed_line = r->line;
+            break;
+        }
+        free(ids);
+        if (k > longest) longest = k;
+        if ((long)k > ctx) {
+            if (!over_ctx++) first_ctx = r->line, first_ctx_len = k;
+        } else if ((long)k >= train_max) {
+            if (!over_train++) first_train = r->line, first_train_len = k;
+        }
+    }
+    if (failed_line)
+        line(p, "FAIL", "data", "%s: %s:%d: %s", key, path, failed_line, err.msg);
+    if (over_ctx)
+        line(p, "warn", "data", "%s: %s: %zu prompt%s longer than the rollout's context of %ld tokens (first: line %d, "
+             "%zu tokens): the rollout refuses such a prompt and the run skips its group", key, path, over_ctx,
+             over_ctx == 1 ? "" : "s", ctx, first_ctx, first_ctx_len);
+    if (over_train)
+        line(p, "warn", "data", "%s: %s: %zu prompt%s of train.max_seq_len = %ld tokens or more (first: line %d, "
+             "%zu tokens): the trainer refuses such a group and the run skips it", key, path, over_train,
+             over_train == 1 ? "" : "s", train_max, first_train, first_train_len);
+    if (!failed_line && !over_ctx && !over_train)
+        line(p, "ok", "data", "%s: every prompt fits (longest %zu tokens; context %ld, train.max_seq_len %ld)", key,
+             longest, ctx, train_max);
+    if (have_tpl) cpt_chat_template_free(&tpl);
+    cpt_tokenizer_free(tok);
+}
+
 static void check_data_file(cpt_preflight *p, const char *key, int required) {
     const char *path = cpt_cfg_str(p->cfg, key);
     const char *algo = cpt_cfg_str(p->cfg, "algo.type");
@@ -155,6 +227,7 @@ static void check_data_file(cpt_preflight *p, const char *key, int required) {
              cpt_dataset_count(ds), cpt_dataset_bad_lines(ds), cpt_dataset_first_bad(ds));
     else
         line(p, "ok", "data", "%s: %s: %zu %s records", key, path, cpt_dataset_count(ds), cpt_data_format_name(f));
+    if (!strcmp(key, "data.train") && is_online(algo) && f == CPT_DATA_RL_PROMPT) check_prompt_lengths(p, key, path, ds);
     cpt_dataset_free(ds);
 }
 

@@ -41,6 +41,11 @@ timeout 300 "$CPT" run "${common[@]}" run.dir="$R" 'reward.plugin_config=crash_o
 TL="$R/logs/trainer.log"
 [ -f "$TL" ] || TL="$T/run.log"
 grep -q "run finished" "$T/run.log" || fail "no 'run finished'"
+# preflight reported both kinds of over-long prompt, with the line and the token count
+grep -Eq "warn +data +data.train: .*1 prompt longer than the rollout's context of 128 tokens \(first: line 4, [0-9]+ tokens\)" \
+  "$T/run.log" || fail "preflight did not report the prompt longer than the context"
+grep -Eq "warn +data +data.train: .*1 prompt of train.max_seq_len = 48 tokens or more \(first: line 8, [0-9]+ tokens\)" \
+  "$T/run.log" || fail "preflight did not report the prompt longer than train.max_seq_len"
 grep -q "grpo done: step $STEPS, version $STEPS, $((STEPS * G)) groups trained, 4 skipped" "$T/run.log" "$TL" ||
   fail "the summary does not say $((STEPS * G)) trained, 4 skipped: $(grep -h 'done:' "$T/run.log" "$TL")"
 for why in "scoring failed" "exceeds the context" "exceeds reward.max_abs" "does not fit train.max_seq_len"; do
@@ -69,6 +74,8 @@ R2="$T/run2"
 timeout 300 "$CPT" run "${common[@]}" run.dir="$R2" data.train="$T/data3.jsonl" train.steps=1 reward.max_abs=1e40 \
   'reward.plugin_config=value=1e39;value_on=HUGE' 2> "$T/run2.log" ||
   { cp "$T/run2.log" "$T/run.log"; fail "the run with 1e39 rewards did not finish"; }
+grep -Eq "ok +data +data.train: every prompt fits \(longest [0-9]+ tokens; context 128, train.max_seq_len 48\)" \
+  "$T/run2.log" || { cp "$T/run2.log" "$T/run.log"; fail "preflight: no 'every prompt fits'"; }
 python3 - "$R2" <<'PY' || fail "1e39 rewards"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
