@@ -11,7 +11,8 @@
  *      saved as (1, 0) and the resumed run goes on with epoch 1's ids.
  *   5. forged scored groups (a token outside the vocabulary, a weight_version never issued, too few completions, a
  *      group id never issued, a reward of 1e39, bytes that are not msgpack) among the real answers: each lands in
- *      dead with its reason, the trainer lives, and the run trains exactly its 12 groups, none skipped. */
+ *      dead with its reason, the trainer lives, and the run trains exactly its 12 groups, none skipped.
+ *   6. a group lost on the way (acked, never answered) is issued again after queue.group_timeout_s. */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -211,7 +212,8 @@ static void note_prompt(player *p, const cpt_queue_item *it) {
 
 /* Plays until the trainer exits; returns its exit status. stop_after: SIGTERM once this many prompts were taken
  * (those after the first `answer_limit` are left unanswered); stale_at: answer prompt number stale_at with version 0. */
-static int play(player *p, pid_t pid, int sync, int answer_limit, int stale_at, int dup_at, int forge_at) {
+static int play(player *p, pid_t pid, int sync, int answer_limit, int stale_at, int dup_at, int forge_at,
+                int lose_at) {
     int status = -1;
     int taken = 0, termed = 0;
     double t0 = cpt_now();
@@ -242,6 +244,11 @@ static int play(player *p, pid_t pid, int sync, int answer_limit, int stale_at, 
         }
         CHECK_EQ_INT(sync_weights(p), 0);
         if (sync && it.prompt.min_version != p->version) p->wrong_min_version++;
+        if (taken == lose_at) { /* acked, never answered: a group lost on the way */
+            CHECK_EQ_INT(cpt_queue_done(p->q, &it, &err), 0);
+            cpt_queue_item_free(&it);
+            continue;
+        }
         if (taken == forge_at) forge(p, &it);
         answer(p, &it, taken == stale_at ? 0 : -1, taken == dup_at);
         cpt_queue_item_free(&it);
@@ -323,7 +330,7 @@ static void test_sync_and_resume(test_redis *R) {
 
     /* 1. six steps, one duplicated scored group */
     pid_t pid = start_trainer(cfg_path, 0, NULL);
-    int rc = play(&p, pid, 1, 0, 0, 1, 0);
+    int rc = play(&p, pid, 1, 0, 0, 1, 0, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(p.n_prompts, 12);
     CHECK_EQ_INT(p.attempts_gt0, 0);
@@ -366,7 +373,7 @@ static void test_sync_and_resume(test_redis *R) {
     p.n_seen = 0;
     p.n_prompts = 0;
     pid = start_trainer(cfg_path, 1, ov);
-    rc = play(&p, pid, 1, 2, 0, 0, 0);
+    rc = play(&p, pid, 1, 2, 0, 0, 0, 0);
     CHECK_EQ_INT(rc, 3);
     CHECK(p.n_prompts >= 3); /* the 4th may or may not be read before the trainer exits */
     /* step 8's ids: consecutive positions of the data order */
@@ -381,7 +388,7 @@ static void test_sync_and_resume(test_redis *R) {
     p.n_prompts = 0;
     p.attempts_gt0 = 0;
     pid = start_trainer(cfg_path, 1, ov);
-    rc = play(&p, pid, 1, 0, 0, 0, 0);
+    rc = play(&p, pid, 1, 0, 0, 0, 0, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(p.n_prompts, 6);       /* 2 issued again + 4 new */
     CHECK_EQ_INT(p.attempts_gt0, 6);
@@ -406,7 +413,7 @@ static void test_async_stale(test_redis *R) {
     player_init(&p, R, cfg_path, "olasync");
     pid_t pid = start_trainer(cfg_path, 0, NULL);
     /* the 9th prompt is answered claiming version 0: by then the trainer is at version >= 2 (async issues 4 ahead) */
-    int rc = play(&p, pid, 0, 0, 9, 0, 0);
+    int rc = play(&p, pid, 0, 0, 9, 0, 0, 0);
     CHECK_EQ_INT(rc, 0);
     CHECK(last_metric(run_dir, "groups/dropped_stale") >= 1);
     CHECK(p.attempts_gt0 >= 1);
@@ -437,7 +444,7 @@ static void test_epoch_end_resume(test_redis *R) {
 
     char *ov2[] = {ov_data, "train.steps=2"};
     pid_t pid = start_trainer(cfg_path, 2, ov2);
-    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0), 0);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0, 0), 0);
     CHECK_EQ_INT(p.n_prompts, 4);
     cpt_train_state st;
     memset(&st, 0, sizeof st);
@@ -451,7 +458,7 @@ static void test_epoch_end_resume(test_redis *R) {
     p.n_seen = 0;
     p.n_prompts = 0;
     pid = start_trainer(cfg_path, 2, ov4);
-    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0), 0);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0, 0), 0);
     CHECK_EQ_INT(p.n_prompts, 4);
     int epoch1 = 1;
     for (int i = 0; i < p.n_seen; i++)
@@ -471,7 +478,7 @@ static void test_forged_scored(test_redis *R) {
     player p;
     player_init(&p, R, cfg_path, "olforged");
     pid_t pid = start_trainer(cfg_path, 0, NULL);
-    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 3), 0);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 3, 0), 0);
     CHECK_EQ_INT(p.n_prompts, 12);
     CHECK_EQ_INT(p.attempts_gt0, 0);
     CHECK_EQ_INT(last_metric(run_dir, "groups/trained"), 12);
@@ -488,6 +495,29 @@ static void test_forged_scored(test_redis *R) {
     player_free(&p);
 }
 
+/* A group lost on the way (the player acks its prompt and never answers) is issued again once
+ * queue.group_timeout_s has passed, and the run trains its 12 groups: 1 failed attempt, nothing skipped. */
+static void test_group_timeout(test_redis *R) {
+    char run_dir[256], cfg_path[300];
+    snprintf(run_dir, sizeof run_dir, "%s/run-timeout", R->dir);
+    cpt_err err;
+    cpt_mkdir_p(run_dir, 0755, &err);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
+    write_config(cfg_path, "oltimeout", run_dir, R->srv.url, "sync");
+    player p;
+    player_init(&p, R, cfg_path, "oltimeout");
+    char *ov[] = {"queue.group_timeout_s=1"};
+    pid_t pid = start_trainer(cfg_path, 1, ov);
+    CHECK_EQ_INT(play(&p, pid, 1, 0, 0, 0, 0, 3), 0);
+    CHECK_EQ_INT(p.n_prompts, 13);
+    CHECK_EQ_INT(p.attempts_gt0, 1);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/trained"), 12);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/failed"), 1);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/skipped"), 0);
+    CHECK_EQ_INT(last_metric(run_dir, "groups/reissued"), 1);
+    player_free(&p);
+}
+
 int main(void) {
     test_redis R;
     test_redis_start(&R, "everysec");
@@ -495,6 +525,7 @@ int main(void) {
     test_async_stale(&R);
     test_epoch_end_resume(&R);
     test_forged_scored(&R);
+    test_group_timeout(&R);
     test_redis_stop(&R);
     return check_summary("test_online_loop");
 }
