@@ -310,11 +310,9 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
         double t0 = cpt_now();
         cpt_err serr;
         char why[CPT_ERR_MAX];
-        int failed = 0;
-        if (refuse_rollout(cfg, q, &it.rollout, &announced, why, sizeof why))
-            failed = cpt_errf(&serr, "refused: %s", why) != 0;
-        else
-            failed = cpt_reward_score_group(&sc, &it.rollout, &serr) != 0;
+        int refused = refuse_rollout(cfg, q, &it.rollout, &announced, why, sizeof why), failed = refused;
+        if (refused) snprintf(serr.msg, sizeof serr.msg, "%s", why);
+        else failed = cpt_reward_score_group(&sc, &it.rollout, &serr) != 0;
         if (failed && *stop) {
             /* A stop signal sent to the whole process group also reaches a plugin's child process: a failure now
              * says nothing about the group, so it stays pending and another worker takes it. */
@@ -325,7 +323,8 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
         }
         if (failed) {
             char reason[CPT_ERR_MAX + 64];
-            snprintf(reason, sizeof reason, "cpt-reward %s: scoring failed: %s", worker_id, serr.msg);
+            snprintf(reason, sizeof reason, "cpt-reward %s: %s: %s", worker_id, refused ? "refused" : "scoring failed",
+                     serr.msg);
             cpt_warn("group (%llu, %llu) -> dead: %s", (unsigned long long)it.rollout.id.epoch,
                      (unsigned long long)it.rollout.id.index, reason);
             cpt_err derr;
