@@ -397,8 +397,47 @@ static void test_seen(void) {
     cpt_seen_free(&s);
 }
 
+/* The bounds a role checks against its run (cpt_*_check_bounds): 0 is unchecked; each failure names the field. */
+static void test_bounds(void) {
+    cpt_err err;
+    sample_prompt s;
+    sample_prompt_init(&s, "run-1", 0, 5, 8); /* 4 samples, min_version 3, token ids < 151000 */
+    cpt_group_bounds none = {0};
+    CHECK_EQ_INT(cpt_prompt_group_check_bounds(&s.m, &none, &err), 0);
+    cpt_group_bounds b = {.vocab_size = 151000, .max_samples = 4, .has_max_version = 1, .max_version = 3};
+    CHECK_EQ_INT(cpt_prompt_group_check_bounds(&s.m, &b, &err), 0);
+    b.max_version = 2;
+    CHECK_EQ_INT(cpt_prompt_group_check_bounds(&s.m, &b, &err), -1);
+    CHECK(strstr(err.msg, "min_version: 3 was never announced (newest 2)") != NULL);
+    b.max_version = 3;
+    b.max_samples = 3;
+    CHECK_EQ_INT(cpt_prompt_group_check_bounds(&s.m, &b, &err), -1);
+    CHECK(strstr(err.msg, "n_samples: 4, the run samples at most 3") != NULL);
+    b.max_samples = 4;
+    b.vocab_size = 20;
+    CHECK_EQ_INT(cpt_prompt_group_check_bounds(&s.m, &b, &err), -1);
+    CHECK(strstr(err.msg, "prompt[") && strstr(err.msg, "outside the vocabulary [0, 20)"));
+
+    cpt_rollout_group g = sample_group("run-1", 0, 5, 3, 6, 1);
+    cpt_group_bounds r = {.vocab_size = 1 << 30, .max_samples = 3, .has_max_version = 1, .max_version = g.weight_version};
+    CHECK_EQ_INT(cpt_rollout_group_check_bounds(&g, &r, &err), 0);
+    r.max_samples = 2;
+    CHECK_EQ_INT(cpt_rollout_group_check_bounds(&g, &r, &err), -1);
+    CHECK(strstr(err.msg, "completions: 3, the run samples at most 2") != NULL);
+    r.max_samples = 0;
+    r.max_version = g.weight_version - 1;
+    CHECK_EQ_INT(cpt_rollout_group_check_bounds(&g, &r, &err), -1);
+    CHECK(strstr(err.msg, "weight_version") && strstr(err.msg, "was never announced"));
+    r.has_max_version = 0;
+    g.completions[2].tokens[4] = 1 << 30;
+    CHECK_EQ_INT(cpt_rollout_group_check_bounds(&g, &r, &err), -1);
+    CHECK(strstr(err.msg, "completions[2].tokens[4]: token 1073741824 outside the vocabulary") != NULL);
+    sample_group_free(&g);
+}
+
 int main(void) {
     corpus_dir = getenv("CPT_WRITE_CORPUS");
+    test_bounds();
     test_prompt_round_trip();
     test_group_round_trip(0);
     test_group_round_trip(1);
