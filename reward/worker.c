@@ -88,8 +88,8 @@ int cpt_reward_score_group(const cpt_reward_scorer *s, cpt_rollout_group *g, cpt
             goto done;
         }
         if (s->max_abs > 0 && fabs(res[c].value) > s->max_abs) {
-            cpt_errf(err, "reward %s: completions[%d]: score %g exceeds reward.max_abs = %g", cpt_reward_name(s->reward),
-                     c, res[c].value, s->max_abs);
+            cpt_errf(err, "reward %s: completions[%d]: score %g exceeds reward.max_abs = %g",
+                     cpt_reward_name(s->reward), c, res[c].value, s->max_abs);
             goto done;
         }
         rewards[c] = res[c].value;

@@ -227,7 +227,8 @@ static void check_data_file(cpt_preflight *p, const char *key, int required) {
              cpt_dataset_count(ds), cpt_dataset_bad_lines(ds), cpt_dataset_first_bad(ds));
     else
         line(p, "ok", "data", "%s: %s: %zu %s records", key, path, cpt_dataset_count(ds), cpt_data_format_name(f));
-    if (!strcmp(key, "data.train") && is_online(algo) && f == CPT_DATA_RL_PROMPT) check_prompt_lengths(p, key, path, ds);
+    if (!strcmp(key, "data.train") && is_online(algo) && f == CPT_DATA_RL_PROMPT)
+        check_prompt_lengths(p, key, path, ds);
     cpt_dataset_free(ds);
 }
 

@@ -36,10 +36,12 @@ static int apply(cpt_dead_reader *r, cpt_online_book *b, cpt_group_id wire, cons
     uint32_t failures = e ? e->failures + 1 : 0;
     cpt_book_fail_verdict v = cpt_book_failed(b, wire, r->max_retries);
     if (v == CPT_BOOK_FAIL_RETRY)
-        cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") attempt %u failed (%u of %u retries used): %s; issuing it again",
+        cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") attempt %u failed (%u of %u retries used): %s; "
+                 "issuing it again",
                  base.epoch, base.index, cpt_online_attempt(wire), failures, r->max_retries, why);
     else if (v == CPT_BOOK_FAIL_SKIP)
-        cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") skipped after %u failed attempts (queue.group_retries = %u): %s",
+        cpt_warn("online: group (%" PRIu64 ", %" PRIu64 ") skipped after %u failed attempts "
+                 "(queue.group_retries = %u): %s",
                  base.epoch, base.index, failures, r->max_retries, why);
     return v != CPT_BOOK_FAIL_IGNORED;
 }

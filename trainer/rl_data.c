@@ -192,8 +192,8 @@ int cpt_rl_group_check(const cpt_rollout_group *g, const cpt_rl_group_limits *li
         return cpt_errf(err, "%u completions, the run asks %u (rollout.group_size)", g->n_completions,
                         lim->group_size);
     if ((int64_t)g->weight_version > lim->max_version || (int64_t)g->weight_version < 0)
-        return cpt_errf(err, "weight_version %llu was never issued (newest %lld)", (unsigned long long)g->weight_version,
-                        (long long)lim->max_version);
+        return cpt_errf(err, "weight_version %llu was never issued (newest %lld)",
+                        (unsigned long long)g->weight_version, (long long)lim->max_version);
     for (uint32_t k = 0; k < g->n_completions; k++) {
         const cpt_completion *c = &g->completions[k];
         for (uint32_t i = 0; i < c->n_tokens; i++)
