@@ -36,7 +36,8 @@ static int no_cuda(cpt_err *err) {
                          "available; rebuild with the CUDA toolkit installed, or use train.device = \"cpu\"");
 }
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
-    (void)m, (void)device;
+    if (cpt_model_cuda_shape_check(&m->cfg, 0, err))
+        return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
     return no_cuda(err);
 }
 int cpt_model_on_cuda(const cpt_model *m) {
@@ -211,8 +212,8 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
         return cpt_errf(err, "the model is already on CUDA device %d (asked for %d)", m->cuda->device, device);
     }
     const cpt_model_config *c = &m->cfg;
-    if (c->head_dim % 2 || c->head_dim > 256)
-        return cpt_errf(err, "CUDA model: head_dim %d is not supported (even, at most 256)", c->head_dim);
+    if (cpt_model_cuda_shape_check(c, 0, err))
+        return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
     cpt_cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm) return cpt_errf(err, "out of memory");
     cm->device = device;

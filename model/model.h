@@ -110,6 +110,11 @@ void cpt_model_zero_grad(cpt_model *m);
  * with a message saying so. */
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
+/* Whether the CUDA kernels take the model's shape (model/cuda_shape.c): 0, or -1 with err saying what is not and
+ * what is ("head_dim 24 is not supported on the GPU (supported: 8, ...)"). engine: the GPU generation engine's
+ * limits too (rollout.device = cuda), else the trainer's (train.device = cuda). In every build: placement, the
+ * engine and preflight refuse with it before a GPU is touched. */
+int cpt_model_cuda_shape_check(const cpt_model_config *c, int engine, cpt_err *err);
 int cpt_model_sync_to_host(cpt_model *m, cpt_err *err);   /* weights and gradients, device -> host; 0 on the CPU */
 int cpt_model_sync_to_device(cpt_model *m, cpt_err *err); /* weights, host -> device; 0 on the CPU */
 /* Waits for the device work queued so far (the optimizer step is asynchronous): for timing; 0 on the CPU. */

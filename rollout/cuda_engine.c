@@ -232,14 +232,17 @@ static void attention(cpt_cuda_engine *e, int l, int n, int splits, int decode) 
     const int32_t *pos = MD(e, off_pos, int32_t), *tab = MD(e, off_tab, int32_t);
     cpt_attn_kind kind = (cpt_attn_kind)(e->attn_v2 - 1);
     if (kind == CPT_ATTN_FEW && !few_attention(e, n, decode)) kind = CPT_ATTN_MMA;
-    if (decode && e->attn_v2) {
+    /* the first version takes only head sizes dividing its 128 threads: the others run the second */
+    int v2 = e->attn_v2 || 128 % e->D;
+    if (!e->attn_v2 && v2) kind = CPT_ATTN_V2;
+    if (decode && v2) {
         cpt_cuda_paged_attention_v2_append(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                            MD(e, off_split, int32_t), shape, e->attn_counters, w->q_norm, w->k_norm,
                                            c->rms_norm_eps, e->inv_freq, kind);
         return;
     }
     cpt_cuda_kv_append(e->ctx, &e->kv, l, e->qkv, pos, tab, n, w->q_norm, w->k_norm, c->rms_norm_eps, e->inv_freq, shape);
-    if (e->attn_v2)
+    if (v2)
         cpt_cuda_paged_attention_v2(e->ctx, e->att, e->partial, e->qkv, &e->kv, l, pos, tab, n, splits,
                                     MD(e, off_split, int32_t), shape, e->attn_counters, kind);
     else
@@ -656,13 +659,7 @@ double cpt_cuda_engine_replay_s(cpt_cuda_engine *e, int reps, cpt_err *err) {
 static size_t al(size_t n) { return (n + 63) & ~(size_t)63; } /* bf16 elements, 128-byte aligned */
 
 static int check_shape(const cpt_model_config *c, cpt_err *err) {
-    if (c->head_dim % 8 || c->head_dim > 128 || 128 % c->head_dim)
-        return cpt_errf(err, "cuda engine: head_dim %d unsupported (8, 16, 32, 64 or 128)", c->head_dim);
-    if (c->num_heads % c->num_kv_heads || c->num_heads / c->num_kv_heads > 16)
-        return cpt_errf(err, "cuda engine: %d heads over %d kv heads unsupported (a group of at most 16)",
-                        c->num_heads, c->num_kv_heads);
-    if (c->hidden_size % 8) return cpt_errf(err, "cuda engine: hidden size %d not a multiple of 8", c->hidden_size);
-    return 0;
+    return cpt_model_cuda_shape_check(c, 1, err) ? cpt_err_prefix(err, "cuda engine") : 0;
 }
 
 /* Lays out the bf16 weights in one allocation. */
@@ -1097,15 +1094,18 @@ int cpt_cuda_engine_generate(cpt_cuda_engine *e, const cpt_gen_request *reqs, in
 static int no_cuda(cpt_err *err) {
     return cpt_errf(err, "cuda engine: cpt was built without CUDA (no nvcc found at configure time)");
 }
+/* the shape is refused as a GPU build would, before saying that there is no GPU code */
 cpt_cuda_engine *cpt_cuda_engine_new(cpt_model *m, const cpt_cuda_engine_opts *o, cpt_err *err) {
-    (void)m, (void)o;
-    no_cuda(err);
+    (void)o;
+    if (cpt_model_cuda_shape_check(cpt_model_cfg(m), 1, err)) cpt_err_prefix(err, "cuda engine");
+    else no_cuda(err);
     return NULL;
 }
 cpt_cuda_engine *cpt_cuda_engine_new_random(const cpt_model_config *cfg, uint64_t seed, float std,
                                             const cpt_cuda_engine_opts *o, cpt_err *err) {
-    (void)cfg, (void)seed, (void)std, (void)o;
-    no_cuda(err);
+    (void)seed, (void)std, (void)o;
+    if (cpt_model_cuda_shape_check(cfg, 1, err)) cpt_err_prefix(err, "cuda engine");
+    else no_cuda(err);
     return NULL;
 }
 int cpt_cuda_engine_load_weights(cpt_cuda_engine *e, cpt_model *m, cpt_err *err) { (void)e, (void)m; return no_cuda(err); }

@@ -31,7 +31,8 @@ typedef struct cpt_cuda_engine_opts {
     int block_size;       /* positions per KV block; 0: 16 */
     int kv_blocks;        /* blocks in the pool; 0: every slot's full context, capped at half the free memory */
     int no_graphs;        /* 1: run decode steps eagerly (debugging, timing the difference) */
-    int attn_v2;          /* 0: the first attention kernel; 1, 2, 3: cpt_cuda_paged_attention_v2 with the kernel
+    int attn_v2;          /* 0: the first attention kernel (head sizes not dividing 128 run the second); 1, 2, 3:
+                           * cpt_cuda_paged_attention_v2 with the kernel
                            * CPT_ATTN_V2, CPT_ATTN_V2_DEEP, CPT_ATTN_MMA (kernels/cuda/cuda_ops.h); 4: CPT_ATTN_FEW
                            * in decode steps of <= CPT_CUDA_FUSED_MAX_ROWS rows, CPT_ATTN_MMA elsewhere */
     int gemv_rows;        /* products of at most this many rows (<= 8) use cpt_cuda_matmul_skinny instead of

@@ -49,6 +49,22 @@ static void model_folder(const char *path, char *out, size_t cap) {
     else snprintf(out, cap, "%s", path);
 }
 
+/* The GPU kernels the run would use take the model's shape: the trainer's models (the policy, PPO's critic) with
+ * train.device = cuda, the policy in the GPU generation engine with rollout.device = cuda. A shape they do not take
+ * would otherwise fail only when a role places the model. */
+static void check_gpu_shape(cpt_preflight *p, const char *what, const cpt_model_config *mc) {
+    const cpt_config *c = p->cfg;
+    int policy = !strcmp(what, "model");
+    if (!policy && strcmp(what, "critic")) return;
+    cpt_err err;
+    cpt_err_clear(&err);
+    if (!strcmp(cpt_cfg_str(c, "train.device"), "cuda") && cpt_model_cuda_shape_check(mc, 0, &err))
+        line(p, "FAIL", what, "train.device = cuda: %s", err.msg);
+    else if (policy && is_online(cpt_cfg_str(c, "algo.type")) && !strcmp(cpt_cfg_str(c, "rollout.device"), "cuda") &&
+             cpt_model_cuda_shape_check(mc, 1, &err))
+        line(p, "FAIL", what, "rollout.device = cuda: %s", err.msg);
+}
+
 /* config.json parses and the weights open (headers only: the tensors are mapped, not read). */
 static void check_model_dir(cpt_preflight *p, const char *what, const char *path) {
     if (!path[0]) {
@@ -77,6 +93,7 @@ static void check_model_dir(cpt_preflight *p, const char *what, const char *path
     line(p, "ok", what, "%s: %d layers, hidden %d, vocab %d, %zu tensors", dir, mc.num_layers, mc.hidden_size,
          mc.vocab_size, cpt_st_count(st));
     cpt_st_close(st);
+    check_gpu_shape(p, what, &mc);
 }
 
 static void check_model(cpt_preflight *p) {
@@ -85,6 +102,15 @@ static void check_model(cpt_preflight *p) {
         p->model_vocab = (long)cpt_cfg_int(c, "model.vocab_size");
         line(p, "ok", "model", "random %s: %lld layers, hidden %lld", cpt_cfg_str(c, "model.arch"),
              (long long)cpt_cfg_int(c, "model.num_layers"), (long long)cpt_cfg_int(c, "model.hidden_size"));
+        cpt_model_config mc = {0}; /* the shape trainer/sft.c builds a random model with */
+        mc.hidden_size = (int)cpt_cfg_int(c, "model.hidden_size");
+        mc.num_heads = (int)cpt_cfg_int(c, "model.num_heads");
+        mc.num_kv_heads = (int)cpt_cfg_int(c, "model.num_kv_heads");
+        if (!mc.num_kv_heads) mc.num_kv_heads = mc.num_heads;
+        if (mc.num_heads > 0 && mc.hidden_size % mc.num_heads == 0) {
+            mc.head_dim = mc.hidden_size / mc.num_heads;
+            check_gpu_shape(p, "model", &mc);
+        }
         return;
     }
     check_model_dir(p, "model", cpt_cfg_str(c, "model.path"));

@@ -1,12 +1,12 @@
 /* Causal grouped-query attention over packed variable-length sequences: the entry points, operand checks and
- * the simple path (any head_dim of 8..128; used for head_dim < 64).
+ * the simple path (every head_dim of cpt_cuda_head_dim_ok; used for head_dim < 64).
  *
  * Simple forward: one warp per (query row, head), keys in chunks of 32 (one key per lane), online softmax in fp32.
  * Simple backward: delta = rowsum(dO * O); dK/dV with one warp per (key row, kv head) walking the group's query
  * heads, then the query rows after the key, in a fixed order; dQ with one warp per (query row, head). Every output
  * element is written by one thread from a fixed summation order, so results are bitwise reproducible.
- * head_dim 64 and 128 go to the tensor-core kernels of attention_fwd.cu and attention_bwd.cu (CPT_ATTN_SIMPLE=1 in the
- * environment sends them here too: the test compares both paths). */
+ * head_dim 64, 80, 96, 128 and 256 go to the tensor-core kernels of attention_fwd.cu and attention_bwd.cu
+ * (CPT_ATTN_SIMPLE=1 in the environment sends them here too: the test compares both paths). */
 #include <math.h>
 
 #include "kernels/cuda/attention_internal.h"
@@ -228,8 +228,7 @@ static void check_common(const char *op, cpt_tensor qkv, cpt_tensor cu, int n_se
     cpt_cuda_check(op, "cu_seqlens", cu, CPT_DT_I32, 1);
     CKCHECK(s.n_heads > 0 && s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, op,
             "bad head counts: %d query heads, %d kv heads", s.n_heads, s.n_kv_heads);
-    CKCHECK(s.head_dim == 8 || s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128, op,
-            "head_dim %d is not one of 8, 16, 32, 64, 128", s.head_dim);
+    CKCHECK(cpt_cuda_head_dim_ok(s.head_dim), op, "head_dim %d is not one of " CPT_CUDA_HEAD_DIMS_TEXT, s.head_dim);
     CKCHECK(qkv.shape[1] == (int64_t)(s.n_heads + 2 * s.n_kv_heads) * s.head_dim, op, "qkv has %lld columns, want %lld",
             (long long)qkv.shape[1], (long long)(s.n_heads + 2 * s.n_kv_heads) * s.head_dim);
     CKCHECK(n_seqs >= 1 && cu.shape[0] == n_seqs + 1, op, "cu_seqlens has %lld entries for %d sequences",
@@ -245,12 +244,15 @@ static void check_common(const char *op, cpt_tensor qkv, cpt_tensor cu, int n_se
     case 16: { constexpr int HD_ = 16; __VA_ARGS__; } break;                                                   \
     case 32: { constexpr int HD_ = 32; __VA_ARGS__; } break;                                                   \
     case 64: { constexpr int HD_ = 64; __VA_ARGS__; } break;                                                   \
-    default: { constexpr int HD_ = 128; __VA_ARGS__; } break;                                                  \
+    case 80: { constexpr int HD_ = 80; __VA_ARGS__; } break;                                                   \
+    case 96: { constexpr int HD_ = 96; __VA_ARGS__; } break;                                                   \
+    case 128: { constexpr int HD_ = 128; __VA_ARGS__; } break;                                                 \
+    default: { constexpr int HD_ = 256; __VA_ARGS__; } break;                                                  \
     }
 
 static int use_mma(int D) {
     const char *e = getenv("CPT_ATTN_SIMPLE"); /* forces the simple path (tests compare the two) */
-    return (D == 64 || D == 128) && !(e && *e == '1');
+    return D >= 64 && D % 16 == 0 && !(e && *e == '1');
 }
 
 void cpt_cuda_attention_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor lse, cpt_tensor qkv, cpt_tensor cu_seqlens,

@@ -1,5 +1,5 @@
-/* Tensor-core backward for head_dim 64 and 128, FlashAttention-2 structure without atomics: two kernels that each
- * recompute P = exp(S - lse) from the forward's logsumexp.
+/* Tensor-core backward for head_dim 64, 80, 96, 128 and 256, FlashAttention-2 structure without atomics: two
+ * kernels that each recompute P = exp(S - lse) from the forward's logsumexp.
  *
  * dK/dV: a block owns 64 keys (16 per warp) of one kv head of one sequence, keeps K and V in shared memory and
  * dK, dV in registers, and walks the group's query heads in order, and for each the query tiles from the diagonal
@@ -22,7 +22,7 @@
 
 /* query rows per tile of the dK/dV kernel: registers hold 16 x D of dK and of dV, and 16 x BQ of P and of dP */
 template <int D> struct dkv_bq {
-    static constexpr int BQ = D == 128 ? 32 : 64;
+    static constexpr int BQ = D >= 128 ? 32 : 64;
 };
 
 template <int D>
@@ -303,7 +303,13 @@ template <int D> static int dkv_splits(cpt_cuda_ctx *ctx, int n_seqs, int max_se
 }
 
 int cpt_attn_bwd_mma_splits(cpt_cuda_ctx *ctx, int n_seqs, int max_seqlen, int KV, int D) {
-    return D == 64 ? dkv_splits<64>(ctx, n_seqs, max_seqlen, KV) : dkv_splits<128>(ctx, n_seqs, max_seqlen, KV);
+    switch (D) {
+    case 64: return dkv_splits<64>(ctx, n_seqs, max_seqlen, KV);
+    case 80: return dkv_splits<80>(ctx, n_seqs, max_seqlen, KV);
+    case 96: return dkv_splits<96>(ctx, n_seqs, max_seqlen, KV);
+    case 128: return dkv_splits<128>(ctx, n_seqs, max_seqlen, KV);
+    default: return dkv_splits<256>(ctx, n_seqs, max_seqlen, KV);
+    }
 }
 
 template <int D>
@@ -335,6 +341,13 @@ void cpt_attn_bwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *dqkv, float *partial, in
     CKCHECK(n_seqs <= 65535 && cdiv(max_seqlen, BWD_BK) <= 65535, "attention_bwd",
             "%d sequences or a longest sequence of %d is more than the grid takes", n_seqs, max_seqlen);
     if (max_seqlen == 0) return;
-    if (D == 64) launch_bwd<64>(ctx, dqkv, partial, nsplit, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, N, H, KV);
-    else launch_bwd<128>(ctx, dqkv, partial, nsplit, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, N, H, KV);
+#define BWD(D_) launch_bwd<D_>(ctx, dqkv, partial, nsplit, dout, lse, delta, qkv, cu, n_seqs, max_seqlen, N, H, KV)
+    switch (D) {
+    case 64: BWD(64); break;
+    case 80: BWD(80); break;
+    case 96: BWD(96); break;
+    case 128: BWD(128); break;
+    default: BWD(256); break;
+    }
+#undef BWD
 }

@@ -1,9 +1,10 @@
-/* Tensor-core forward for head_dim 64 and 128, FlashAttention-2 structure: a block owns 16 * NW query rows of one
- * head of one sequence (each warp 16 rows), walks the key tiles up to its last row with K and V staged in shared
- * memory by cp.async (the next tile loads while this one computes), and keeps S, the running max / sum and O in
- * registers. Key tiles past a warp's last row are skipped (causal), the diagonal tiles masked. The grid is
- * (head, sequence, query tile), the tile in z (walked last by the hardware) counted from the end, so the longest
- * tiles of every sequence and head are issued first; tiles past a sequence's end exit at once. */
+/* Tensor-core forward for head_dim 64, 80, 96, 128 and 256 (D a multiple of 16), FlashAttention-2 structure: a
+ * block owns 16 * NW query rows of one head of one sequence (each warp 16 rows), walks the key tiles up to its last
+ * row with K and V staged in shared memory by cp.async (the next tile loads while this one computes), and keeps S,
+ * the running max / sum and O in registers. Key tiles past a warp's last row are skipped (causal), the diagonal
+ * tiles masked. The grid is (head, sequence, query tile), the tile in z (walked last by the hardware) counted from
+ * the end, so the longest tiles of every sequence and head are issued first; tiles past a sequence's end exit at
+ * once. */
 #include <math.h>
 
 #include "kernels/cuda/attention_internal.h"
@@ -35,7 +36,11 @@ __global__ void __launch_bounds__(NW * 32, D == 64 ? 2 : 1) attn_fwd_mma_kernel(
     cp_async_commit();
 
     const int wr0 = q0 + warp * 16; /* this warp's first query row (sequence-relative) */
-    uint32_t qf[D / 16][4];
+    /* Q's fragments stay in registers up to head_dim 128; beyond, O alone fills them and Q is read from shared
+     * memory for every tile */
+    constexpr bool QREG = D <= 128;
+    uint32_t qf[QREG ? D / 16 : 1][4];
+    (void)qf;
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -43,9 +48,11 @@ __global__ void __launch_bounds__(NW * 32, D == 64 ? 2 : 1) attn_fwd_mma_kernel(
     for (int t = 0; t < ntiles; t++) {
         cp_async_wait_all();
         __syncthreads(); /* tile t visible to all; every warp done with tile t-1, so its buffer may be refilled */
-        if (t == 0) {
+        if constexpr (QREG) {
+            if (t == 0) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) lds_a<D>(qf[kk], sQ, warp * 16, kk * 16, lane);
+                for (int kk = 0; kk < D / 16; kk++) lds_a<D>(qf[kk], sQ, warp * 16, kk * 16, lane);
+            }
         }
         if (t + 1 < ntiles) {
             int nb = (t + 1) & 1, k1 = (t + 1) * BN;
@@ -62,12 +69,19 @@ __global__ void __launch_bounds__(NW * 32, D == 64 ? 2 : 1) attn_fwd_mma_kernel(
         for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t qa[4];
+            if constexpr (QREG) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) qa[e] = qf[kk][e];
+            } else {
+                lds_a<D>(qa, sQ, warp * 16, kk * 16, lane);
+            }
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
                 uint32_t b[4];
                 lds_bt<D>(b, cK, np * 16, kk * 16, lane);
-                mma16816(s[2 * np], qf[kk], b[0], b[1]);
-                mma16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+                mma16816(s[2 * np], qa, b[0], b[1]);
+                mma16816(s[2 * np + 1], qa, b[2], b[3]);
             }
         }
         if (kt0 + BN - 1 > wr0) { /* the diagonal: key > row is masked */
@@ -151,6 +165,11 @@ void cpt_attn_fwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *lse, const _
     CKCHECK(n_seqs <= 65535 && cdiv(max_seqlen, 64) <= 65535, "attention_fwd",
             "%d sequences or a longest sequence of %d is more than the grid takes", n_seqs, max_seqlen);
     if (max_seqlen == 0) return;
-    if (D == 64) launch_fwd<64, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV);
-    else launch_fwd<128, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV);
+    switch (D) {
+    case 64: launch_fwd<64, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV); break;
+    case 80: launch_fwd<80, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV); break;
+    case 96: launch_fwd<96, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV); break;
+    case 128: launch_fwd<128, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV); break;
+    default: launch_fwd<256, 8>(ctx, out, lse, qkv, cu, n_seqs, max_seqlen, H, KV); break;
+    }
 }

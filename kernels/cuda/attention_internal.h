@@ -1,7 +1,7 @@
-/* Shared between attention.cu (entry points, checks, simple kernels) and the tensor-core kernels for head_dim 64
- * and 128 (attention_fwd.cu, attention_bwd.cu): their launchers and the warp-level building blocks (cp.async,
- * ldmatrix, mma.sync m16n8k16 bf16 -> fp32) as inline PTX. Operands are already checked; pointers are device
- * pointers.
+/* Shared between attention.cu (entry points, checks, simple kernels) and the tensor-core kernels for head_dim 64,
+ * 80, 96, 128 and 256 (attention_fwd.cu, attention_bwd.cu): their launchers and the warp-level building blocks
+ * (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32) as inline PTX. Operands are already checked; pointers are
+ * device pointers.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A 16x16 row-major in 4 registers of 2 bf16,
  * rows g / g+8, columns 2t..2t+1 / 2t+8..2t+9; B 16x8 as B[k][n] with k 2t..2t+1 / 2t+8..2t+9, n = g; C 16x8 fp32,
@@ -13,7 +13,7 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-/* out [N, H*D], lse [N, H] from qkv [N, (H+2KV)*D]; D is 64 or 128 */
+/* out [N, H*D], lse [N, H] from qkv [N, (H+2KV)*D]; D is 64, 80, 96, 128 or 256 */
 void cpt_attn_fwd_mma(cpt_cuda_ctx *ctx, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int32_t *cu,
                       int n_seqs, int max_seqlen, int64_t N, int H, int KV, int D);
 /* How many parts the dK/dV work of a key tile is split into (1: none) so that enough blocks fill the GPU. */

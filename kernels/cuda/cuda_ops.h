@@ -111,12 +111,20 @@ void cpt_cuda_adamw(cpt_cuda_ctx *ctx, cpt_tensor param, cpt_tensor param_bf16, 
 
 /* ---- attention (kernels/cuda/attention.cu) ---------------------------------------------------------------- */
 
+/* The head sizes every attention kernel here takes (training forward and backward, paged decode v1 falls back to
+ * v2): the sizes of real models. Plain C, so builds without CUDA refuse the same shapes (cpt_model_cuda_shape_check
+ * in model/model.h). */
+#define CPT_CUDA_HEAD_DIMS_TEXT "8, 16, 32, 64, 80, 96, 128, 256"
+static inline int cpt_cuda_head_dim_ok(int d) {
+    return d == 8 || d == 16 || d == 32 || d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
+}
+
 /* Causal self-attention with grouped-query heads over packed variable-length sequences, flash-style: the T x T
  * scores never exist in memory. Same layout and meaning as cpt_k_attention_fwd in kernels/kernels.h:
  * qkv [N, (H + 2KV) * D] bf16 (per row H query heads, then KV key heads, then KV value heads, after rope);
  * cu_seqlens [S + 1] i32 on the device; max_seqlen = the longest sequence (host value, sizes the grid).
  * out [N, H * D] bf16; lse [N, H] f32 (logsumexp of the scaled scores, kept for backward). Scale 1/sqrt(D).
- * head_dim: any of 8, 16, 32, 64, 128 (64 and 128 are the fast paths). */
+ * head_dim: cpt_cuda_head_dim_ok (the multiples of 16 from 64 up run on the tensor cores). */
 void cpt_cuda_attention_fwd(cpt_cuda_ctx *ctx, cpt_tensor out, cpt_tensor lse, cpt_tensor qkv, cpt_tensor cu_seqlens,
                             int n_seqs, int max_seqlen, cpt_attn_shape s);
 /* dqkv [N, (H + 2KV) * D] bf16 is OVERWRITTEN (every element set; the one exception to the += convention, because
@@ -181,14 +189,15 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
  * the grid's splits are empty) processed by separate blocks and merged in split order (deterministic). A row's
  * result depends only on its own positions and split_len[i], so a split length chosen from the row's own length
  * makes it independent of the other rows of the call (a row with one non-empty split is bitwise the n_splits == 1
- * result). partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: a multiple of 8 up to 128. */
+ * result). partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: a multiple of 8 dividing 128
+ * (8, 16, 32, 64, 128; cpt_cuda_paged_attention_v2 takes every cpt_cuda_head_dim_ok size). */
 size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits);
 void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
                               const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
                               int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
 /* The kernel behind cpt_cuda_paged_attention_v2 (the engine option attn_v2 is this + 1):
  * - CPT_ATTN_V2: restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over many
- *   positions at once); head_dim 8, 16, 32, 64 or 128.
+ *   positions at once); head_dim a multiple of 8 up to 256 (every cpt_cuda_head_dim_ok size).
  * - CPT_ATTN_V2_DEEP: the same with 16 value loads in flight per thread before any is used (bitwise the same
  *   results; for large batches at head_dim 128, where a thread walks 32 positions a tile).
  * - CPT_ATTN_MMA: the products on the tensor cores (mma.sync, P rounded to bf16 as in the training forward; within

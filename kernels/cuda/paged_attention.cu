@@ -264,7 +264,7 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
     float *m_s = s_s + MAXG * ATT_TILE; /* [G] */
     float *l_s = m_s + MAXG;            /* [G] */
     float *a_s = l_s + MAXG;            /* [G] */
-    float *red = a_s + MAXG;            /* [ATT_THREADS / (D / 4)][D] = 4 * ATT_THREADS */
+    float *red = a_s + MAXG;            /* [rows_par][D], at most 4 * ATT_THREADS */
     int64_t *off_s = (int64_t *)(red + 4 * ATT_THREADS); /* [ATT_TILE] key row offsets */
     int QKV = (H + 2 * KV) * D;
     const float scale = rsqrtf((float)D);
@@ -297,7 +297,10 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
         m_s[tid] = -INFINITY;
         l_s[tid] = 0.0f;
     }
+    /* phase 3's threads: tpr per position, rows_par positions side by side; where tpr does not divide the block
+     * (head_dim 80, 96) the threads past rows_par * tpr have no share and only take part in the barriers */
     const int tpr = D / 4, rows_par = ATT_THREADS / tpr, pr = tid / tpr, dv = (tid % tpr) * 4;
+    const bool pv_thread = pr < rows_par;
     float acc[MAXG][4];
 #pragma unroll
     for (int g = 0; g < MAXG; g++)
@@ -357,10 +360,11 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
             }
         };
         if constexpr (VU == 0) {
+            if (pv_thread)
 #pragma unroll 4
-            for (int j = pr; j < tn; j += rows_par) pv(j, *(const uint2 *)(pool + off_s[j] + vshift + dv));
+                for (int j = pr; j < tn; j += rows_par) pv(j, *(const uint2 *)(pool + off_s[j] + vshift + dv));
         } else { /* VU value loads issued before any is used (head_dim 128 walks 32 positions a tile per thread) */
-            for (int j0 = pr; j0 < tn; j0 += VU * rows_par) {
+            for (int j0 = pr; pv_thread && j0 < tn; j0 += VU * rows_par) {
                 uint2 raw[VU];
 #pragma unroll
                 for (int u = 0; u < VU; u++) {
@@ -378,8 +382,9 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
 #pragma unroll
     for (int g = 0; g < MAXG; g++) {
         if (g >= G) break; /* G is the same for the whole block: the barriers below stay uniform */
+        if (pv_thread)
 #pragma unroll
-        for (int u = 0; u < 4; u++) red[pr * D + dv + u] = acc[g][u];
+            for (int u = 0; u < 4; u++) red[pr * D + dv + u] = acc[g][u];
         __syncthreads();
         int h = kvh * G + g;
         for (int x = tid; x < D; x += blockDim.x) {
@@ -423,9 +428,9 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
             op, "kernel kind %d%s", (int)kind, kind == CPT_ATTN_FEW ? " without the append" : "");
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
-    CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= 128 &&
-                ATT_THREADS % (D / 4) == 0 && layer >= 0 && layer < kv->n_layers,
-            op, "shape: %d heads, %d kv heads of %d (head_dim: 8, 16, 32, 64 or 128)", H, KV, D);
+    CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= 256 && layer >= 0 &&
+                layer < kv->n_layers,
+            op, "shape: %d heads, %d kv heads of %d (head_dim: a multiple of 8 up to 256)", H, KV, D);
     CKCHECK(H / KV <= 16, op, "%d query heads per kv head; at most 16 supported", H / KV);
     CKCHECK(n_splits >= 1 && n_splits <= MERGE_MAX_SPLITS && (n_splits == 1 || (partial && split_len)), op,
             "%d splits (at most %d; more than one needs partials)", n_splits, MERGE_MAX_SPLITS);
@@ -440,7 +445,8 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
         cpt_paged_attention_mma_launch(ctx, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, kv, layer, pos,
                                        tab, n_rows, n_splits, split_len, H, KV, D, counters, ap);
     } else {
-        int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : 128, deep = kind == CPT_ATTN_V2_DEEP;
+        int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
+        int deep = kind == CPT_ATTN_V2_DEEP;
         size_t shm = sizeof(float) * ((size_t)maxg * maxd + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
                                       4 * (size_t)ATT_THREADS) +
                      sizeof(int64_t) * ATT_TILE;
@@ -452,11 +458,13 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
         if (maxg == 8) {
             if (maxd == 32) V2(8, 32);
             else if (maxd == 64) V2(8, 64);
-            else V2(8, 128);
+            else if (maxd == 128) V2(8, 128);
+            else V2(8, 256);
         } else {
             if (maxd == 32) V2(16, 32);
             else if (maxd == 64) V2(16, 64);
-            else V2(16, 128);
+            else if (maxd == 128) V2(16, 128);
+            else V2(16, 256);
         }
 #undef V2
         LAUNCH_OK("paged_attention_v2_kernel");

@@ -1,10 +1,11 @@
 /* CUDA attention (kernels/cuda/attention*.cu) against the CPU backend (kernels/cpu/attention.c, fp32) on the same
  * inputs: fresh random qkv and dout rounded to bf16 on the host, packed sequences whose lengths are not multiples
- * of the tiles (1, 7, 64, 65, 300, 1000), GQA ratios 1, 2, 6 and 7, head_dim 8 .. 128, both the tensor-core path
- * and the simple path for head_dim 64 and 128. Outputs are poisoned with NaN first; out and dqkv must reach relative
+ * of the tiles (1, 7, 64, 65, 300, 1000), GQA ratios 1, 2, 6 and 7, every head_dim of cpt_cuda_head_dim_ok (8 ..
+ * 256), both the tensor-core path and the simple path for head_dim 64, 80, 96, 128 and 256. Outputs are poisoned with NaN first; out and dqkv must reach relative
  * L2 <= 1e-2, lse <= 1e-4 (against a reference RMS of at least 1e-2), no NaN; two runs of the backward (and
  * forward) must agree bit for bit.
- * With CPT_CUDA_BENCH=1 it also times forward and backward on 8 x 2048 packed tokens at the Qwen2.5 shapes. */
+ * With CPT_CUDA_BENCH=1 it also times forward and backward on 8 x 2048 packed tokens at the Qwen2.5 shapes and at
+ * head_dim 80, 96 and 256. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,12 +179,18 @@ int main(void) {
         check_case(mix, 6, 12, 2, 128, simple); /* Qwen2.5-1.5B: ratio 6 */
         check_case(mix, 4, 4, 2, 64, simple);   /* ratio 2 */
         check_case(all, 6, 3, 3, 128, simple);  /* ratio 1 */
+        check_case(mix, 6, 8, 2, 80, simple);   /* the head sizes of other real models */
+        check_case(all, 6, 12, 4, 96, simple);
+        check_case(mix, 6, 8, 4, 256, simple);
+        check_case(all, 6, 3, 3, 256, simple);
     }
     /* many short sequences: enough key tiles that the dK/dV work is not split (the cases above split it) */
     int many[100];
     for (int i = 0; i < 100; i++) many[i] = 65 + (int)cpt_rng_below(&rng, 64);
     check_case(many, 100, 8, 4, 64, 0);
     check_case(many, 100, 8, 4, 128, 0);
+    check_case(many, 100, 8, 4, 80, 0);
+    check_case(many, 100, 4, 2, 256, 0);
     check_case(all, 6, 4, 2, 32, 0);
     check_case(mix, 6, 7, 1, 16, 0);
     check_case(all, 6, 2, 2, 8, 0);
@@ -196,6 +203,9 @@ int main(void) {
     if (b && *b && strcmp(b, "0") != 0) {
         bench_shape(14, 2, 64);
         bench_shape(12, 2, 128);
+        bench_shape(32, 8, 80);
+        bench_shape(16, 8, 96);
+        bench_shape(8, 4, 256);
     }
     cpt_cuda_ctx_free(ctx);
     return check_summary("test_cuda_attention");

@@ -12,8 +12,10 @@
  *  - paged cache: many requests of varied lengths, n samples sharing their prompt (copy-on-write), stop ids,
  *    through few slots with small blocks so freed blocks are reused; every sample checked against the CPU model,
  *    and every block back in the free list at the end;
- *  - both paged attention kernels against an fp64 reference (scattered blocks, 1 and 4 splits, head_dim 8-128,
- *    1-16 query heads per kv head), and the engine with the second one;
+ *  - both paged attention kernels against an fp64 reference (scattered blocks, 1 and 4 splits, head_dim 8-256
+ *    (the first kernel where 128 % head_dim == 0), 1-16 query heads per kv head), and the engine with the second one;
+ *  - head_dim 80, 96 and 256 through the engine (defaults and the first kernel's setting, which runs the second
+ *    there) against the CPU, and a head_dim the kernels do not take (24) refused at creation with a message;
  *  - the skinny product kernel (decode steps of <= 8 rows) against fp64 and cuBLASLt, with timings at Qwen2.5
  *    shapes; the engine's greedy and churn cases again with it enabled (gemv_rows 8);
  *  - the fused products (rmsnorm, bias, residual, swiglu folded in) against fp64 with the same bf16 roundings, every
@@ -52,16 +54,12 @@ static void round_model_bf16(cpt_model *m) {
  * head), or (wide) 2 layers of the 1.5B shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960: the
  * persistent step's kernel set there). Its final norm is scaled so the logits are peaked like a trained model's
  * (random init gives near-uniform ones, where greedy is all near-ties). */
-static cpt_model *random_model(int wide) {
+static cpt_model *random_model_shape(int C, int I, int L, int H, int KV, int D) {
     cpt_model_config c;
     memset(&c, 0, sizeof c);
     c.arch = CPT_ARCH_QWEN2;
-    c.vocab_size = 4096, c.hidden_size = 448, c.intermediate_size = 1024, c.num_layers = 3;
-    c.num_heads = 7, c.num_kv_heads = 1, c.head_dim = 64;
-    if (wide) {
-        c.hidden_size = 1536, c.intermediate_size = 8960, c.num_layers = 2;
-        c.num_heads = 12, c.num_kv_heads = 2, c.head_dim = 128;
-    }
+    c.vocab_size = 4096, c.hidden_size = C, c.intermediate_size = I, c.num_layers = L;
+    c.num_heads = H, c.num_kv_heads = KV, c.head_dim = D;
     c.rms_norm_eps = 1e-6f, c.rope_theta = 1000000.0f, c.qkv_bias = 1, c.tie_word_embeddings = 1;
     c.max_position_embeddings = 4096, c.bos_token_id = -1, c.eos_token_id = -1;
     cpt_model *m = cpt_model_new_random(&c, 1234, &err);
@@ -82,6 +80,10 @@ static cpt_model *random_model(int wide) {
     }
     round_model_bf16(m);
     return m;
+}
+
+static cpt_model *random_model(int wide) {
+    return wide ? random_model_shape(1536, 8960, 2, 12, 2, 128) : random_model_shape(448, 1024, 3, 7, 1, 64);
 }
 
 static cpt_model *fixture(const char *name) {
@@ -766,7 +768,7 @@ static void test_attention_kernels(void) {
     cpt_cuda_ctx *ctx = ctx_or_exit("test_cuda_decode");
     static const int cases[][4] = {/* H, KV, D, block_size */
                                    {14, 2, 64, 16}, {12, 2, 128, 16}, {4, 2, 16, 8}, {8, 8, 8, 8}, {16, 1, 32, 16},
-                                   {7, 1, 64, 32}};
+                                   {7, 1, 64, 32}, {8, 2, 80, 16}, {12, 4, 96, 16}, {8, 4, 256, 16}, {16, 1, 96, 8}};
     enum { NS = 5, L = 2, LAYER = 1 };
     static const int lens[NS] = {1, 17, 200, 700, 1500};
     cpt_rng rng;
@@ -846,12 +848,12 @@ static void test_attention_kernels(void) {
         OK(cpt_cuda_memcpy_h2d(ctx, dsplit, split_len, 4 * (size_t)n, &err));
         cpt_cuda_paged_kv kv = {dpool, L, nb, BS, KV, D, max_blocks, dtabs};
         cpt_attn_shape shp = {H, KV, D};
-        /* v: 0 the first kernel, 1 the second, 2 the tensor-core one (head_dim 64 and 128) */
-        int has_mma = cpt_cuda_paged_attention_mma_ok(shp) && !getenv("CPT_TEST_SKIP_MMA");
+        /* v: 0 the first kernel (head_dim dividing 128), 1 the second, 2 the tensor-core one (head_dim 64 and 128) */
+        int has_mma = cpt_cuda_paged_attention_mma_ok(shp) && !getenv("CPT_TEST_SKIP_MMA"), has_v1 = 128 % D == 0;
         double worst[3][2] = {{0}};
         OK(cpt_cuda_memset(ctx, dcnt, 0, sizeof(int) * (size_t)n * KV, &err));
         float *merged = hbuf((size_t)n * H * D), *one = hbuf((size_t)n * H * D);
-        for (int v = 0; v < 2 + has_mma; v++)
+        for (int v = has_v1 ? 0 : 1; v < 2 + has_mma; v++)
             for (int sp = 0; sp < 2; sp++) {
                 int splits = sp ? 4 : 1;
                 cpt_attn_kind kind = v == 2 ? CPT_ATTN_MMA : CPT_ATTN_V2;
@@ -988,10 +990,11 @@ static void test_attention_kernels(void) {
         }
         cpt_cuda_free(dcnt);
         printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
-               "v2 %.2e / %.2e, mma %.2e / %.2e%s (in-kernel merge bitwise the same; append fused in: %s); few "
+               "v2 %.2e / %.2e, mma %.2e / %.2e%s%s (in-kernel merge bitwise the same; append fused in: %s); few "
                "against mma + kv_append %.2e\n", H, KV, D,
                BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1],
-               has_mma ? "" : " (not run: head_dim)", same_app ? "bitwise the same" : "DIFFERS", worst_few);
+               has_mma ? "" : " (mma not run: head_dim)", has_v1 ? "" : " (v1 not run: head_dim)",
+               same_app ? "bitwise the same" : "DIFFERS", worst_few);
         SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e  mma %.1e/%.1e (1/4 splits)  few-mma %.1e", H,
             KV, D, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1], worst_few);
         free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
@@ -1127,6 +1130,41 @@ static void test_persistent(const char *name, cpt_model *m) {
     cpt_cuda_engine_free(e0);
 }
 
+/* ---- head sizes beyond 64 and 128 through the engine; one it does not take ---------------------------------- */
+
+static void test_head_dims(void) {
+    static const int shapes[][4] = {{320, 4, 2, 80}, {384, 4, 2, 96}, {1024, 4, 2, 256}}; /* hidden, H, KV, D */
+    for (int s = 0; s < 3; s++) {
+        cpt_model *m = random_model_shape(shapes[s][0], 1024, 2, shapes[s][1], shapes[s][2], shapes[s][3]);
+        char name[32];
+        snprintf(name, sizeof name, "random-hd%d", shapes[s][3]);
+        /* the defaults, then the first kernel's setting (the second runs: the head size does not divide 128) */
+        cpt_engine_opts base = {0};
+        cpt_cuda_engine_opts d = cpt_cuda_engine_defaults(base);
+        attn_v2 = d.attn_v2, fused = d.fused, gemv_rows = d.gemv_rows;
+        test_greedy(name, m, 16);
+        prefill_chunk = 3;
+        test_paged_churn(name, m);
+        prefill_chunk = 0;
+        attn_v2 = fused = gemv_rows = 0;
+        test_greedy(name, m, 16);
+        cpt_model_free(m);
+    }
+    /* a head size the CPU model takes and the GPU kernels do not: refused at creation, the process goes on */
+    cpt_model *m = random_model_shape(96, 256, 1, 4, 2, 24);
+    cpt_engine_opts base = {.slots = 2, .max_len = 64};
+    cpt_cuda_engine_opts o = cpt_cuda_engine_defaults(base);
+    cpt_err_clear(&err);
+    cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
+    const char *want = "cuda engine: head_dim 24 is not supported on the GPU (supported: " CPT_CUDA_HEAD_DIMS_TEXT ")";
+    int refused = e == NULL && strcmp(err.msg, want) == 0;
+    CHECK_MSG(refused, "head_dim 24: engine %s, message '%s'", e ? "created" : "refused", err.msg);
+    printf("head_dim 24: engine %s: %s\n", e ? "CREATED" : "refused", err.msg);
+    SUM("head_dim 24 refused at creation with the supported sizes: %s", refused ? "ok" : "FAIL");
+    cpt_cuda_engine_free(e);
+    cpt_model_free(m);
+}
+
 int main(void) {
     static const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     test_sampler_kernel();
@@ -1210,6 +1248,7 @@ int main(void) {
     test_sampling_engine("random-448x3", big);
     test_paged_churn("random-448x3", big);
     cpt_model_free(big);
+    test_head_dims();
     printf("\n== GPU decode summary ==\n");
     table_print(&summary);
     return check_summary("test_cuda_decode");

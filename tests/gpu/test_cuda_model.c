@@ -14,6 +14,9 @@
  *    uninterrupted run; the same optimizer file loads into a CPU optimizer with the GPU's moments.
  * 5. The model's own ops (embedding fwd/bwd with repeated ids, bias grad, value-head dot, sum of squares, scale,
  *    casts, copy_cols) against the CPU ops or host sums, device outputs poisoned (0xFF: NaN) first.
+ * 6. Head sizes of other real models (80, 96, 256) on small random qwen3 models (explicit head_dim, q/k norm):
+ *    forward + backward against the CPU at the tolerances of 1; a head size the CPU takes and the GPU kernels do not
+ *    (24) refused at placement with a message naming the supported ones, the model still running on the CPU.
  * Host outputs are poisoned with NaN before every GPU call that writes them. With CPT_CUDA_MODEL_BENCH=1 it also
  * times train steps (forward + backward + clip + AdamW) at the Qwen2.5-0.5B shape, =2 also at 1.5B. */
 #include <math.h>
@@ -665,11 +668,83 @@ static void bench_shape(const char *name, int C, int I, int L, int H, int KV, in
     cpt_model_free(m);
 }
 
+/* A small qwen3 model (q/k norm, head_dim not hidden / heads) with non-trivial norm weights. */
+static cpt_model *head_dim_model(int H, int KV, int D) {
+    cpt_model_config c = big_config();
+    c.arch = CPT_ARCH_QWEN3;
+    c.qkv_bias = 0, c.qk_norm = 1;
+    c.vocab_size = 1024, c.hidden_size = 256, c.intermediate_size = 512, c.num_layers = 2;
+    c.num_heads = H, c.num_kv_heads = KV, c.head_dim = D;
+    cpt_model *m = cpt_model_new_random(&c, 4321, &err);
+    OK(!m);
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 17, 1);
+    for (size_t i = 0; i < cpt_model_num_params(m); i++) {
+        cpt_param *p = cpt_model_param(m, i);
+        if (p->ndim == 1) cpt_rng_fill_normal(&rng, p->data, p->numel, 1.0f, 0.1f);
+    }
+    return m;
+}
+
+static void check_head_dims(void) {
+    static const int shapes[][3] = {{8, 2, 80}, {6, 2, 96}, {4, 2, 256}};
+    int lens[] = {300, 129, 64, 7, 1};
+    for (int k = 0; k < 3; k++) {
+        int H = shapes[k][0], KV = shapes[k][1], D = shapes[k][2];
+        cpt_model *cpu = head_dim_model(H, KV, D), *gpu = head_dim_model(H, KV, D);
+        OK(cpt_model_use_cuda(gpu, 0, &err));
+        big_batch bb;
+        make_batch(&bb, lens, 5, 1024, 11);
+        int N = bb.b.n_tokens;
+        result rc = {0}, rg = {0};
+        fwd_bwd(cpu, &bb.b, 1, NULL, NULL, &rc);
+        fwd_bwd(gpu, &bb.b, 1, NULL, NULL, &rg);
+        char name[32];
+        snprintf(name, sizeof name, "hd%d (%d/%d)", D, H, KV);
+        row(name, "logits", (size_t)N * 1024, -1, rel_l2(rg.logits, rc.logits, (size_t)N * 1024), 2e-2);
+        row(name, "logprobs", (size_t)N, -1, rel_l2(rg.lp, rc.lp, (size_t)N), 2e-2);
+        row(name, "entropy", (size_t)N, -1, rel_l2(rg.ent, rc.ent, (size_t)N), 2e-2);
+        row(name, "loss", 1, -1, rel_l2(&rg.loss, &rc.loss, 1), 2e-2);
+        size_t off = 0;
+        double worst = 0;
+        const char *worst_name = "";
+        for (size_t i = 0; i < cpt_model_num_params(cpu); i++) {
+            cpt_param *p = cpt_model_param(cpu, i);
+            double r = rel_l2(rg.grads + off, rc.grads + off, p->numel);
+            CHECK_MSG(r <= 5e-2, "%s grad.%s: rel L2 vs cpu %.3e, tolerance 5e-2", name, p->name, r);
+            if (!(r <= worst)) worst = r, worst_name = p->name;
+            off += p->numel;
+        }
+        printf("  %-13s %-52s %9zu  %-10s %.3e  5e-02 %s\n", name, "grad (worst of all)", off, worst_name, worst,
+               worst <= 5e-2 ? "" : "FAIL");
+        result_free(&rc), result_free(&rg);
+        big_batch_free(&bb);
+        cpt_model_free(cpu), cpt_model_free(gpu);
+    }
+    /* head_dim 24: the CPU model runs it, the GPU refuses it at placement (and the process goes on) */
+    cpt_model *m = head_dim_model(4, 2, 24);
+    int32_t tok[4] = {1, 2, 3, 4}, tg[4] = {2, 3, 4, -1}, ss[2] = {0, 4};
+    cpt_batch b = {4, 1, tok, ss, tg};
+    float lp[4];
+    cpt_forward_out o = {lp, NULL, NULL, NULL};
+    cpt_err_clear(&err);
+    int rc = cpt_model_use_cuda(m, 0, &err);
+    const char *want = "placing the model on CUDA device 0: head_dim 24 is not supported on the GPU (supported: "
+                       CPT_CUDA_HEAD_DIMS_TEXT ")";
+    int refused = rc == -1 && !strcmp(err.msg, want) && !cpt_model_on_cuda(m);
+    CHECK_MSG(refused, "head_dim 24: placement returned %d, '%s'", rc, err.msg);
+    OK(cpt_model_forward(m, &b, &o, 0, &err));
+    printf("  head_dim 24: placement %s ('%s'); the CPU forward still runs: logprob[0] %.4f\n",
+           refused ? "refused" : "NOT REFUSED", err.msg, lp[0]);
+    cpt_model_free(m);
+}
+
 int main(void) {
     const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     printf("  %-13s %-52s %9s  %-10s %-10s %s\n", "model", "tensor", "elements", "vs torch", "vs cpu", "tol");
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_fixture(fixtures[i]);
     check_big();
+    check_head_dims();
     printf("  worst: outputs %.3e, gradients %.3e\n", worst_out, worst_grad);
     check_training();
     check_ops();
