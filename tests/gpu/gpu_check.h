@@ -164,7 +164,7 @@ static inline double now_s(void) {
 
 /* The summary printed last. With echo each row is printed when added too, so an abort later still leaves the
  * rows so far; rows past GPU_TABLE_ROWS are dropped. */
-#define GPU_TABLE_ROWS 128
+#define GPU_TABLE_ROWS 192
 typedef struct gpu_table {
     int echo, n;
     char rows[GPU_TABLE_ROWS][200];

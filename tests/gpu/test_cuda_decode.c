@@ -1169,6 +1169,8 @@ int main(void) {
     static const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     test_sampler_kernel();
     test_attention_kernels();
+    if (getenv("CPT_TEST_KERNELS_ONLY")) /* the kernel checks alone (under compute-sanitizer, say) */
+        return check_summary("test_cuda_decode");
     for (int i = 0; i < 4; i++) {
         cpt_model *m = fixture(fixtures[i]);
         test_greedy(fixtures[i], m, i == 1 ? 8 : 16);
