@@ -170,7 +170,8 @@ static long model_context(const cpt_config *c) {
 /* Online data: every prompt tokenized as the trainer issues it (tokenizer, data.chat_template) and compared with
  * what the roles accept: the rollout refuses one longer than its context, the trainer one that leaves no room
  * in train.max_seq_len. Such a group is skipped after its retries (queue.group_retries), so this is a warning. */
-static void check_prompt_lengths(cpt_preflight *p, const char *key, const char *path, const cpt_dataset *ds) {
+static void check_prompt_lengths(cpt_preflight *p, const char *key, const char *path, const cpt_dataset *ds,
+                                 int validation) {
     const cpt_config *c = p->cfg;
     /* as the rollout engine and the trainer take them */
     long model_ctx = model_context(c);
@@ -206,13 +207,18 @@ static void check_prompt_lengths(cpt_preflight *p, const char *key, const char *
         if (k > longest) longest = k;
         if ((long)k > ctx) {
             if (!over_ctx++) first_ctx = r->line, first_ctx_len = k;
-        } else if ((long)k >= train_max) {
+        } else if (!validation && (long)k >= train_max) {
             if (!over_train++) first_train = r->line, first_train_len = k;
         }
     }
     if (failed_line)
         line(p, "FAIL", "data", "%s: %s:%d: %s", key, path, failed_line, err.msg);
-    if (over_ctx)
+    /* validation generates from every prompt and has no group to skip: its run would fail at the first */
+    if (over_ctx && validation)
+        line(p, "FAIL", "data", "%s: %s:%d: a prompt of %zu tokens is longer than the context of %ld tokens (%zu such "
+             "prompt%s): validation would fail", key, path, first_ctx, first_ctx_len, ctx, over_ctx,
+             over_ctx == 1 ? "" : "s");
+    else if (over_ctx)
         line(p, "warn", "data", "%s: %s: %zu prompt%s longer than the rollout's context of %ld tokens (first: line %d, "
              "%zu tokens): the rollout refuses such a prompt and the run skips its group", key, path, over_ctx,
              over_ctx == 1 ? "" : "s", ctx, first_ctx, first_ctx_len);
@@ -253,8 +259,8 @@ static void check_data_file(cpt_preflight *p, const char *key, int required) {
              cpt_dataset_count(ds), cpt_dataset_bad_lines(ds), cpt_dataset_first_bad(ds));
     else
         line(p, "ok", "data", "%s: %s: %zu %s records", key, path, cpt_dataset_count(ds), cpt_data_format_name(f));
-    if (!strcmp(key, "data.train") && is_online(algo) && f == CPT_DATA_RL_PROMPT)
-        check_prompt_lengths(p, key, path, ds);
+    if ((!strcmp(key, "data.train") || !strcmp(key, "validation.data")) && is_online(algo) && f == CPT_DATA_RL_PROMPT)
+        check_prompt_lengths(p, key, path, ds, !strcmp(key, "validation.data"));
     cpt_dataset_free(ds);
 }
 

@@ -44,6 +44,10 @@ OMP_NUM_THREADS=1 "$BUILD/cpt-train" "${sft[@]}" run.dir="$T/tiny" train.steps=1
 good "hf folder" "${sft[@]}" model.init=load model.path="$T/hf" tokenizer.path=
 grep -q "ok    model      $T/hf: 2 layers, hidden 32, vocab" "$T/out" || { cat "$T/out"; fail "model line"; }
 grep -q "ok    tokenizer  $T/hf" "$T/out" || { cat "$T/out"; fail "tokenizer from the model folder"; }
+# a validation prompt longer than the model's context fails validation at its first run: refused up front, file:line
+python3 -c "import json; print(json.dumps({'prompt': 'What is 1 + 1?', 'answer': '2'})); print(json.dumps({'prompt': 'What is ' + '9 + ' * 400 + '1?', 'answer': '3601'}))" > "$T/val.jsonl"
+bad "long validation prompt" "FAIL  data .*validation.data: $T/val.jsonl:2: a prompt of [0-9]+ tokens is longer than the context" \
+  "${grpo[@]}" model.init=load model.path="$T/hf" tokenizer.path= validation.data="$T/val.jsonl"
 # a checkpoint step folder works as model.path too
 good "checkpoint" "${sft[@]}" model.init=load model.path="$T/tiny/checkpoints/step-1"
 # the test fixture's vocabulary (256) is smaller than the example tokenizer's
