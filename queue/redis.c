@@ -336,7 +336,12 @@ static int send_batch(cpt_redis *r, int n, const cpt_redis_cmd *cmds, redisReply
                       cpt_err *err) {
     char what[300];
     for (int i = 0; i < n; i++) replies[i] = NULL;
-    if (!r->ctx) return -2;
+    if (!r->ctx) {
+        /* an earlier command's reconnect failed: the caller reconnects, and its log line quotes this text */
+        name_cmd(&cmds[0], what, sizeof what);
+        cpt_errf(err, "%s on %s: not connected", what, r->redacted);
+        return -2;
+    }
     if (block_ms > 0) redisSetTimeout(r->ctx, ms_tv(r->command_timeout_ms + block_ms));
     for (int i = 0; i < n; i++) {
         if (redisAppendCommandArgv(r->ctx, cmds[i].argc, cmds[i].argv, cmds[i].lens) != REDIS_OK) {

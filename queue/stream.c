@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/fs.h"
+#include "queue/lease.h"
 
 static const char *stream_names[CPT_QUEUE_N_KEYS] = {"prompts", "rollouts", "scored", "dead",
                                                      "weights", "control", "workers"};
@@ -110,6 +111,14 @@ static const char ADD_SCRIPT[] =
     "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end\n"
     "return redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])\n";
 
+/* The trainer's adds: refused outright when a newer trainer lease token exists (KEYS[2] the fence counter). */
+static const char FENCED_ADD_SCRIPT[] =
+    "local f = redis.call('GET', KEYS[2])\n"
+    "if f ~= ARGV[3] then return redis.error_reply('FENCED trainer lease token ' .. ARGV[3] .. ' was superseded by '"
+    " .. tostring(f) .. ': another trainer runs on this queue') end\n"
+    "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end\n"
+    "return redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])\n";
+
 static const char FORWARD_SCRIPT[] =
     "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end\n"
     "local id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])\n"
@@ -182,9 +191,23 @@ int cpt_queue_release(cpt_queue *q, const cpt_queue_item *it, cpt_err *err) {
     return 0;
 }
 
+void cpt_queue_set_fence(cpt_queue *q, int64_t token) {
+    char lease_key[CPT_LEASE_KEY_MAX];
+    cpt_lease_keys(q->run, lease_key, q->fence_key);
+    q->fence_token = token;
+}
+
 int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char *id_out, cpt_err *err) {
     char max[32];
     snprintf(max, sizeof max, "%lld", (long long)q->max_len);
+    if (q->fence_token > 0) {
+        char tok[24];
+        snprintf(tok, sizeof tok, "%" PRId64, q->fence_token);
+        const char *argv[] = {"EVAL", FENCED_ADD_SCRIPT, "2", q->keys[s], q->fence_key, max, data, tok};
+        size_t lens[] = {4, sizeof FENCED_ADD_SCRIPT - 1, 1, strlen(q->keys[s]), strlen(q->fence_key), strlen(max),
+                         len, strlen(tok)};
+        return add_with_room(q, s, 8, argv, lens, id_out, NULL, err);
+    }
     const char *argv[] = {"EVAL", ADD_SCRIPT, "1", q->keys[s], max, data};
     size_t lens[] = {4, sizeof ADD_SCRIPT - 1, 1, strlen(q->keys[s]), strlen(max), len};
     return add_with_room(q, s, 6, argv, lens, id_out, NULL, err);
@@ -521,15 +544,27 @@ int cpt_queue_done(cpt_queue *q, const cpt_queue_item *it, cpt_err *err) {
 
 /* ---- hashes ---- */
 
+/* KEYS: weights, fence. ARGV: version, msg, token. */
+static const char FENCED_WEIGHTS_SCRIPT[] =
+    "local f = redis.call('GET', KEYS[2])\n"
+    "if f ~= ARGV[3] then return redis.error_reply('FENCED trainer lease token ' .. ARGV[3] .. ' was superseded by '"
+    " .. tostring(f) .. ': another trainer runs on this queue') end\n"
+    "return redis.call('HSET', KEYS[1], 'version', ARGV[1], 'msg', ARGV[2])\n";
+
 int cpt_queue_publish_weights(cpt_queue *q, const cpt_weights_msg *w, cpt_err *err) {
     cpt_buf b;
     if (cpt_weights_encode(w, &b, err)) return -1;
-    char v[32];
+    char v[32], tok[24];
     snprintf(v, sizeof v, "%" PRIu64, w->version);
+    snprintf(tok, sizeof tok, "%" PRId64, q->fence_token);
     const char *key = q->keys[CPT_HASH_WEIGHTS];
     const char *argv[] = {"HSET", key, "version", v, "msg", b.data};
     size_t lens[] = {4, strlen(key), 7, strlen(v), 3, b.len};
-    redisReply *rep = cpt_redis_command(q->redis, 6, argv, lens, key, 0, err);
+    const char *fargv[] = {"EVAL", FENCED_WEIGHTS_SCRIPT, "2", key, q->fence_key, v, b.data, tok};
+    size_t flens[] = {4, sizeof FENCED_WEIGHTS_SCRIPT - 1, 1, strlen(key), strlen(q->fence_key), strlen(v), b.len,
+                      strlen(tok)};
+    redisReply *rep = q->fence_token > 0 ? cpt_redis_command(q->redis, 8, fargv, flens, key, 0, err)
+                                         : cpt_redis_command(q->redis, 6, argv, lens, key, 0, err);
     cpt_buf_free(&b);
     if (!rep) return -1;
     freeReplyObject(rep);
@@ -584,6 +619,12 @@ int cpt_queue_get_control(cpt_queue *q, cpt_control_msg *c, cpt_err *err) {
     free(d);
     if (rc) return cpt_err_prefix(err, "HGET %s msg", q->keys[CPT_HASH_CONTROL]);
     return 1;
+}
+
+int cpt_queue_worker_gone(cpt_queue *q, const char *worker, cpt_err *err) {
+    const char *key = q->keys[CPT_HASH_WORKERS];
+    const char *argv[] = {"HDEL", key, worker};
+    return cpt_redis_integer(q->redis, 3, argv, key, NULL, err);
 }
 
 int cpt_queue_heartbeat(cpt_queue *q, const cpt_heartbeat_msg *h, cpt_err *err) {

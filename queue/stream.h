@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "queue/lease.h"
 #include "queue/redis.h"
 #include "queue/schema.h"
 #include "queue/seen.h"
@@ -96,6 +97,8 @@ typedef struct cpt_queue {
     } bufs[3];
     char claim_cursor[CPT_QUEUE_N_KEYS][CPT_STREAM_ID_MAX];
     double last_claim[CPT_QUEUE_N_KEYS];
+    int64_t fence_token; /* > 0: adds and weight announcements carry this trainer lease token (queue/lease.h) */
+    char fence_key[CPT_LEASE_KEY_MAX];
 } cpt_queue;
 
 cpt_queue *cpt_queue_open(const cpt_queue_opts *opts, cpt_err *err);
@@ -154,6 +157,10 @@ int cpt_queue_done(cpt_queue *q, const cpt_queue_item *it, cpt_err *err);
 /* Frees the decoded message; the item can be reused. */
 void cpt_queue_item_free(cpt_queue_item *it);
 
+/* From now on every add and weights announcement of q is refused by Redis ("FENCED ...", nothing written) once a
+ * trainer lease token newer than token was issued (queue/lease.h). */
+void cpt_queue_set_fence(cpt_queue *q, int64_t token);
+
 /* Hashes. */
 int cpt_queue_publish_weights(cpt_queue *q, const cpt_weights_msg *w, cpt_err *err);
 /* 1: found, 0: none published yet, -1: error (including a malformed announcement). */
@@ -161,6 +168,8 @@ int cpt_queue_get_weights(cpt_queue *q, cpt_weights_msg *w, cpt_err *err);
 int cpt_queue_set_control(cpt_queue *q, const cpt_control_msg *c, cpt_err *err);
 int cpt_queue_get_control(cpt_queue *q, cpt_control_msg *c, cpt_err *err);
 int cpt_queue_heartbeat(cpt_queue *q, const cpt_heartbeat_msg *h, cpt_err *err);
+/* Removes a worker's entry from the workers hash (a worker that exits cleanly). */
+int cpt_queue_worker_gone(cpt_queue *q, const char *worker, cpt_err *err);
 
 /* Trims entries every consumer group has acked (XTRIM MINID); returns how many were removed, or -1. */
 long cpt_queue_trim_consumed(cpt_queue *q, cpt_stream s, cpt_err *err);
