@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/json_util.h"
 
 struct cpt_metrics {
@@ -47,6 +48,50 @@ cpt_metrics *cpt_metrics_open(const char *path, cpt_err *err) {
         if (last != '\n') m->torn = 1;
     }
     return m;
+}
+
+/* The step of a metrics line, or -1 when it is not an object with an integer step. */
+static int64_t line_step(const char *line, size_t n) {
+    json_t *j = json_loadb(line, n, JSON_REJECT_DUPLICATES, NULL);
+    json_t *step = j ? json_object_get(j, "step") : NULL;
+    int64_t s = json_is_object(j) && json_is_integer(step) ? (int64_t)json_integer_value(step) : -1;
+    json_decref(j);
+    return s;
+}
+
+long cpt_metrics_truncate_after(const char *path, int64_t step, cpt_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return errno == ENOENT ? 0 : cpt_errno(err, "%s", path);
+    cpt_atomic_file af;
+    if (cpt_atomic_open(&af, path, err)) {
+        fclose(f);
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long dropped = 0;
+    int werr = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        size_t n = (size_t)len;
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+        if (n == 0) continue;
+        int64_t s = line_step(line, n);
+        if (s < 0 || s > step) {
+            dropped++;
+            continue;
+        }
+        if (fwrite(line, 1, n, af.fp) != n || fputc('\n', af.fp) == EOF) werr = 1;
+    }
+    int rerr = ferror(f);
+    free(line);
+    fclose(f);
+    if (rerr || werr) {
+        cpt_atomic_abort(&af);
+        return rerr ? cpt_errf(err, "%s: read error", path) : cpt_errf(err, "%s: writing the truncated copy", path);
+    }
+    if (cpt_atomic_commit(&af, err)) return cpt_err_prefix(err, "%s: truncating to step %" PRId64, path, step);
+    return dropped;
 }
 
 void cpt_metrics_close(cpt_metrics *m) {

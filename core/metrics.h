@@ -27,6 +27,12 @@ typedef struct cpt_metrics cpt_metrics;
 cpt_metrics *cpt_metrics_open(const char *path, cpt_err *err);
 void cpt_metrics_close(cpt_metrics *m); /* fsyncs, closes, frees; NULL is fine */
 
+/* A restart from a checkpoint of step `step` retrains the steps after it: this rewrites the file (a new file,
+ * then a rename) keeping only the records of steps <= step, so every step appears once. Torn or garbage lines
+ * go too; step < 0 keeps nothing. Call it before opening the file for the new attempt, in the one process that
+ * writes it. Returns the number of lines dropped (0 when the file does not exist), or -1. */
+long cpt_metrics_truncate_after(const char *path, int64_t step, cpt_err *err);
+
 /* 0: never fsync (default); 1: after every line; N: after every N lines. close always fsyncs. */
 void cpt_metrics_set_fsync_every(cpt_metrics *m, int every);
 

@@ -20,6 +20,14 @@ static const char ACQUIRE_SCRIPT[] =
     "redis.call('SET', KEYS[1], t .. ' ' .. ARGV[1], 'PX', ARGV[2])\n"
     "return {t, '', tonumber(ARGV[2])}\n";
 
+/* KEYS: lease, fence. ARGV: the value seen, holder, ttl_ms. Takes over a lease whose holder is known to be dead,
+ * only if nobody changed it since it was seen. */
+static const char TAKE_OVER_SCRIPT[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+    "local t = redis.call('INCR', KEYS[2])\n"
+    "redis.call('SET', KEYS[1], t .. ' ' .. ARGV[2], 'PX', ARGV[3])\n"
+    "return t\n";
+
 /* KEYS: lease, fence. ARGV: token, holder, ttl_ms. */
 static const char RENEW_SCRIPT[] =
     "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end\n"
@@ -105,6 +113,34 @@ int cpt_lease_check(cpt_redis *r, const char *run, int64_t token, cpt_err *err) 
                     token, newest, fk);
 }
 
+/* Whether the holder named in a lease value ("TOKEN HOST:PID") is a process of this host that no longer exists. */
+static int holder_is_dead_here(const char *value) {
+    const char *who = strchr(value, ' ');
+    if (!who) return 0;
+    who++;
+    const char *colon = strrchr(who, ':');
+    char host[64];
+    if (!colon || gethostname(host, sizeof host - 1)) return 0;
+    host[sizeof host - 1] = '\0';
+    if ((size_t)(colon - who) != strlen(host) || strncmp(who, host, strlen(host))) return 0;
+    char *end;
+    long pid = strtol(colon + 1, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid()) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int cpt_lease_take_over(cpt_redis *r, const char *run, const char *seen, const char *holder, int ttl_ms,
+                        int64_t *token, cpt_err *err) {
+    char lk[CPT_LEASE_KEY_MAX], fk[CPT_LEASE_KEY_MAX], ttl[24];
+    cpt_lease_keys(run, lk, fk);
+    snprintf(ttl, sizeof ttl, "%d", ttl_ms);
+    const char *argv[] = {"EVAL", TAKE_OVER_SCRIPT, "2", lk, fk, seen, holder, ttl};
+    long long t = 0;
+    if (cpt_redis_integer(r, 8, argv, lk, &t, err)) return -1;
+    if (t > 0) *token = t;
+    return t > 0;
+}
+
 /* ---- a held lease ---- */
 
 struct cpt_lease {
@@ -163,17 +199,30 @@ cpt_lease *cpt_lease_acquire(const cpt_lease_opts *o, cpt_err *err) {
         int rc = cpt_lease_try(l->redis, l->run, l->holder, l->ttl_ms, &l->token, other, sizeof other, &left, err);
         if (rc < 0) goto fail;
         if (rc == 1) break;
+        /* A trainer of this host killed with -9 (restarted by its launcher): no need to wait out its ttl. */
+        if (holder_is_dead_here(other)) {
+            rc = cpt_lease_take_over(l->redis, l->run, other, l->holder, l->ttl_ms, &l->token, err);
+            if (rc < 0) goto fail;
+            if (rc == 1) {
+                cpt_info("trainer lease: its holder (%s) no longer runs on this host: taken over", other);
+                break;
+            }
+            continue;
+        }
         double waited = cpt_now() - start;
+        /* the value is "TOKEN HOLDER" */
+        const char *who = strchr(other, ' ') ? strchr(other, ' ') + 1 : other;
+        int toklen = (int)strcspn(other, " ");
         if (waited >= o->wait_s || (o->stop && *o->stop)) {
-            cpt_errf(err, "another trainer holds this run's queue: lease cpt:%s:trainer_lease is held by token and "
-                     "holder \"%s\" (expires in %.1f s unless renewed); waited %.0f s. Stop the other trainer "
-                     "(an orphan of an earlier launch?) or give it a run.name of its own",
-                     l->run, other, (double)left / 1000.0, waited);
+            cpt_errf(err, "another trainer holds this run's queue: lease cpt:%s:trainer_lease is held by %s (token "
+                     "%.*s, expires in %.1f s unless renewed); waited %.0f s. Stop that trainer (an orphan of an "
+                     "earlier launch?) or give this run a run.name of its own",
+                     l->run, who, toklen, other, (double)left / 1000.0, waited);
             goto fail;
         }
         if (!announced) {
-            cpt_warn("trainer lease: held by \"%s\" (expires in %.1f s unless renewed); waiting up to %.0f s",
-                     other, (double)left / 1000.0, o->wait_s);
+            cpt_warn("trainer lease: held by %s (token %.*s, expires in %.1f s unless renewed); waiting up to %.0f s",
+                     who, toklen, other, (double)left / 1000.0, o->wait_s);
             announced = 1;
         }
         sleep_ms(200);

@@ -31,6 +31,11 @@ void cpt_lease_default_holder(char *out, size_t cap);
  * *other_ttl_ms its remaining time; either may be NULL); -1: error. */
 int cpt_lease_try(cpt_redis *r, const char *run, const char *holder, int ttl_ms, int64_t *token, char *other,
                   size_t other_cap, long long *other_ttl_ms, cpt_err *err);
+/* Takes the lease over from a holder known to be gone, if its value is still `seen` ("TOKEN HOLDER"): 1 with a new
+ * *token, 0 when it changed meanwhile, -1. cpt_lease_acquire does it for a holder of this host whose process no
+ * longer exists (a trainer killed with -9), instead of waiting for the lease to expire. */
+int cpt_lease_take_over(cpt_redis *r, const char *run, const char *seen, const char *holder, int ttl_ms,
+                        int64_t *token, cpt_err *err);
 /* Extends the lease of token by ttl_ms (taking it back if it expired and nobody else took it). 1: renewed;
  * 0: fenced off (a newer token exists); -1: error. */
 int cpt_lease_renew(cpt_redis *r, const char *run, int64_t token, const char *holder, int ttl_ms, cpt_err *err);

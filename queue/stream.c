@@ -111,13 +111,18 @@ static const char ADD_SCRIPT[] =
     "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end\n"
     "return redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])\n";
 
-/* The trainer's adds: refused outright when a newer trainer lease token exists (KEYS[2] the fence counter). */
-static const char FENCED_ADD_SCRIPT[] =
-    "local f = redis.call('GET', KEYS[2])\n"
-    "if f ~= ARGV[3] then return redis.error_reply('FENCED trainer lease token ' .. ARGV[3] .. ' was superseded by '"
+/* The head of a fenced script (a queue with cpt_queue_set_fence): KEYS[1] is the trainer lease's fence counter,
+ * ARGV[1] the writer's token; a newer token refuses the write before anything is done. */
+#define FENCE_LUA                                                                                                    \
+    "local f = redis.call('GET', KEYS[1])\n"                                                                         \
+    "if f ~= ARGV[1] then return redis.error_reply('FENCED trainer lease token ' .. ARGV[1] .. ' was superseded by '" \
     " .. tostring(f) .. ': another trainer runs on this queue') end\n"
-    "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end\n"
-    "return redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])\n";
+
+static const char FENCED_ADD_SCRIPT[] = FENCE_LUA
+    "if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[2]) then return false end\n"
+    "return redis.call('XADD', KEYS[2], '*', 'm', ARGV[3])\n";
+
+static const char FENCED_ACK_SCRIPT[] = FENCE_LUA "return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])\n";
 
 static const char FORWARD_SCRIPT[] =
     "if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end\n"
@@ -203,9 +208,9 @@ int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char
     if (q->fence_token > 0) {
         char tok[24];
         snprintf(tok, sizeof tok, "%" PRId64, q->fence_token);
-        const char *argv[] = {"EVAL", FENCED_ADD_SCRIPT, "2", q->keys[s], q->fence_key, max, data, tok};
-        size_t lens[] = {4, sizeof FENCED_ADD_SCRIPT - 1, 1, strlen(q->keys[s]), strlen(q->fence_key), strlen(max),
-                         len, strlen(tok)};
+        const char *argv[] = {"EVAL", FENCED_ADD_SCRIPT, "2", q->fence_key, q->keys[s], tok, max, data};
+        size_t lens[] = {4, sizeof FENCED_ADD_SCRIPT - 1, 1, strlen(q->fence_key), strlen(q->keys[s]), strlen(tok),
+                         strlen(max), len};
         return add_with_room(q, s, 8, argv, lens, id_out, NULL, err);
     }
     const char *argv[] = {"EVAL", ADD_SCRIPT, "1", q->keys[s], max, data};
@@ -428,6 +433,15 @@ int cpt_queue_read(cpt_queue *q, cpt_stream s, const char *group, const char *co
 }
 
 int cpt_queue_ack(cpt_queue *q, cpt_stream s, const char *group, const char *id, cpt_err *err) {
+    if (q->fence_token > 0) {
+        /* a fenced-off trainer must not ack groups the one that took over has yet to train */
+        char tok[24];
+        snprintf(tok, sizeof tok, "%" PRId64, q->fence_token);
+        const char *argv[] = {"EVAL", FENCED_ACK_SCRIPT, "2", q->fence_key, q->keys[s], tok, group, id};
+        if (cpt_redis_integer(q->redis, 8, argv, q->keys[s], NULL, err)) return -1;
+        q->stats.acked++;
+        return 0;
+    }
     const char *argv[] = {"XACK", q->keys[s], group, id};
     if (cpt_redis_integer(q->redis, 4, argv, q->keys[s], NULL, err)) return -1;
     q->stats.acked++;
@@ -544,12 +558,8 @@ int cpt_queue_done(cpt_queue *q, const cpt_queue_item *it, cpt_err *err) {
 
 /* ---- hashes ---- */
 
-/* KEYS: weights, fence. ARGV: version, msg, token. */
 static const char FENCED_WEIGHTS_SCRIPT[] =
-    "local f = redis.call('GET', KEYS[2])\n"
-    "if f ~= ARGV[3] then return redis.error_reply('FENCED trainer lease token ' .. ARGV[3] .. ' was superseded by '"
-    " .. tostring(f) .. ': another trainer runs on this queue') end\n"
-    "return redis.call('HSET', KEYS[1], 'version', ARGV[1], 'msg', ARGV[2])\n";
+    FENCE_LUA "return redis.call('HSET', KEYS[2], 'version', ARGV[2], 'msg', ARGV[3])\n";
 
 int cpt_queue_publish_weights(cpt_queue *q, const cpt_weights_msg *w, cpt_err *err) {
     cpt_buf b;
@@ -560,9 +570,9 @@ int cpt_queue_publish_weights(cpt_queue *q, const cpt_weights_msg *w, cpt_err *e
     const char *key = q->keys[CPT_HASH_WEIGHTS];
     const char *argv[] = {"HSET", key, "version", v, "msg", b.data};
     size_t lens[] = {4, strlen(key), 7, strlen(v), 3, b.len};
-    const char *fargv[] = {"EVAL", FENCED_WEIGHTS_SCRIPT, "2", key, q->fence_key, v, b.data, tok};
-    size_t flens[] = {4, sizeof FENCED_WEIGHTS_SCRIPT - 1, 1, strlen(key), strlen(q->fence_key), strlen(v), b.len,
-                      strlen(tok)};
+    const char *fargv[] = {"EVAL", FENCED_WEIGHTS_SCRIPT, "2", q->fence_key, key, tok, v, b.data};
+    size_t flens[] = {4, sizeof FENCED_WEIGHTS_SCRIPT - 1, 1, strlen(q->fence_key), strlen(key), strlen(tok),
+                      strlen(v), b.len};
     redisReply *rep = q->fence_token > 0 ? cpt_redis_command(q->redis, 8, fargv, flens, key, 0, err)
                                          : cpt_redis_command(q->redis, 6, argv, lens, key, 0, err);
     cpt_buf_free(&b);

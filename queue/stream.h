@@ -157,8 +157,8 @@ int cpt_queue_done(cpt_queue *q, const cpt_queue_item *it, cpt_err *err);
 /* Frees the decoded message; the item can be reused. */
 void cpt_queue_item_free(cpt_queue_item *it);
 
-/* From now on every add and weights announcement of q is refused by Redis ("FENCED ...", nothing written) once a
- * trainer lease token newer than token was issued (queue/lease.h). */
+/* From now on every add, ack and weights announcement of q is refused by Redis ("FENCED ...", nothing written)
+ * once a trainer lease token newer than token was issued (queue/lease.h). */
 void cpt_queue_set_fence(cpt_queue *q, int64_t token);
 
 /* Hashes. */

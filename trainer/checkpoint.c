@@ -2,11 +2,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +55,24 @@ static json_t *hex64(uint64_t v) {
     return json_string(cpt_checksum_hex(v, hex));
 }
 
+int64_t cpt_train_state_total(const cpt_train_state *st, const char *name) {
+    for (int i = 0; i < st->n_totals; i++)
+        if (!strcmp(st->total_names[i], name)) return st->totals[i];
+    return 0;
+}
+
+int cpt_train_state_set_total(cpt_train_state *st, const char *name, int64_t value, cpt_err *err) {
+    int i = 0;
+    while (i < st->n_totals && strcmp(st->total_names[i], name)) i++;
+    if (i == st->n_totals) {
+        if (st->n_totals == CPT_CKPT_MAX_TOTALS || strlen(name) >= sizeof st->total_names[0])
+            return cpt_errf(err, "trainer state: too many totals or name '%s' too long", name);
+        snprintf(st->total_names[st->n_totals++], sizeof st->total_names[0], "%s", name);
+    }
+    st->totals[i] = value;
+    return 0;
+}
+
 int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *err) {
     json_t *o = json_object(), *cur = json_object(), *outs = json_array(), *rngs = json_object();
     json_object_set_new(o, "format", json_string(STATE_FORMAT));
@@ -72,6 +92,10 @@ int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *
     }
     json_object_set_new(o, "rng", rngs);
     json_object_set_new(o, "config_hash", hex64(st->config_hash));
+    json_t *totals = json_object();
+    for (int i = 0; i < st->n_totals; i++) json_object_set_new(totals, st->total_names[i], json_integer(st->totals[i]));
+    json_object_set_new(o, "totals", totals);
+    json_object_set_new(o, "lease_token", json_integer(st->lease_token));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
     if (!text) return cpt_errf(err, "%s: out of memory", path);
@@ -103,6 +127,22 @@ int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err) {
     int rc = cpt_train_state_parse(text, len, path, st, err);
     free(text);
     return rc;
+}
+
+/* Fields added after the format's first version: absent in older checkpoints, which read as zeros. */
+static int read_optional_fields(json_t *o, cpt_train_state *st, const char *path, cpt_err *err) {
+    json_t *totals = json_object_get(o, "totals");
+    if (totals && !json_is_object(totals)) return cpt_errf(err, "%s: field 'totals' is not an object", path);
+    const char *name;
+    json_t *v;
+    json_object_foreach(totals, name, v) {
+        if (!json_is_integer(v)) return cpt_errf(err, "%s: totals.%s is not an integer", path, name);
+        if (cpt_train_state_set_total(st, name, json_integer_value(v), err)) return cpt_err_prefix(err, "%s", path);
+    }
+    json_t *tok = json_object_get(o, "lease_token");
+    if (tok && !json_is_integer(tok)) return cpt_errf(err, "%s: field 'lease_token' is not an integer", path);
+    st->lease_token = tok ? json_integer_value(tok) : 0;
+    return 0;
 }
 
 int cpt_train_state_parse(const char *text, size_t len, const char *path, cpt_train_state *st, cpt_err *err) {
@@ -158,6 +198,7 @@ int cpt_train_state_parse(const char *text, size_t len, const char *path, cpt_tr
         snprintf(st->rng_names[st->n_rngs++], sizeof st->rng_names[0], "%s", name);
     }
     if (get_hex(json_object_get(o, "config_hash"), &st->config_hash, path, "config_hash", err)) goto out;
+    if (read_optional_fields(o, st, path, err)) goto out;
     rc = 0;
 out:
     json_decref(o);
@@ -387,6 +428,8 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
     int64_t step = a->state->step;
     snprintf(tmp, sizeof tmp, "%s/step-%" PRId64 ".tmp-%ld", ckdir, step, (long)getpid());
     snprintf(fin, sizeof fin, "%s/step-%" PRId64, ckdir, step);
+    /* before anything is written or cleaned up: a fenced-off trainer must not touch the live one's folders */
+    if (a->before_commit && a->before_commit(a->commit_arg, err)) return cpt_err_prefix(err, "checkpoint %s", fin);
     if (cpt_mkdir_p(ckdir, 0755, err)) return cpt_err_prefix(err, "checkpoint");
     int64_t *steps;
     size_t n;
@@ -413,6 +456,7 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
 
     /* A step folder of the same number is either uncommitted (a run crashed before switching `latest`) or a
      * corrupt one that resume refused: both are replaced. A good committed one means a step was saved twice. */
+    if (a->before_commit && a->before_commit(a->commit_arg, err)) goto fail;
     if (cpt_path_exists(fin)) {
         cpt_err ignored;
         if (read_latest(ckdir) == step && cpt_ckpt_verify(fin, &ignored) == 0) {
@@ -429,6 +473,7 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
     char latest[64];
     int ll = snprintf(latest, sizeof latest, "step-%" PRId64 "\n", step);
     snprintf(p, sizeof p, "%s/latest", ckdir);
+    if (a->before_commit && a->before_commit(a->commit_arg, err)) return cpt_err_prefix(err, "checkpoint %s", fin);
     if (cpt_write_file_atomic(p, latest, (size_t)ll, err)) return cpt_err_prefix(err, "checkpoint: switching latest");
     if (out_dir) snprintf(out_dir, out_cap, "%s", fin);
 
@@ -527,4 +572,39 @@ int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_tr
 fail:
     cpt_train_state_free(state);
     return cpt_err_prefix(err, "loading checkpoint %s", ckpt_dir);
+}
+
+int cpt_ckpt_lock(const char *run_dir, cpt_err *err) {
+    char dir[CPT_CKPT_PATH_MAX], path[CPT_CKPT_PATH_MAX + 16];
+    if (snprintf(dir, sizeof dir, "%s/checkpoints", run_dir) >= (int)sizeof dir)
+        return cpt_errf(err, "%s: path too long", run_dir);
+    if (cpt_mkdir_p(dir, 0755, err)) return -1;
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return cpt_errno(err, "%s", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int saved = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        if (saved == EWOULDBLOCK)
+            return cpt_errf(err, "%s is locked by another trainer (pid %s) writing checkpoints into %s; stop it first",
+                            path, holder[0] ? holder : "?", run_dir);
+        errno = saved;
+        return cpt_errno(err, "%s: flock", path);
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        cpt_errno(err, "%s: writing the holder's pid", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+void cpt_ckpt_unlock(int fd) {
+    if (fd >= 0) close(fd);
 }

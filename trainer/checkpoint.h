@@ -25,6 +25,7 @@
 
 #define CPT_CKPT_MAX_RNGS 8
 #define CPT_CKPT_PATH_MAX 4096
+#define CPT_CKPT_MAX_TOTALS 16
 
 /* Group ids are the queue's: (epoch, index), see queue/schema.h. */
 
@@ -38,6 +39,12 @@ typedef struct cpt_train_state {
     char rng_names[CPT_CKPT_MAX_RNGS][32];
     uint64_t rng[CPT_CKPT_MAX_RNGS][CPT_RNG_STATE_WORDS];
     uint64_t config_hash;
+    /* Whole-run counters ("groups/trained", ...): a restart adds to them instead of counting from zero. A state
+     * written before they existed reads as none (every total 0). */
+    int n_totals;
+    char total_names[CPT_CKPT_MAX_TOTALS][32];
+    int64_t totals[CPT_CKPT_MAX_TOTALS];
+    int64_t lease_token; /* the trainer lease token (queue/lease.h) of the trainer that wrote it; 0: none */
 } cpt_train_state;
 
 void cpt_train_state_free(cpt_train_state *st); /* frees outstanding; the struct itself is the caller's */
@@ -45,6 +52,10 @@ void cpt_train_state_free(cpt_train_state *st); /* frees outstanding; the struct
 int cpt_train_state_set_rng(cpt_train_state *st, const char *name, const cpt_rng *rng, cpt_err *err);
 /* Restores a named RNG state; -1 if absent. */
 int cpt_train_state_get_rng(const cpt_train_state *st, const char *name, cpt_rng *rng, cpt_err *err);
+
+/* A named whole-run total: 0 when absent. set adds or replaces it. */
+int64_t cpt_train_state_total(const cpt_train_state *st, const char *name);
+int cpt_train_state_set_total(cpt_train_state *st, const char *name, int64_t value, cpt_err *err);
 
 /* trainer_state.json <-> struct. */
 int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *err);
@@ -60,6 +71,10 @@ typedef struct cpt_ckpt_save_args {
     const char *tokenizer_path;   /* tokenizer.json or its folder; its tokenizer files are copied; NULL: none */
     const char *config_text;      /* resolved config (TOML), NULL: none */
     int keep_last;                /* >= 1 */
+    /* Optional: called right before the step folder is put in place and again right before `latest` switches;
+     * a failure (a trainer fenced off by a newer one) stops the save there. */
+    int (*before_commit)(void *arg, cpt_err *err);
+    void *commit_arg;
 } cpt_ckpt_save_args;
 
 /* Writes RUN_DIR/checkpoints/step-<state->step>/ as described above. out_dir (may be NULL) gets its path. */
@@ -79,6 +94,12 @@ int cpt_ckpt_resolve(const char *arg, char *out, size_t out_cap, cpt_err *err);
 
 /* Loads a verified checkpoint into an existing model (same shapes), optimizer (may be NULL) and state. */
 int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_train_state *state, cpt_err *err);
+
+/* One writer per run directory: an exclusive flock on RUN_DIR/checkpoints/lock (created with the folders), held
+ * until cpt_ckpt_unlock or the process ends (kill -9 included). A second trainer is refused with a message naming
+ * the holder's pid. Returns the descriptor, or -1. */
+int cpt_ckpt_lock(const char *run_dir, cpt_err *err);
+void cpt_ckpt_unlock(int fd); /* -1 is fine */
 
 /* Copies tokenizer files (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
  * chat_template.jinja, generation_config.json) found next to tokenizer_path (a file or folder) into dir. */

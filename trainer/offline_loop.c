@@ -60,6 +60,11 @@ int cpt_offline_optimizer(cpt_offline *o, cpt_err *err) {
 
 int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err) {
     o->last_saved_step = -1;
+    if (o->rank == 0 && !o->have_ckpt_lock) {
+        o->ckpt_lock = cpt_ckpt_lock(cpt_cfg_str(o->cfg, "run.dir"), err);
+        if (o->ckpt_lock < 0) return -1;
+        o->have_ckpt_lock = 1;
+    }
     uint64_t hash = cpt_config_hash(o->cfg);
     int found = cpt_cfg_bool(o->cfg, "train.resume")
                     ? cpt_ckpt_find_latest(cpt_cfg_str(o->cfg, "run.dir"), ckpt, ckpt_cap, err)
@@ -81,6 +86,9 @@ int cpt_offline_open_metrics(cpt_offline *o, int write, cpt_err *err) {
     if (cpt_mkdir_p(run_dir, 0755, err)) return -1;
     if (!write) return 0;
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", run_dir);
+    long dropped = cpt_metrics_truncate_after(mpath, o->last_saved_step, err);
+    if (dropped < 0) return -1;
+    if (dropped > 0) cpt_info("%s: %ld metrics line(s) of steps after the checkpoint removed from %s", o->name, dropped, mpath);
     o->metrics = cpt_metrics_open(mpath, err);
     return o->metrics ? 0 : -1;
 }
@@ -170,4 +178,6 @@ void cpt_offline_free(cpt_offline *o) {
     cpt_train_state_free(&o->st);
     free(o->config_text);
     cpt_dp_free(o->dp); /* after the model, which its group held */
+    if (o->have_ckpt_lock) cpt_ckpt_unlock(o->ckpt_lock);
+    o->have_ckpt_lock = 0;
 }

@@ -37,6 +37,7 @@ typedef struct cpt_offline {
     cpt_dp *dp;
     int rank, world, dp_device;
     int stop_all; /* the last cpt_offline_agree: some rank had been asked to stop */
+    int ckpt_lock, have_ckpt_lock; /* rank 0: RUN_DIR/checkpoints/lock (cpt_ckpt_lock) */
 } cpt_offline;
 
 /* tokenizer.path (else model.path) and data.chat_template ("none": no template). */
@@ -46,11 +47,13 @@ int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err);
 cpt_model *cpt_offline_new_model(const cpt_offline *o, cpt_err *err);
 /* The param list of o->model, AdamW from optim.beta1/beta2/eps/weight_decay, and the optim.lr schedule. */
 int cpt_offline_optimizer(cpt_offline *o, cpt_err *err);
-/* With train.resume, loads the newest good checkpoint of run.dir into the model, optimizer and state (a config
- * that differs is a warning). Returns 1 when it resumed (ckpt names the checkpoint), 0 for a fresh start, -1. Either
- * way the state then carries this config's hash. */
+/* Rank 0 first takes the run folder's checkpoint lock (a second trainer on the same run.dir is refused; held until
+ * cpt_offline_free). Then, with train.resume, loads the newest good checkpoint of run.dir into the model, optimizer
+ * and state (a config that differs is a warning). Returns 1 when it resumed (ckpt names the checkpoint), 0 for a
+ * fresh start, -1. Either way the state then carries this config's hash. Call it after cpt_offline_dp_open. */
 int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err);
-/* Creates run.dir and, when write is set, opens run.dir/metrics.jsonl. */
+/* Creates run.dir and, when write is set, opens run.dir/metrics.jsonl, first removing the lines of steps after the
+ * checkpoint resumed from (all of them on a fresh start): those steps are trained and logged again. */
 int cpt_offline_open_metrics(cpt_offline *o, int write, cpt_err *err);
 /* One metrics line at the current step; nothing where the metrics are not open. */
 int cpt_offline_log(cpt_offline *o, const char *const *keys, const double *vals, int n, cpt_err *err);

@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
+#include "queue/lease.h"
 #include "queue/stream.h"
 #include "reward/eval.h"
 #include "reward/reward.h"
@@ -26,6 +27,12 @@
 #include "trainer/weights_tx.h"
 
 #define EXIT_STOPPED 3 /* = CPT_EXIT_STOPPED (scheduler/launcher.h) = CPT_TRAIN_EXIT_INTERRUPTED */
+
+/* Whole-run counters kept in the checkpoint's trainer state, so a restart adds to them. */
+enum { T_TRAINED, T_STALE, T_DUPLICATES, T_UNKNOWN, T_REISSUED, T_DYNAMIC, T_FAILED, T_SKIPPED, N_TOTALS };
+static const char *const total_names[N_TOTALS] = {"groups/trained", "groups/dropped_stale", "groups/duplicates",
+                                                  "groups/unknown", "groups/reissued", "groups/dynamic_dropped",
+                                                  "groups/failed", "groups/skipped"};
 
 int cpt_online_is_online(const char *t) { return !strcmp(t, "grpo") || !strcmp(t, "ppo") || !strcmp(t, "opd"); }
 
@@ -58,6 +65,9 @@ typedef struct online_ctx {
     int64_t last_saved_step;
     char *config_text;
     long dynamic_dropped, queue_dup_base;
+    int64_t total_base[N_TOTALS]; /* the totals of the checkpoint this attempt resumed from */
+    cpt_lease *lease;             /* this trainer's hold on the run's queue (queue/lease.h) */
+    int ckpt_lock;                /* RUN_DIR/checkpoints/lock, -1 when not held */
     double wait_s;
     /* held-out validation (validation.*): greedy or sampled generations scored with the run's reward */
     cpt_dataset *val;
@@ -130,6 +140,33 @@ static int setup_models(online_ctx *c, cpt_err *err) {
     return cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err);
 }
 
+/* One trainer per queue and per run folder: the lease before anything is written (its token then goes with every
+ * prompt, weights announcement and checkpoint switch), and the checkpoint folder's lock. */
+static int take_lease(online_ctx *c, const char *url, cpt_err *err) {
+    cpt_lease_opts lo = {
+        .url = url,
+        .password_file = cpt_cfg_str(c->cfg, "queue.password_file"),
+        .run = c->run,
+        .ttl_ms = (int)(cpt_cfg_float(c->cfg, "online.lease_ttl_s") * 1000.0),
+        .wait_s = cpt_cfg_float(c->cfg, "online.lease_wait_s"),
+        .stop = c->stop,
+    };
+    c->lease = cpt_lease_acquire(&lo, err);
+    if (!c->lease) return -1;
+    cpt_queue_set_fence(c->q, cpt_lease_token(c->lease));
+    c->ckpt_lock = cpt_ckpt_lock(c->run_dir, err);
+    return c->ckpt_lock < 0 ? -1 : 0;
+}
+
+/* The checkpoint's commit check: refuses when a newer trainer holds the lease. */
+static int check_fence(void *arg, cpt_err *err) {
+    online_ctx *c = arg;
+    if (cpt_lease_lost(c->lease))
+        return cpt_errf(err, "fenced off: another trainer took this run's queue (lease token %" PRId64 " superseded)",
+                        cpt_lease_token(c->lease));
+    return cpt_lease_check(c->q->redis, c->run, cpt_lease_token(c->lease), err);
+}
+
 static int open_queue(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
     char url[1024];
@@ -157,11 +194,38 @@ static int open_queue(online_ctx *c, cpt_err *err) {
     };
     c->q = cpt_queue_open(&o, err);
     if (!c->q) return -1;
+    if (take_lease(c, url, err)) return -1;
     /* Creating the downstream groups here too means prompts issued before the first worker starts are kept. */
     if (cpt_queue_create_group(c->q, CPT_STREAM_PROMPTS, "rollout", err) ||
         cpt_queue_create_group(c->q, CPT_STREAM_ROLLOUTS, "reward", err) ||
         cpt_queue_create_group(c->q, CPT_STREAM_SCORED, "trainer", err))
         return -1;
+    return 0;
+}
+
+/* ---------------- whole-run totals ---------------- */
+
+static void totals_now(const online_ctx *c, int64_t t[N_TOTALS]) {
+    t[T_TRAINED] = c->book.trained;
+    t[T_STALE] = c->book.stale;
+    t[T_DUPLICATES] = c->book.duplicates + (c->q ? c->q->stats.duplicates : 0);
+    t[T_UNKNOWN] = c->book.unknown;
+    t[T_REISSUED] = c->book.reissued;
+    t[T_DYNAMIC] = c->dynamic_dropped;
+    t[T_FAILED] = c->book.failed;
+    t[T_SKIPPED] = c->book.skipped;
+    for (int i = 0; i < N_TOTALS; i++) t[i] += c->total_base[i];
+}
+
+static void totals_from_state(online_ctx *c) {
+    for (int i = 0; i < N_TOTALS; i++) c->total_base[i] = cpt_train_state_total(&c->st, total_names[i]);
+}
+
+static int totals_to_state(online_ctx *c, cpt_err *err) {
+    int64_t t[N_TOTALS];
+    totals_now(c, t);
+    for (int i = 0; i < N_TOTALS; i++)
+        if (cpt_train_state_set_total(&c->st, total_names[i], t[i], err)) return -1;
     return 0;
 }
 
@@ -178,6 +242,8 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     cpt_data_cursor cur = cpt_data_order_tell(&c->order);
     c->st.data_epoch = (int64_t)cur.epoch;
     c->st.data_index = (int64_t)cur.index;
+    c->st.lease_token = cpt_lease_token(c->lease);
+    if (totals_to_state(c, err)) return -1;
     int keep = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last");
     char dir[CPT_CKPT_PATH_MAX + 64];
     if (c->critic) {
@@ -185,7 +251,7 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
         char cdir[CPT_CKPT_PATH_MAX];
         critic_run_dir(c, cdir, sizeof cdir);
         cpt_ckpt_save_args a = {.run_dir = cdir, .model = c->critic, .opt = c->L.copt, .state = &c->st,
-                                .keep_last = keep};
+                                .keep_last = keep, .before_commit = check_fence, .commit_arg = c};
         if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return cpt_err_prefix(err, "critic checkpoint");
     }
     cpt_ckpt_save_args a = {
@@ -196,6 +262,8 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
         .tokenizer_path = c->tok_path,
         .config_text = c->config_text,
         .keep_last = keep,
+        .before_commit = check_fence,
+        .commit_arg = c,
     };
     if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
     c->last_saved_step = c->st.step;
@@ -230,6 +298,7 @@ static int resume(online_ctx *c, cpt_err *err) {
                  ckpt, c->st.step, c->st.weight_version, c->st.data_epoch, c->st.data_index, c->st.n_outstanding);
     }
     c->st.config_hash = hash;
+    totals_from_state(c);
     cpt_data_cursor cur = {(uint64_t)c->st.data_epoch, (uint64_t)c->st.data_index};
     if (cpt_data_order_seek(&c->order, cur, err)) return cpt_err_prefix(err, "resume: data cursor");
     cur = cpt_data_order_tell(&c->order); /* normalised: the end of an epoch is the start of the next */
@@ -525,7 +594,8 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     c->n_held -= n;
 
     int64_t s = c->st.step;
-    long dups = c->book.duplicates + c->q->stats.duplicates;
+    int64_t tot[N_TOTALS];
+    totals_now(c, tot);
     double tok_s = (double)ss.tokens / fmax(t_train, 1e-9);
     if (s % cpt_cfg_int(c->cfg, "train.log_every") == 0 || s == c->total_steps) {
         char eta[32];
@@ -534,7 +604,7 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
                 "%s step %" PRId64 "/%" PRId64 " | reward %.3f | len %.1f | loss %.4f | kl %.4f | grad_norm %.3f | "
                 "%.0f tok/s | wait %.1fs | stale drop %ld | ETA %s\n",
                 cpt_obj_type_name(c->oc.type), s, c->total_steps, ss.reward_mean, ss.resp_len_mean, ss.m.loss, ss.m.kl,
-                ss.grad_norm, tok_s, c->wait_s, c->book.stale, eta);
+                ss.grad_norm, tok_s, c->wait_s, (long)tot[T_STALE], eta);
     }
     cpt_metrics_begin(c->metrics, s);
     cpt_metrics_add(c->metrics, "reward/mean", ss.reward_mean);
@@ -557,20 +627,25 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     cpt_metrics_add(c->metrics, "time/wait_scored", c->wait_s);
     cpt_metrics_add(c->metrics, "time/weight_sync", t_sync);
     cpt_metrics_add_int(c->metrics, "version", c->st.weight_version);
-    cpt_metrics_add_int(c->metrics, "groups/trained", c->book.trained);
-    cpt_metrics_add_int(c->metrics, "groups/dropped_stale", c->book.stale);
-    cpt_metrics_add_int(c->metrics, "groups/duplicates", dups);
-    cpt_metrics_add_int(c->metrics, "groups/unknown", c->book.unknown);
-    cpt_metrics_add_int(c->metrics, "groups/reissued", c->book.reissued);
-    cpt_metrics_add_int(c->metrics, "groups/dynamic_dropped", c->dynamic_dropped);
-    cpt_metrics_add_int(c->metrics, "groups/failed", c->book.failed);
-    cpt_metrics_add_int(c->metrics, "groups/skipped", c->book.skipped);
+    for (int i = 0; i < N_TOTALS; i++) cpt_metrics_add_int(c->metrics, total_names[i], tot[i]);
     cpt_metrics_add_int(c->metrics, "train/truncated", c->batch.n_truncated);
     c->wait_s = 0;
     return cpt_metrics_end(c->metrics, err);
 }
 
 /* ---------------- the run ---------------- */
+
+/* The steps after the checkpoint are trained again, so their lines from the lost attempt go (all of them on a
+ * start from scratch): every step is in the file once. */
+static int open_metrics(online_ctx *c, const char *path, cpt_err *err) {
+    long dropped = cpt_metrics_truncate_after(path, c->last_saved_step, err);
+    if (dropped < 0) return -1;
+    if (dropped > 0)
+        cpt_info("online: %ld metrics line(s) after step %" PRId64 " removed from %s (a lost attempt's)", dropped,
+                 c->last_saved_step < 0 ? 0 : c->last_saved_step, path);
+    c->metrics = cpt_metrics_open(path, err);
+    return c->metrics ? 0 : -1;
+}
 
 static void ctx_free(online_ctx *c) {
     for (size_t i = 0; i < c->n_held; i++) cpt_queue_item_free(&c->held[i]);
@@ -582,6 +657,8 @@ static void ctx_free(online_ctx *c) {
     cpt_model_free(c->policy);
     cpt_model_free(c->ref);
     cpt_model_free(c->critic);
+    cpt_lease_release(c->lease);
+    cpt_ckpt_unlock(c->ckpt_lock);
     cpt_queue_close(c->q);
     cpt_data_order_free(&c->order);
     if (c->ds) cpt_dataset_free(c->ds);
@@ -606,6 +683,7 @@ static int run(online_ctx *c, cpt_err *err) {
     c->total_steps = cpt_cfg_int(cfg, "train.steps");
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
     if (cpt_weights_tx_check_config(cfg, err)) return -1; /* before any model is loaded */
+    if (open_queue(c, err)) return -1; /* holds the lease before anything of the run is read or written */
     if (setup_data(c, err) || setup_models(c, err) || setup_validation(c, err)) return -1;
     c->config_text = cpt_config_dump(cfg);
     if (!c->config_text) return cpt_errf(err, "out of memory");
@@ -613,9 +691,7 @@ static int run(online_ctx *c, cpt_err *err) {
     if (cpt_mkdir_p(c->run_dir, 0755, err)) return -1;
     char mpath[CPT_CKPT_PATH_MAX + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", c->run_dir);
-    c->metrics = cpt_metrics_open(mpath, err);
-    if (!c->metrics) return -1;
-    if (open_queue(c, err)) return -1;
+    if (open_metrics(c, mpath, err)) return -1;
     if (restore_outstanding(c, err)) return -1;
     if (cpt_dead_reader_init(&c->dead, c->q, (uint32_t)cpt_cfg_int(cfg, "queue.group_retries"),
                              cpt_cfg_float(cfg, "queue.group_timeout_s"), err))
@@ -637,6 +713,7 @@ static int run(online_ctx *c, cpt_err *err) {
     double t_start = cpt_now(), last_progress = cpt_now();
     while (c->st.step < c->total_steps && !(c->stop && *c->stop) &&
            !(this_run > 0 && c->st.step - first_step >= this_run)) {
+        if (cpt_lease_lost(c->lease) && check_fence(c, err)) return -1;
         if (cpt_dead_reader_poll(&c->dead, c->q, &c->book, cpt_now(), err) < 0) return -1;
         if (issue(c, err)) return -1;
         size_t before = c->n_held;
@@ -663,10 +740,12 @@ static int run(online_ctx *c, cpt_err *err) {
     if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
     if (c->st.step >= c->total_steps) {
         if (validate(c, err)) return -1;
-        fprintf(stderr, "%s done: step %" PRId64 ", version %" PRId64 ", %ld groups trained, %ld skipped, %ld stale dropped, "
-                "%ld duplicates\n",
-                cpt_obj_type_name(c->oc.type), c->st.step, c->st.weight_version, c->book.trained, c->book.skipped,
-                c->book.stale, c->book.duplicates + c->q->stats.duplicates);
+        int64_t tot[N_TOTALS];
+        totals_now(c, tot);
+        fprintf(stderr, "%s done: step %" PRId64 ", version %" PRId64 ", %" PRId64 " groups trained, %" PRId64
+                " skipped, %" PRId64 " stale dropped, %" PRId64 " duplicates (whole run)\n",
+                cpt_obj_type_name(c->oc.type), c->st.step, c->st.weight_version, tot[T_TRAINED], tot[T_SKIPPED],
+                tot[T_STALE], tot[T_DUPLICATES]);
         return 0;
     }
     return EXIT_STOPPED;
@@ -677,6 +756,7 @@ int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile si
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
     c.stop = stop;
+    c.ckpt_lock = -1;
     int rc = run(&c, err);
     if (rc < 0) {
         cpt_err_prefix(err, "%s", config_path ? config_path : "online");

@@ -82,10 +82,31 @@ n=$(ls -d "$T/c/checkpoints"/step-* | wc -l)
 # metrics were written with the documented keys
 grep -q '"train/loss"' "$T/a/metrics.jsonl" && grep -q '"eval/loss"' "$T/a/metrics.jsonl" &&
   grep -q '"perf/train_tok_s"' "$T/a/metrics.jsonl" || { echo "FAIL: metrics keys missing"; exit 1; }
+# run c reached step 10, then resumed from step 5: the lost attempt's lines past step 5 were removed, no step twice
+python3 - "$T/c/metrics.jsonl" <<'PY'
+import collections, json, sys
+seen = collections.Counter()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    for k in ("train/loss", "eval/loss"):
+        if k in r:
+            seen[(k, r["step"])] += 1
+twice = sorted(x for x, n in seen.items() if n > 1)
+if twice or ("train/loss", 20) not in seen:
+    sys.exit(f"FAIL: metrics.jsonl after a resume: repeated {twice}, keys {sorted(seen)}")
+PY
 # SIGUSR1 (Slurm's preemption warning): finish the step, checkpoint, exit 3; a restart completes the run
 "$TRAIN" "$T/job.toml" run.dir="$T/d" train.steps=100000 train.log_every=1 2> "$T/d.log" &
 pid=$!
 for _ in $(seq 1 600); do grep -q 'sft step 2/' "$T/d.log" 2>/dev/null && break; sleep 0.1; done
+# a second trainer on the same run folder is refused while the first runs, and leaves its metrics alone
+lines=$(wc -l < "$T/d/metrics.jsonl")
+if "$TRAIN" "$T/job.toml" run.dir="$T/d" 2> "$T/d-second.log"; then
+  echo "FAIL: a second trainer on a busy run folder ran"; cat "$T/d-second.log"; exit 1
+fi
+grep -q "locked by another trainer (pid $pid)" "$T/d-second.log" ||
+  { echo "FAIL: no refusal naming the first trainer"; cat "$T/d-second.log"; exit 1; }
+[ "$(wc -l < "$T/d/metrics.jsonl")" -ge "$lines" ] || { echo "FAIL: the refused trainer rewrote metrics.jsonl"; exit 1; }
 kill -USR1 "$pid"
 rc=0; wait "$pid" || rc=$?
 [ "$rc" -eq 3 ] || { echo "FAIL: exit status $rc after SIGUSR1, expected 3"; cat "$T/d.log"; exit 1; }

@@ -23,6 +23,7 @@
 #include "core/checksum.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
+#include "queue/lease.h"
 #include "redis_helper.h"
 #include "tests/check.h"
 #include "trainer/checkpoint.h"
@@ -267,6 +268,23 @@ static double last_metric(const char *run_dir, const char *key) {
     return v;
 }
 
+/* How many metrics lines of a step carry "version" (one per trained step). */
+static int version_lines(const char *run_dir, int step) {
+    char path[512], want[64];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    snprintf(want, sizeof want, "\"step\":%d,", step);
+    char *text = cpt_read_file(path, NULL, NULL);
+    int n = 0;
+    for (char *l = text; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl) *nl = '\0';
+        if (!strncmp(l + 1, want, strlen(want)) && strstr(l, "\"version\":")) n++;
+        l = nl ? nl + 1 : l + strlen(l);
+    }
+    free(text);
+    return n;
+}
+
 static void write_config(const char *path, const char *run, const char *run_dir, const char *url, const char *mode) {
     const char *src = getenv("CPT_SRC");
     char text[4096];
@@ -387,6 +405,11 @@ static void test_sync_and_resume(test_redis *R) {
     p.n_seen = 0;
     p.n_prompts = 0;
     p.attempts_gt0 = 0;
+    /* lines of a lost attempt past the checkpoint (steps 8, 9): the restart removes them, so each step is once */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *mf = fopen(path, "a");
+    if (mf) fprintf(mf, "{\"step\":8,\"version\":8}\n{\"step\":9,\"version\":9}\n");
+    if (mf) fclose(mf);
     pid = start_trainer(cfg_path, 1, ov);
     rc = play(&p, pid, 1, 0, 0, 0, 0, 0);
     CHECK_EQ_INT(rc, 0);
@@ -398,7 +421,37 @@ static void test_sync_and_resume(test_redis *R) {
         CHECK_EQ_INT(cpt_online_base_id(p.seen[k]).epoch, pending[k].epoch);
     }
     CHECK_EQ_INT(last_metric(run_dir, "version"), 10);
-    CHECK_EQ_INT(last_metric(run_dir, "groups/trained"), 6); /* this process: 3 steps of 2 */
+    CHECK_EQ_INT(last_metric(run_dir, "groups/trained"), 20); /* the whole run: 10 steps of 2, over 3 starts */
+    CHECK_EQ_INT(last_metric(run_dir, "groups/duplicates"), 1);
+    for (int step = 1; step <= 10; step++)
+        CHECK_MSG(version_lines(run_dir, step) == 1, "step %d has %d version lines", step, version_lines(run_dir, step));
+    snprintf(path, sizeof path, "%s/checkpoints/step-10/trainer_state.json", run_dir);
+    cpt_train_state st;
+    CHECK_EQ_INT(cpt_train_state_read(path, &st, &err), 0);
+    CHECK_EQ_INT(cpt_train_state_total(&st, "groups/trained"), 20);
+    CHECK_EQ_INT(st.lease_token, 3); /* the third trainer start on this queue */
+    cpt_train_state_free(&st);
+
+    /* 3. a second trainer while another holds the lease: it waits online.lease_wait_s, exits 1, writes nothing */
+    int64_t tok = 0;
+    CHECK_EQ_INT(cpt_lease_try(p.q->redis, "olsync", "intruder:1", 60000, &tok, NULL, 0, NULL, &err), 1);
+    long long prompts = test_xlen(p.q, CPT_STREAM_PROMPTS);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    char *before = cpt_read_file(path, NULL, &err);
+    char *ov2[] = {"train.steps=12", "online.lease_wait_s=1"};
+    pid = start_trainer(cfg_path, 2, ov2);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    CHECK_EQ_INT(test_xlen(p.q, CPT_STREAM_PROMPTS), prompts);
+    char *after = cpt_read_file(path, NULL, &err);
+    CHECK(before && after && !strcmp(before, after));
+    free(before);
+    free(after);
+    cpt_weights_msg w;
+    CHECK_EQ_INT(cpt_queue_get_weights(p.q, &w, &err), 1);
+    CHECK_EQ_INT(w.version, 10);
+    CHECK_EQ_INT(cpt_lease_give_back(p.q->redis, "olsync", tok, &err), 1);
     player_free(&p);
 }
 

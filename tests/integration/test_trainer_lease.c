@@ -1,6 +1,7 @@
 /* The trainer lease against a real redis-server: two holders, expiry, renewal, a stale token refused by the
  * fenced writes (prompt add, weights announcement), the renewal thread, a bounded wait; and the error text of a
  * command sent on a connection whose reconnect failed. */
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "queue/lease.h"
@@ -135,6 +136,34 @@ static void held_lease_thread(const test_redis *t) {
     cpt_queue_close(q);
 }
 
+/* The lease of a trainer of this host killed with -9 is taken over at once; a live holder's is not. */
+static void dead_holder_taken_over(const test_redis *t) {
+    cpt_err err = {{0}};
+    cpt_queue *q = test_queue_open(t, "runD", 64, 60000);
+    char host[64] = "", dead[128], live[128];
+    gethostname(host, sizeof host - 1);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    snprintf(dead, sizeof dead, "%s:%ld", host, (long)child);
+    snprintf(live, sizeof live, "%s:%ld", host, (long)getppid());
+    int64_t a = 0;
+    CHECK_EQ_INT(cpt_lease_try(q->redis, "runD", dead, 60000, &a, NULL, 0, NULL, &err), 1);
+    cpt_lease_opts o = {.url = t->srv.url, .run = "runD", .ttl_ms = 60000, .wait_s = 0};
+    cpt_lease *l = cpt_lease_acquire(&o, &err);
+    CHECK_MSG(l != NULL, "%s", err.msg);
+    CHECK_EQ_INT(cpt_lease_token(l), a + 1);
+    cpt_lease_release(l);
+    CHECK_EQ_INT(cpt_lease_try(q->redis, "runD", live, 60000, &a, NULL, 0, NULL, &err), 1);
+    CHECK(cpt_lease_acquire(&o, &err) == NULL);
+    CHECK_MSG(strstr(err.msg, live) != NULL, "%s", err.msg);
+    /* a take-over of a value that changed meanwhile does nothing */
+    int64_t b = 0;
+    CHECK_EQ_INT(cpt_lease_take_over(q->redis, "runD", "1 someone:1", "x", 1000, &b, &err), 0);
+    CHECK_EQ_INT(b, 0);
+    cpt_queue_close(q);
+}
+
 /* A command after a failed reconnect used to log and return whatever bytes were in the caller's error. */
 static void error_text_after_failed_reconnect(void) {
     test_redis t;
@@ -163,6 +192,7 @@ int main(void) {
     cpt_queue_close(q);
     stale_token_refused(&t);
     held_lease_thread(&t);
+    dead_holder_taken_over(&t);
     test_redis_stop(&t);
     error_text_after_failed_reconnect();
     return check_summary("test_trainer_lease");

@@ -49,6 +49,80 @@ static void flip_byte(const char *path, long off) {
     fclose(f);
 }
 
+static int fence_calls, fence_fail_at;
+static int fake_fence(void *arg, cpt_err *err) {
+    (void)arg;
+    if (++fence_calls == fence_fail_at) return cpt_errf(err, "fenced off: test");
+    return 0;
+}
+
+/* Whole-run totals and the lease token round-trip (an old state without them reads zeros); a fenced-off writer
+ * leaves no step folder and does not move `latest`; the run-folder lock refuses a second writer. */
+static void totals_fence_lock(cpt_model *m) {
+    cpt_err err = {{0}};
+    char run[] = "/tmp/cpt-test-ckpt3-XXXXXX";
+    CHECK(mkdtemp(run) != NULL);
+    cpt_train_state st = {0}, back;
+    st.step = 2;
+    CHECK_EQ_INT(cpt_train_state_set_total(&st, "groups/trained", 40, &err), 0);
+    CHECK_EQ_INT(cpt_train_state_set_total(&st, "groups/dropped_stale", 3, &err), 0);
+    CHECK_EQ_INT(cpt_train_state_set_total(&st, "groups/trained", 41, &err), 0);
+    st.lease_token = 7;
+    char p[512], dir[CPT_CKPT_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/state.json", run);
+    CHECK_EQ_INT(cpt_train_state_write(&st, p, &err), 0);
+    CHECK_MSG(cpt_train_state_read(p, &back, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(cpt_train_state_total(&back, "groups/trained"), 41);
+    CHECK_EQ_INT(cpt_train_state_total(&back, "groups/dropped_stale"), 3);
+    CHECK_EQ_INT(cpt_train_state_total(&back, "groups/unknown"), 0);
+    CHECK_EQ_INT(back.lease_token, 7);
+    cpt_train_state_free(&back);
+    const char *old = "{\"format\": \"cpt-trainer-state-1\", \"step\": 3, \"weight_version\": 3, "
+                      "\"data_cursor\": {\"epoch\": 0, \"index\": 5}, \"outstanding_group_ids\": [], \"rng\": {}, "
+                      "\"config_hash\": \"0000000000000001\"}";
+    CHECK_MSG(cpt_train_state_parse(old, strlen(old), "old.json", &back, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(back.n_totals, 0);
+    CHECK_EQ_INT(cpt_train_state_total(&back, "groups/trained"), 0);
+    CHECK_EQ_INT(back.lease_token, 0);
+    cpt_train_state_free(&back);
+
+    cpt_ckpt_save_args a = {.run_dir = run, .model = m, .state = &st, .keep_last = 3, .before_commit = fake_fence};
+    fence_calls = 0;
+    fence_fail_at = 0;
+    CHECK_MSG(cpt_ckpt_save(&a, dir, sizeof dir, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(fence_calls, 3); /* before anything, before the folder rename, before `latest` */
+    for (int fail_at = 1; fail_at <= 3; fail_at++) {
+        st.step = 2 + fail_at;
+        fence_calls = 0;
+        fence_fail_at = fail_at;
+        CHECK_EQ_INT(cpt_ckpt_save(&a, dir, sizeof dir, &err), -1);
+        CHECK_MSG(strstr(err.msg, "fenced off") != NULL, "%s", err.msg);
+        snprintf(p, sizeof p, "%s/checkpoints/latest", run);
+        char *latest = cpt_read_file(p, NULL, &err);
+        CHECK_EQ_STR(latest, "step-2\n");
+        free(latest);
+        snprintf(p, sizeof p, "%s/checkpoints/step-%d", run, 2 + fail_at);
+        if (fail_at < 3) CHECK(!cpt_path_exists(p)); /* the third check comes after the folder is in place */
+    }
+    char found[CPT_CKPT_PATH_MAX];
+    CHECK_EQ_INT(cpt_ckpt_find_latest(run, found, sizeof found, &err), 1);
+    CHECK(strstr(found, "step-2") != NULL);
+
+    int fd = cpt_ckpt_lock(run, &err);
+    CHECK_MSG(fd >= 0, "%s", err.msg);
+    CHECK_EQ_INT(cpt_ckpt_lock(run, &err), -1);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+    CHECK_MSG(strstr(err.msg, "another trainer") && strstr(err.msg, pid), "%s", err.msg);
+    cpt_ckpt_unlock(fd);
+    fd = cpt_ckpt_lock(run, &err);
+    CHECK_MSG(fd >= 0, "%s", err.msg);
+    cpt_ckpt_unlock(fd);
+    CHECK_EQ_INT(cpt_ckpt_find_latest(run, found, sizeof found, &err), 1); /* the lock file is no checkpoint */
+    cpt_train_state_free(&st);
+    cpt_remove_tree(run, &err);
+}
+
 int main(void) {
     cpt_err err;
     char run[] = "/tmp/cpt-test-ckpt-XXXXXX";
@@ -202,6 +276,7 @@ int main(void) {
     CHECK_EQ_INT(cpt_train_state_read(p, &st2, &err), -1);
     CHECK(strstr(err.msg, "bad_state.json") && strstr(err.msg, "weight_version"));
 
+    totals_fence_lock(m);
     cpt_train_state_free(&st);
     cpt_adamw_free(o);
     cpt_adamw_free(o2);

@@ -26,6 +26,48 @@ static int count_lines(const char *path) {
     return n;
 }
 
+/* A resume from step 3 after a lost attempt that reached step 5: steps 4 and 5 are written again, once. */
+static void truncate_on_resume(void) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/resumed.jsonl", dir);
+    cpt_err err = {{0}};
+    CHECK_EQ_INT(cpt_metrics_truncate_after(path, 3, &err), 0); /* no file yet: nothing to do */
+    CHECK(!cpt_path_exists(path));
+    const char *lost = "{\"step\":1,\"a\":1}\n{\"step\":2,\"a\":2}\n{\"step\":3,\"a\":3}\n"
+                       "{\"step\":3,\"val\":0.5}\n{\"step\":4,\"a\":4}\n{\"step\":5,\"a\":5}\n{\"step\":6,\"a";
+    CHECK(cpt_write_file_atomic(path, lost, strlen(lost), &err) == 0);
+    CHECK_EQ_INT(cpt_metrics_truncate_after(path, 3, &err), 3); /* steps 4, 5 and the torn line */
+    cpt_metrics *m = cpt_metrics_open(path, &err);
+    for (int step = 4; step <= 6; step++) {
+        cpt_metrics_begin(m, step);
+        cpt_metrics_add(m, "a", 10 * step);
+        CHECK_MSG(cpt_metrics_end(m, &err) == 0, "%s", err.msg);
+    }
+    cpt_metrics_close(m);
+    char *text = cpt_read_file(path, NULL, &err);
+    int counts[8] = {0};
+    for (const char *p = text; p && (p = strstr(p, "\"step\":")); p += 7) {
+        int st = atoi(p + 7);
+        if (st >= 0 && st < 8) counts[st]++;
+    }
+    free(text);
+    CHECK_EQ_INT(counts[1], 1);
+    CHECK_EQ_INT(counts[3], 2); /* two records of step 3 (train and validation) both belong to the checkpoint */
+    CHECK_EQ_INT(counts[4], 1);
+    CHECK_EQ_INT(counts[5], 1);
+    CHECK_EQ_INT(counts[6], 1);
+    CHECK_EQ_INT(count_lines(path), 7);
+    cpt_metrics_series s;
+    CHECK_EQ_INT(cpt_metrics_read_series(path, "a", &s, &err), 0);
+    CHECK_EQ_INT(s.n, 6);
+    CHECK_EQ_INT(s.bad_lines, 0);
+    CHECK_NEAR(s.values[4], 50, 0);
+    cpt_metrics_series_free(&s);
+    /* a start from scratch keeps nothing */
+    CHECK_EQ_INT(cpt_metrics_truncate_after(path, -1, &err), 7);
+    CHECK_EQ_INT(count_lines(path), 0);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     char path[256];
@@ -208,6 +250,7 @@ int main(void) {
     snprintf(want, sizeof want, "%s:2:", path);
     CHECK_MSG(strstr(err.msg, want) && strstr(err.msg, "duplicate"), "%s", err.msg);
 
+    truncate_on_resume();
     cpt_remove_tree(dir, NULL);
     return check_summary("test_metrics");
 }
