@@ -1,5 +1,5 @@
 /* cpt-queue: what an operator watches.
- *   cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json]
+ *   cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json] [--gone-after SECS] [--prune-gone]
  *   cpt-queue peek STREAM [N]
  *   cpt-queue dead [--requeue ID | --drop ID] [--count N]
  * Connection (every subcommand): --run RUN_DIR (or $CPT_RUN): RUN_DIR/queue.json or RUN_DIR/redis.sock;
@@ -18,15 +18,15 @@
 #include "scheduler/commands.h"
 
 static const char USAGE[] =
-    "usage: cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json]\n"
+    "usage: cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json] [--gone-after SECS] [--prune-gone]\n"
     "       cpt-queue peek STREAM [N]        STREAM: prompts|rollouts|scored|dead|weights|control|workers\n"
     "       cpt-queue dead [--requeue ID | --drop ID] [--count N]\n"
     "connection: --run RUN_DIR (default $CPT_RUN) | --url URL [--password-file FILE]; --name RUN\n";
 
 typedef struct cli {
     const char *run_dir, *url, *password_file, *name;
-    int json, count, n;
-    double watch, window;
+    int json, count, n, prune_gone;
+    double watch, window, gone_after;
     const char *requeue, *drop;
     const char *stream;
 } cli;
@@ -59,6 +59,8 @@ static int parse_args(int argc, char **argv, cli *c, cpt_err *err) {
         else if (!strcmp(a, "--password-file")) { NEXT(); c->password_file = v; }
         else if (!strcmp(a, "--name")) { NEXT(); c->name = v; }
         else if (!strcmp(a, "--json")) c->json = 1;
+        else if (!strcmp(a, "--prune-gone")) c->prune_gone = 1;
+        else if (!strcmp(a, "--gone-after")) { NEXT(); if (parse_double(v, &c->gone_after) || c->gone_after < 1) return cpt_errf(err, "--gone-after %s: seconds >= 1", v); }
         else if (!strcmp(a, "--watch")) { NEXT(); if (parse_double(v, &c->watch) || c->watch < 0.1) return cpt_errf(err, "--watch %s: seconds >= 0.1", v); }
         else if (!strcmp(a, "--window")) { NEXT(); if (parse_double(v, &c->window)) return cpt_errf(err, "--window %s: seconds >= 0", v); }
         else if (!strcmp(a, "--count")) { NEXT(); if (parse_int(v, &c->count) || c->count < 1) return cpt_errf(err, "--count %s: a positive integer", v); }
@@ -159,7 +161,15 @@ static int cmd_stats(cpt_queue *q, const cli *c, const char *shown, cpt_err *err
     cpt_queue_snapshot *prev = calloc(1, sizeof *prev), *cur = calloc(1, sizeof *cur);
     int rc = -1;
     if (!prev || !cur) { cpt_errf(err, "out of memory"); goto out; }
+    prev->gone_after_s = cur->gone_after_s = c->gone_after;
     if (cpt_queue_snapshot_take(q, prev, err)) goto out;
+    if (c->prune_gone) {
+        int n = cpt_queue_prune_gone(q, prev, err);
+        if (n < 0) goto out;
+        fprintf(stderr, "cpt-queue: removed %d gone worker%s from %s\n", n, n == 1 ? "" : "s",
+                cpt_queue_key(q, CPT_HASH_WORKERS));
+        if (cpt_queue_snapshot_take(q, prev, err)) goto out;
+    }
     int tty = isatty(STDOUT_FILENO);
     for (int round = 0;; round++) {
         double wait = c->watch > 0 ? c->watch : c->window;
@@ -331,9 +341,9 @@ static int peek_hash(cpt_queue *q, cpt_stream s, cpt_err *err) {
             const cpt_heartbeat_msg *h = &snap->workers[w].hb;
             if (!snap->workers[w].ok) printf("  %s: heartbeat does not decode\n", h->worker);
             else
-                printf("  %s  role %s  host %s  version %llu  %.1f tok/s  occupancy %.2f  seen %.1f s ago\n", h->worker,
-                       h->role, h->host, (unsigned long long)h->version, h->tokens_per_s, h->occupancy,
-                       snap->time - h->time);
+                printf("  %s  role %s  host %s  version %llu  %.1f tok/s  occupancy %.2f  seen %.1f s ago%s\n",
+                       h->worker, h->role, h->host, (unsigned long long)h->version, h->tokens_per_s, h->occupancy,
+                       snap->workers[w].age_s, snap->workers[w].gone ? " (gone)" : "");
         }
     }
     free(snap);

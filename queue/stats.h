@@ -42,12 +42,17 @@ typedef struct cpt_stats_stream {
 
 typedef struct cpt_stats_worker {
     cpt_heartbeat_msg hb;
-    int ok; /* 0: the heartbeat did not decode */
+    int ok;       /* 0: the heartbeat did not decode */
+    double age_s; /* since its last heartbeat (both wall clock) */
+    int gone;     /* no heartbeat for longer than the snapshot's gone_after_s: a crashed worker */
 } cpt_stats_worker;
+
+#define CPT_STATS_GONE_AFTER_S 60.0 /* 12 heartbeats at the default rollout/reward.heartbeat_s of 5 s */
 
 typedef struct cpt_queue_snapshot {
     char run[CPT_RUN_ID_MAX];
     double time; /* unix seconds */
+    double gone_after_s; /* set before take; 0: CPT_STATS_GONE_AFTER_S */
     double mono; /* cpt_now() */
     int has_version;
     unsigned long long weight_version;
@@ -58,6 +63,8 @@ typedef struct cpt_queue_snapshot {
 } cpt_queue_snapshot;
 
 int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err);
+/* Deletes the snapshot's gone workers from the workers hash; returns how many, or -1. */
+int cpt_queue_prune_gone(cpt_queue *q, const cpt_queue_snapshot *s, cpt_err *err);
 /* Fills the rates of cur from prev (same run). */
 void cpt_queue_snapshot_rates(cpt_queue_snapshot *cur, const cpt_queue_snapshot *prev);
 

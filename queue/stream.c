@@ -638,11 +638,16 @@ int cpt_queue_worker_gone(cpt_queue *q, const char *worker, cpt_err *err) {
 }
 
 int cpt_queue_heartbeat(cpt_queue *q, const cpt_heartbeat_msg *h, cpt_err *err) {
+    /* Stamped here with the wall clock, the one cpt-queue stats on another host can compare with its own. */
+    cpt_heartbeat_msg m = *h;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    m.time = (double)now.tv_sec + now.tv_nsec / 1e9;
     cpt_buf b;
-    if (cpt_heartbeat_encode(h, &b, err)) return -1;
+    if (cpt_heartbeat_encode(&m, &b, err)) return -1;
     const char *key = q->keys[CPT_HASH_WORKERS];
-    const char *argv[] = {"HSET", key, h->worker, b.data};
-    size_t lens[] = {4, strlen(key), strlen(h->worker), b.len};
+    const char *argv[] = {"HSET", key, m.worker, b.data};
+    size_t lens[] = {4, strlen(key), strlen(m.worker), b.len};
     redisReply *rep = cpt_redis_command(q->redis, 4, argv, lens, key, 0, err);
     cpt_buf_free(&b);
     if (!rep) return -1;

@@ -167,6 +167,7 @@ int cpt_queue_publish_weights(cpt_queue *q, const cpt_weights_msg *w, cpt_err *e
 int cpt_queue_get_weights(cpt_queue *q, cpt_weights_msg *w, cpt_err *err);
 int cpt_queue_set_control(cpt_queue *q, const cpt_control_msg *c, cpt_err *err);
 int cpt_queue_get_control(cpt_queue *q, cpt_control_msg *c, cpt_err *err);
+/* Writes h into the workers hash under h->worker, with h->time set to the wall clock (Unix seconds) now. */
 int cpt_queue_heartbeat(cpt_queue *q, const cpt_heartbeat_msg *h, cpt_err *err);
 /* Removes a worker's entry from the workers hash (a worker that exits cleanly). */
 int cpt_queue_worker_gone(cpt_queue *q, const char *worker, cpt_err *err);

@@ -218,7 +218,6 @@ static int heartbeat(cpt_queue *q, const char *run, const char *me, uint64_t ver
     h.version = version;
     h.tokens_per_s = tok_s >= 0 && isfinite(tok_s) ? tok_s : 0;
     h.occupancy = busy < 0 ? 0 : busy > 1 ? 1 : busy;
-    h.time = cpt_now();
     return cpt_queue_heartbeat(q, &h, err);
 }
 
@@ -359,6 +358,9 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
     }
     cpt_info("cpt-reward %s: stopping: %ld groups scored (%ld completions), %ld dead", worker_id, stats->groups,
              stats->completions, stats->dead);
+    cpt_err gerr;
+    if (cpt_queue_worker_gone(q, worker_id, &gerr)) /* drained: off cpt-queue stats' list */
+        cpt_warn("cpt-reward %s: removing its heartbeat: %s", worker_id, gerr.msg);
     rc = 0;
 done:
     cpt_queue_close(q);

@@ -89,7 +89,6 @@ static void heartbeat(worker *w, double tok_s, double occ) {
     h.version = w->version;
     h.tokens_per_s = tok_s >= 0 && isfinite(tok_s) ? tok_s : 0;
     h.occupancy = occ < 0 || !isfinite(occ) ? 0 : occ > 1 ? 1 : occ;
-    h.time = cpt_now();
     cpt_err err;
     if (cpt_queue_heartbeat(w->q, &h, &err)) cpt_warn("cpt-rollout %s: heartbeat: %s", w->me, err.msg);
 }
@@ -467,6 +466,9 @@ done:
     }
     if (rc == 0 && w->n_fl)
         cpt_info("cpt-rollout %s: handed back %d held group%s", worker_id, w->n_fl, w->n_fl == 1 ? "" : "s");
+    cpt_err gerr;
+    if (rc == 0 && cpt_queue_worker_gone(w->q, worker_id, &gerr)) /* drained: off cpt-queue stats' list */
+        cpt_warn("cpt-rollout %s: removing its heartbeat: %s", worker_id, gerr.msg);
     while (w->n_fl) drop_flight(w, w->n_fl - 1); /* unacked: reclaimed by another worker */
     free(w->fl);
     cpt_weights_rx_free(w->rx); /* leaves the nccl group: a new epoch without this worker */

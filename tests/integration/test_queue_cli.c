@@ -2,6 +2,7 @@
  * ones the test put there. Runs the cpt-queue binary of $CPT_BUILD. */
 #include <jansson.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "queue/conn.h"
@@ -67,7 +68,8 @@ static void seed(cpt_queue *q) {
     snprintf(w.location, sizeof w.location, "/x/v5.safetensors");
     snprintf(w.checksum, sizeof w.checksum, "xxh64:1");
     CHECK_EQ_INT(cpt_queue_publish_weights(q, &w, &err), 0);
-    cpt_heartbeat_msg h = {.version = 5, .tokens_per_s = 321, .occupancy = 0.25, .time = 1764670000};
+    /* the time a worker puts in is replaced by the queue's wall clock (workers once wrote their monotonic clock) */
+    cpt_heartbeat_msg h = {.version = 5, .tokens_per_s = 321, .occupancy = 0.25, .time = 12345.0};
     snprintf(h.run, sizeof h.run, "cli");
     snprintf(h.worker, sizeof h.worker, "worker-a");
     snprintf(h.role, sizeof h.role, "rollout");
@@ -80,6 +82,48 @@ static json_t *stream_json(json_t *root, const char *name) {
     json_t *s;
     json_array_foreach(json_object_get(root, "streams"), i, s) if (!strcmp(json_string_value(json_object_get(s, "name")), name)) return s;
     return NULL;
+}
+
+/* A worker that stopped heartbeating long ago is marked gone and pruned on request; a clean exit deletes its own
+ * entry. */
+static void workers_gone(cpt_queue *q, const test_redis *t, char *out, size_t cap) {
+    cpt_err err;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    cpt_heartbeat_msg h = {.version = 1, .time = (double)now.tv_sec + now.tv_nsec / 1e9 - 1000};
+    snprintf(h.run, sizeof h.run, "cli");
+    snprintf(h.worker, sizeof h.worker, "crashed-b");
+    snprintf(h.role, sizeof h.role, "reward");
+    snprintf(h.host, sizeof h.host, "box");
+    cpt_buf b;
+    CHECK_EQ_INT(cpt_heartbeat_encode(&h, &b, &err), 0);
+    const char *argv[] = {"HSET", cpt_queue_key(q, CPT_HASH_WORKERS), "crashed-b", b.data};
+    size_t lens[] = {4, strlen(argv[1]), 9, b.len};
+    redisReply *r = cpt_redis_command(q->redis, 4, argv, lens, argv[1], 0, &err);
+    if (r) freeReplyObject(r);
+    cpt_buf_free(&b);
+    char args[1024];
+    snprintf(args, sizeof args, "stats --url %s --name cli --window 0", t->srv.url);
+    CHECK_EQ_INT(run_cli(args, out, cap), 0);
+    CHECK_MSG(strstr(out, "gone (no heartbeat for over 60 s") && strstr(out, "crashed-b (1000 s)"), "%s", out);
+    CHECK_MSG(strstr(out, "worker-a ") && strstr(out, "seen ") && !strstr(out, "e+09 s ago"), "%s", out);
+    snprintf(args, sizeof args, "stats --url %s --name cli --window 0 --gone-after 2000", t->srv.url);
+    CHECK_EQ_INT(run_cli(args, out, cap), 0);
+    CHECK_MSG(strstr(out, "crashed-b ") && !strstr(out, "gone ("), "%s", out);
+    snprintf(args, sizeof args, "stats --url %s --name cli --window 0 --prune-gone", t->srv.url);
+    CHECK_EQ_INT(run_cli(args, out, cap), 0);
+    CHECK_MSG(strstr(out, "removed 1 gone worker") && !strstr(out, "crashed-b") && strstr(out, "worker-a"), "%s", out);
+    const char *hl[] = {"HLEN", cpt_queue_key(q, CPT_HASH_WORKERS)};
+    CHECK_EQ_INT(test_int(q, 2, hl), 1);
+    CHECK_EQ_INT(cpt_queue_worker_gone(q, "worker-a", &err), 0);
+    CHECK_EQ_INT(test_int(q, 2, hl), 0);
+    /* back for the checks below */
+    cpt_heartbeat_msg a = {.version = 5, .tokens_per_s = 321, .occupancy = 0.25};
+    snprintf(a.run, sizeof a.run, "cli");
+    snprintf(a.worker, sizeof a.worker, "worker-a");
+    snprintf(a.role, sizeof a.role, "rollout");
+    snprintf(a.host, sizeof a.host, "box");
+    CHECK_EQ_INT(cpt_queue_heartbeat(q, &a, &err), 0);
 }
 
 int main(void) {
@@ -129,8 +173,12 @@ int main(void) {
         json_t *w = json_array_get(json_object_get(root, "workers"), 0);
         CHECK_EQ_STR(json_string_value(json_object_get(w, "worker")), "worker-a");
         CHECK_NEAR(json_real_value(json_object_get(w, "tokens_per_s")), 321, 1e-9);
+        double age = json_real_value(json_object_get(w, "age_s"));
+        CHECK_MSG(age >= -1 && age < 30, "worker age %g s", age);
+        CHECK(json_is_false(json_object_get(w, "gone")));
         json_decref(root);
     }
+    workers_gone(q, &t, out, sizeof out);
 
     /* the table, through queue.json */
     cpt_queue_conn conn;

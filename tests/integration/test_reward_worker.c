@@ -157,6 +157,7 @@ static void test_scores(test_redis *t, const cpt_tokenizer *tok, const char *dir
     int st = 0;
     CHECK(wait_exit(pid, 15, &st));
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ_INT((int)test_int(q, 3, hx), 0); /* a drained worker takes itself off the list */
     cpt_queue_close(q);
 }
 

@@ -196,6 +196,7 @@ static void versions_and_drain(cpt_queue *q) {
     CHECK_EQ_INT(it.rollout.completions[0].n_tokens, 400);
     cpt_queue_item_free(&it);
     CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    CHECK_EQ_INT(test_int(q, 3, hget), 0); /* a drained worker takes itself off the list */
     random_init(q, v3);
     cpt_model_free(v1), cpt_model_free(v2), cpt_model_free(v3);
 }
