@@ -323,6 +323,8 @@ static int restore_outstanding(online_ctx *c, cpt_err *err) {
 static int publish(online_ctx *c, double *secs, cpt_err *err) {
     double t0 = cpt_now();
     uint64_t v = (uint64_t)c->st.weight_version;
+    /* before the weights file: a fenced-off trainer must not overwrite the version the live one announces */
+    if (check_fence(c, err)) return cpt_err_prefix(err, "weights v%" PRIu64, v);
     if (cpt_weights_tx_publish(c->tx, c->policy, v, err)) return cpt_err_prefix(err, "weights v%" PRIu64, v);
     if (secs) *secs = cpt_now() - t0;
     return 0;

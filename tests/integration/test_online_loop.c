@@ -452,6 +452,44 @@ static void test_sync_and_resume(test_redis *R) {
     CHECK_EQ_INT(cpt_queue_get_weights(p.q, &w, &err), 1);
     CHECK_EQ_INT(w.version, 10);
     CHECK_EQ_INT(cpt_lease_give_back(p.q->redis, "olsync", tok, &err), 1);
+
+    /* 4. a trainer paused past its lease while another took over: when it wakes it is fenced off and exits 1
+     *    without another prompt, weights announcement, metrics line or checkpoint */
+    char *ov3[] = {"train.steps=14", "online.lease_ttl_s=1"};
+    long long issued = test_xlen(p.q, CPT_STREAM_PROMPTS);
+    pid = start_trainer(cfg_path, 2, ov3);
+    double t0 = cpt_now();
+    while (test_xlen(p.q, CPT_STREAM_PROMPTS) < issued + 2 && cpt_now() - t0 < 30) usleep(20000);
+    CHECK_EQ_INT(test_xlen(p.q, CPT_STREAM_PROMPTS), issued + 2);
+    kill(pid, SIGSTOP);
+    int64_t newer = 0;
+    t0 = cpt_now();
+    while (cpt_lease_try(p.q->redis, "olsync", "successor:1", 60000, &newer, NULL, 0, NULL, &err) == 0 &&
+           cpt_now() - t0 < 10)
+        usleep(100000);
+    CHECK(newer > tok);
+    before = cpt_read_file(path, NULL, &err);
+    snprintf(path, sizeof path, "%s/checkpoints/latest", run_dir);
+    char *latest_before = cpt_read_file(path, NULL, &err);
+    kill(pid, SIGCONT);
+    rc = play(&p, pid, 1, 0, 0, 0, 0, 0); /* answers the two prompts it issued: it may train, but not publish */
+    CHECK_EQ_INT(rc, 1);
+    CHECK_EQ_INT(test_xlen(p.q, CPT_STREAM_PROMPTS), issued + 2);
+    CHECK_EQ_INT(cpt_queue_get_weights(p.q, &w, &err), 1);
+    CHECK_EQ_INT(w.version, 10);
+    snprintf(path, sizeof path, "%s/weights/v11.safetensors", run_dir);
+    CHECK(!cpt_path_exists(path));
+    snprintf(path, sizeof path, "%s/checkpoints/latest", run_dir);
+    char *latest_after = cpt_read_file(path, NULL, &err);
+    CHECK(latest_before && latest_after && !strcmp(latest_before, latest_after));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    after = cpt_read_file(path, NULL, &err);
+    CHECK(before && after && !strcmp(before, after));
+    free(before);
+    free(after);
+    free(latest_before);
+    free(latest_after);
+    CHECK_EQ_INT(cpt_lease_give_back(p.q->redis, "olsync", newer, &err), 1);
     player_free(&p);
 }
 
