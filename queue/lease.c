@@ -227,7 +227,14 @@ cpt_lease *cpt_lease_acquire(const cpt_lease_opts *o, cpt_err *err) {
         }
         sleep_ms(200);
     }
-    if (pthread_create(&l->thread, NULL, renew_loop, l)) {
+    /* The renewal thread blocks every signal (it inherits the mask), so SIGTERM and friends still reach the main
+     * thread and interrupt what it waits on, as before the thread existed. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int prc = pthread_create(&l->thread, NULL, renew_loop, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc) {
         cpt_errf(err, "trainer lease: cannot start the renewal thread");
         cpt_err e2;
         cpt_lease_give_back(l->redis, l->run, l->token, &e2);
