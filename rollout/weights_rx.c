@@ -35,8 +35,6 @@ struct cpt_weights_rx {
 #endif
 };
 
-static int64_t now_ms(void) { return (int64_t)(cpt_now() * 1000.0); }
-
 cpt_weights_rx *cpt_weights_rx_new(const cpt_config *cfg, const char *worker, cpt_queue *q, cpt_err *err) {
     const char *t = cpt_cfg_str(cfg, "weights.transport");
     int tr = cpt_weights_transport_parse(t);
@@ -67,7 +65,7 @@ cpt_weights_rx *cpt_weights_rx_new(const cpt_config *cfg, const char *worker, cp
     }
     rx->cfg = cfg, rx->q = q, rx->transport = tr;
     snprintf(rx->me, sizeof rx->me, "%s", worker);
-    if (tr == CPT_WT_NCCL && cpt_wg_register(q->redis, q->run, rx->me, now_ms(), err)) {
+    if (tr == CPT_WT_NCCL && cpt_wg_register(q->redis, q->run, rx->me, cpt_wg_now_ms(), err)) {
         free(rx);
         return NULL;
     }
@@ -175,7 +173,7 @@ static int ipc_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const
         memcpy(rx->opened_handle[s], a.handle, sizeof a.handle);
     }
     int64_t lease = (int64_t)(cpt_cfg_float(rx->cfg, "weights.ipc_lease_s") * 1000);
-    int in = cpt_ipc_book_enter(rx->q->redis, rx->q->run, s, wm->version, rx->me, now_ms(), lease, err);
+    int in = cpt_ipc_book_enter(rx->q->redis, rx->q->run, s, wm->version, rx->me, cpt_wg_now_ms(), lease, err);
     if (in <= 0) return in; /* 0: superseded while we looked */
     int rc = cpt_cuda_engine_load_weights_bf16(ge, m, rx->opened[s], err);
     if (!rc) rc = verify(ctx, rx->opened[s], wm->bytes, sum, err);
@@ -191,7 +189,7 @@ static int ipc_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const
 int cpt_weights_rx_poll(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
     if (rx->transport != CPT_WT_NCCL) return 0;
     if (cpt_now() - rx->t_reg >= cpt_cfg_float(rx->cfg, "weights.member_ttl_s") / 3) {
-        if (cpt_wg_register(rx->q->redis, rx->q->run, rx->me, now_ms(), err)) return -1;
+        if (cpt_wg_register(rx->q->redis, rx->q->run, rx->me, cpt_wg_now_ms(), err)) return -1;
         rx->t_reg = cpt_now();
     }
     if (!wm || strcmp(wm->transport, "nccl") || !ge || !m) return 0;

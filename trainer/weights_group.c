@@ -5,12 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void key(char *out, size_t cap, const char *run, const char *what) { snprintf(out, cap, "cpt:%s:wg:%s", run, what); }
 
 void cpt_wg_epoch_free(cpt_wg_epoch *e) {
     free(e->members);
     memset(e, 0, sizeof *e);
+}
+
+int64_t cpt_wg_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int cpt_wg_register(cpt_redis *r, const char *run, const char *worker, int64_t now_ms, cpt_err *err) {

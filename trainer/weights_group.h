@@ -35,6 +35,11 @@ typedef struct cpt_wg_epoch {
 
 void cpt_wg_epoch_free(cpt_wg_epoch *e);
 
+/* Now in the clock of the Redis times here and in trainer/weights_ipc_book.h: Unix ms (CLOCK_REALTIME). Workers on
+ * other hosts write it and the trainer compares it with its own, which a monotonic clock (time since each host's
+ * boot) cannot do. */
+int64_t cpt_wg_now_ms(void);
+
 /* Worker side. */
 int cpt_wg_register(cpt_redis *r, const char *run, const char *worker, int64_t now_ms, cpt_err *err);
 int cpt_wg_leave(cpt_redis *r, const char *run, const char *worker, cpt_err *err);

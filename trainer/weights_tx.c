@@ -61,8 +61,6 @@ int cpt_weights_tx_check_config(const cpt_config *cfg, cpt_err *err) {
 }
 
 #ifdef CPT_HAVE_CUDA /* helpers of the GPU transports */
-static int64_t now_ms(void) { return (int64_t)(cpt_now() * 1000.0); }
-
 static void fill_msg(cpt_weights_tx *tx, cpt_weights_msg *w, uint64_t version, uint64_t sum, uint64_t epoch) {
     memset(w, 0, sizeof *w);
     snprintf(w->run, sizeof w->run, "%s", tx->run);
@@ -136,7 +134,7 @@ static int publish_ipc(cpt_weights_tx *tx, uint64_t v, cpt_err *err) {
     double wait = cpt_cfg_float(tx->cfg, "weights.ipc_wait_s"), t0 = cpt_now();
     for (;;) {
         long readers = 0;
-        int got = cpt_ipc_book_claim(r, tx->run, s, now_ms(), &readers, err);
+        int got = cpt_ipc_book_claim(r, tx->run, s, cpt_wg_now_ms(), &readers, err);
         if (got < 0) return -1;
         if (got) break;
         if (cpt_now() - t0 > wait)
@@ -170,7 +168,7 @@ static int refresh_epoch(cpt_weights_tx *tx, uint64_t v, cpt_err *err) {
     char (*names)[CPT_NAME_MAX] = NULL;
     int n = 0;
     int64_t ttl = (int64_t)(cpt_cfg_float(tx->cfg, "weights.member_ttl_s") * 1000);
-    if (cpt_wg_live(tx->q->redis, tx->run, now_ms(), ttl, &names, &n, err)) return -1;
+    if (cpt_wg_live(tx->q->redis, tx->run, cpt_wg_now_ms(), ttl, &names, &n, err)) return -1;
     if (!tx->ep_broken && cpt_wg_same_members(&tx->ep, names, n)) {
         free(names);
         return 0;
@@ -248,7 +246,7 @@ int cpt_weights_tx_idle(cpt_weights_tx *tx, cpt_model *policy, uint64_t version,
     char (*names)[CPT_NAME_MAX] = NULL;
     int n = 0;
     int64_t ttl = (int64_t)(cpt_cfg_float(tx->cfg, "weights.member_ttl_s") * 1000);
-    if (cpt_wg_live(tx->q->redis, tx->run, now_ms(), ttl, &names, &n, err)) return -1;
+    if (cpt_wg_live(tx->q->redis, tx->run, cpt_wg_now_ms(), ttl, &names, &n, err)) return -1;
     int same = !tx->ep_broken && cpt_wg_same_members(&tx->ep, names, n);
     free(names);
     return same ? 0 : publish_nccl(tx, version, err);

@@ -6,6 +6,7 @@
  *   refuses readers, a reader of an old version is refused, an expired lease stops blocking, acks recorded. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "integration/redis_helper.h"
@@ -128,7 +129,18 @@ static void test_ipc_book(cpt_redis *r) {
     CHECK(cpt_ipc_book_acked(r, run, "w1", &acked, &err) == 1 && acked == 2);
 }
 
+/* Members' last-seen times are compared across hosts: they must be wall-clock Unix ms. */
+static void test_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wall = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t got = cpt_wg_now_ms();
+    CHECK_MSG(got >= wall - 1000 && got <= wall + 1000, "cpt_wg_now_ms %lld, wall clock %lld", (long long)got,
+              (long long)wall);
+}
+
 int main(void) {
+    test_clock();
     test_redis t;
     test_redis_start(&t, "everysec");
     cpt_queue *q = test_queue_open(&t, "wg1", 1000, 60000);
