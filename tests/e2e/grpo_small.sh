@@ -38,17 +38,19 @@ for line in open(sys.argv[4]):
     if isinstance(r, dict) and isinstance(r.get("step"), int) and "groups/trained" in r:
         rows[r["step"]] = r
 dyn = max((r.get("groups/dynamic_dropped", 0) for r in rows.values()), default=0)
+# groups/skipped: whole-run total of groups that failed past their retries (never trained, behind the cursor)
+skipped = rows[max(rows)].get("groups/skipped", 0) if rows else 0
 consumed = cur["epoch"] * 1000 + cur["index"]  # examples/data/arithmetic_rl_train.jsonl: 1000 prompts an epoch
 if out: sys.exit(f"{len(out)} groups outstanding at the end: {out[:5]}")
 if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
-if dyn == 0 and consumed != steps * g:
-    sys.exit(f"data cursor at {consumed}, expected {steps} steps x {g} groups = {steps * g}")
-# groups/duplicates is a running count of one trainer process (a resumed trainer counts from 0 again): add its rises
+if dyn == 0 and consumed != steps * g + skipped:
+    sys.exit(f"data cursor at {consumed}, expected {steps} steps x {g} groups + {skipped} skipped = {steps * g + skipped}")
+# groups/duplicates: whole-run totals now (kept in the checkpoint); adding its rises also reads older per-process counts
 dups, prev = 0, 0
 for k in sorted(rows):
     d = rows[k].get("groups/duplicates", 0)
     dups += d - prev if d >= prev else d
     prev = d
-print(f"groups: cursor {consumed} = {steps} x {g}, 0 outstanding, duplicates dropped {dups}")
+print(f"groups: cursor {consumed} = {steps} x {g} + {skipped} skipped, 0 outstanding, duplicates dropped {dups}")
 PY
 }

@@ -26,10 +26,14 @@ pid=$!
 for _ in $(seq 1 600); do s=$(step_of); [ -n "$s" ] && [ "$s" -ge 10 ] && break; sleep 0.2; done
 [ -n "$(step_of)" ] || fail "the run never reached step 10"
 
-# each kind at least once, in a random order, a few seconds apart
+# each kind at least once, in a random order, spread over the run by step (not by time: a fast machine finished the
+# run before the last kills of a time schedule landed); a kill waits at most 60 s for its step
 victims=(trainer rollout reward redis rollout reward trainer redis)
 killed=()
+k=0
 for v in $(printf '%s\n' "${victims[@]}" | shuf); do
+  at=$((20 + k * (STEPS - 60) / ${#victims[@]})); k=$((k + 1))
+  for _ in $(seq 1 300); do s=$(step_of); [ -n "$s" ] && [ "$s" -ge "$at" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   kill -0 "$pid" 2>/dev/null || break
   case $v in
     redis) vp=$(cat "$R/redis.pid" 2>/dev/null || true) ;;
@@ -37,7 +41,7 @@ for v in $(printf '%s\n' "${victims[@]}" | shuf); do
     *) vp=$(pgrep -f "cpt-$v $R/config.toml --worker-id" | shuf -n1 || true) ;;
   esac
   if [ -n "$vp" ] && kill -9 "$vp" 2>/dev/null; then killed+=("$v@$(step_of)"); fi
-  sleep $((2 + RANDOM % 3))
+  sleep 1
 done
 echo "killed: ${killed[*]}"
 # a run that stops making progress is a failure, not a hang until the ctest timeout
