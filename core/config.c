@@ -10,6 +10,7 @@
 
 #include "core/config_table.h"
 #include "core/fs.h"
+#include "core/redact.h"
 #include "core/toml.h"
 
 /* Every module's keys, in this order (the order of docs/config.md). */
@@ -400,18 +401,30 @@ int cpt_config_has_key(const char *key) { return find_key(cpt_config_keys, cpt_c
 
 /* ---- dump, hash, docs ---- */
 
+/* A URL's password never reaches a dump (config show, RUN_DIR/config.toml, checkpoints) nor the hash. */
+static int write_string_redacted(cpt_strbuf *b, const char *s) {
+    if (!cpt_url_has_secret(s)) return cpt_toml_write_string(b, s);
+    size_t cap = strlen(s) + 28; /* core/redact.h */
+    char *shown = malloc(cap);
+    if (!shown) return -1;
+    cpt_redact_url(s, shown, cap);
+    int rc = cpt_toml_write_string(b, shown);
+    free(shown);
+    return rc;
+}
+
 static int write_value(cpt_strbuf *b, const cpt_key_decl *d, const value *v) {
     switch (d->type) {
     case CPT_KEY_T_INT: return cpt_strbuf_printf(b, "%lld", (long long)v->i);
     case CPT_KEY_T_FLOAT: return cpt_toml_write_float(b, v->f);
     case CPT_KEY_T_BOOL: return cpt_strbuf_add(b, v->b ? "true" : "false", v->b ? 4 : 5);
-    case CPT_KEY_T_STR: return cpt_toml_write_string(b, v->s);
+    case CPT_KEY_T_STR: return write_string_redacted(b, v->s);
     case CPT_KEY_T_STR_ARRAY:
     case CPT_KEY_T_INT_ARRAY:
         if (cpt_strbuf_add(b, "[", 1)) return -1;
         for (size_t i = 0; i < v->n; i++) {
             if (i && cpt_strbuf_add(b, ", ", 2)) return -1;
-            int rc = d->type == CPT_KEY_T_STR_ARRAY ? cpt_toml_write_string(b, v->sa[i])
+            int rc = d->type == CPT_KEY_T_STR_ARRAY ? write_string_redacted(b, v->sa[i])
                                              : cpt_strbuf_printf(b, "%lld", (long long)v->ia[i]);
             if (rc) return -1;
         }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/redact.h"
 
 /* ---- URLs ---- */
 
@@ -132,18 +133,7 @@ int cpt_redis_parse_url(const char *url, cpt_redis_url *out, cpt_err *err) {
     return 0;
 }
 
-void cpt_redis_url_redacted(const char *url, char *out, size_t cap) {
-    if (!cap) return;
-    if (!url) { snprintf(out, cap, "(none)"); return; }
-    const char *at = NULL, *scheme = strstr(url, "://");
-    const char *start = scheme ? scheme + 3 : url;
-    const char *slash = strchr(start, '/');
-    for (const char *s = start; *s && (!slash || s < slash); s++)
-        if (*s == '@') at = s;
-    const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
-    if (!colon) { snprintf(out, cap, "%s", url); return; }
-    snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
-}
+void cpt_redis_url_redacted(const char *url, char *out, size_t cap) { cpt_redact_url(url, out, cap); }
 
 int cpt_redis_read_password_file(const char *path, char *out, size_t cap, cpt_err *err) {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

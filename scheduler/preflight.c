@@ -11,9 +11,11 @@
 #include "core/chat_template.h"
 #include "core/dataset.h"
 #include "core/fs.h"
+#include "core/redact.h"
 #include "core/safetensors.h"
 #include "core/tokenizer.h"
 #include "model/model.h"
+#include "queue/redis.h"
 #include "reward/reward.h"
 #include "trainer/rl_data.h"
 
@@ -289,6 +291,33 @@ static int find_redis_server(char *out, size_t cap) {
     return access(out, X_OK) == 0;
 }
 
+/* queue.url is printed redacted; a password in it is refused (it would reach config.toml and ps): the roles read
+ * it from queue.password_file. */
+static void check_queue_url(cpt_preflight *p) {
+    const char *url = cpt_cfg_str(p->cfg, "queue.url");
+    const char *pw_file = cpt_cfg_str(p->cfg, "queue.password_file");
+    char shown[CPT_REDIS_URL_MAX + 32];
+    cpt_redact_url(url, shown, sizeof shown);
+    cpt_err err;
+    cpt_err_clear(&err);
+    cpt_redis_url u;
+    if (url[0] && cpt_redis_parse_url(url, &u, &err)) {
+        line(p, "FAIL", "queue", "queue.url: %s", err.msg);
+        return;
+    }
+    int has_pw = url[0] && u.password[0];
+    explicit_bzero(&u, sizeof u);
+    if (has_pw)
+        line(p, "FAIL", "queue", "queue.url %s carries a password: put it in a file (mode 0600) named by "
+             "queue.password_file and remove it from the URL", shown);
+    if (pw_file[0]) {
+        char pw[CPT_REDIS_SECRET_MAX];
+        if (cpt_redis_read_password_file(pw_file, pw, sizeof pw, &err)) line(p, "FAIL", "queue", "%s", err.msg);
+        explicit_bzero(pw, sizeof pw);
+    }
+    if (url[0] && !has_pw) line(p, "ok", "queue", "%s (not started by cpt)", shown);
+}
+
 static void check_roles(cpt_preflight *p) {
     const cpt_config *c = p->cfg;
     const char *algo = cpt_cfg_str(c, "algo.type");
@@ -316,10 +345,8 @@ static void check_roles(cpt_preflight *p) {
     line(p, "ok", "roles", "%s: trainer, %ld rollout, %ld reward%s%s", algo, rollout, reward,
          !strcmp(algo, "opd") ? ", teacher in the reward workers" : "",
          cpt_cfg_float(c, "algo.kl_beta") > 0 ? ", reference (kl_beta > 0)" : "");
-    const char *url = cpt_cfg_str(c, "queue.url");
-    if (url[0]) {
-        line(p, "ok", "queue", "%s (not started by cpt)", url);
-    } else {
+    check_queue_url(p);
+    if (!cpt_cfg_str(c, "queue.url")[0]) {
         char path[4200];
         if (find_redis_server(path, sizeof path)) line(p, "ok", "queue", "private redis-server: %s", path);
         else line(p, "FAIL", "queue", "%s: redis-server not found (apt-get install redis-server, set "
