@@ -365,5 +365,13 @@ size_t cpt_dataset_count(const cpt_dataset *ds) { return ds->n; }
 const cpt_record *cpt_dataset_get(const cpt_dataset *ds, size_t i) { return i < ds->n ? &ds->records[i] : NULL; }
 cpt_data_format cpt_dataset_format(const cpt_dataset *ds) { return ds->format; }
 const char *cpt_dataset_path(const cpt_dataset *ds) { return ds->path; }
+
+void cpt_dataset_where(const cpt_dataset *ds, const cpt_record *r, char *out, size_t cap) {
+    if (!cap) return;
+    char line[24];
+    int n = snprintf(line, sizeof line, ":%d", r ? r->line : 0);
+    size_t room = cap > (size_t)n + 1 ? cap - (size_t)n - 1 : 0;
+    snprintf(out, cap, "%.*s%s", (int)room, ds->path, line);
+}
 size_t cpt_dataset_bad_lines(const cpt_dataset *ds) { return ds->n_bad; }
 const char *cpt_dataset_first_bad(const cpt_dataset *ds) { return ds->first_bad; }

@@ -72,6 +72,8 @@ size_t cpt_dataset_count(const cpt_dataset *ds);
 const cpt_record *cpt_dataset_get(const cpt_dataset *ds, size_t i); /* NULL when i >= count */
 cpt_data_format cpt_dataset_format(const cpt_dataset *ds);
 const char *cpt_dataset_path(const cpt_dataset *ds);
+/* "PATH:LINE" of a record of ds, for messages about it (the path cut to fit cap). */
+void cpt_dataset_where(const cpt_dataset *ds, const cpt_record *r, char *out, size_t cap);
 size_t cpt_dataset_bad_lines(const cpt_dataset *ds);
 const char *cpt_dataset_first_bad(const cpt_dataset *ds); /* message of the first skipped line, or "" */
 

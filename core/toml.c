@@ -1,5 +1,6 @@
 #include "core/toml.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -346,6 +347,32 @@ static int check_digits(const char *s, size_t n, int base) {
     return count;
 }
 
+/* An extension of TOML: C99 hexadecimal floats, [+-]0xHEX[.HEX]p[+-]DEC (e.g. 0x1p-3 = 0.125), exact in binary. */
+static int parse_hex_float(parser *ps, const char *tok, size_t n, cpt_toml_value *v) {
+    size_t i = (tok[0] == '+' || tok[0] == '-') ? 3 : 2, mant = 0;
+    for (; i < n && isxdigit((unsigned char)tok[i]); i++) mant++;
+    if (i < n && tok[i] == '.')
+        for (i++; i < n && isxdigit((unsigned char)tok[i]); i++) mant++;
+    size_t exp = 0;
+    if (i < n && (tok[i] == 'p' || tok[i] == 'P')) {
+        i++;
+        if (i < n && (tok[i] == '+' || tok[i] == '-')) i++;
+        for (; i < n && isdigit((unsigned char)tok[i]); i++) exp++;
+    }
+    if (!mant || !exp || i != n || n >= 128)
+        return perr(ps, "not a number: '%.*s' (a hexadecimal float is written like 0x1.8p-3)", (int)(n > 60 ? 60 : n), tok);
+    char clean[128];
+    memcpy(clean, tok, n);
+    clean[n] = '\0';
+    errno = 0;
+    char *end;
+    v->type = CPT_TOML_FLOAT;
+    v->f = strtod(clean, &end);
+    if (end != clean + n) return perr(ps, "not a number: '%.*s'", (int)n, tok);
+    if (errno == ERANGE && isinf(v->f)) return perr(ps, "float '%.*s' is out of range", (int)n, tok);
+    return 0;
+}
+
 static int parse_number(parser *ps, const char *tok, size_t n, cpt_toml_value *v) {
     const char *s = tok;
     size_t len = n;
@@ -360,6 +387,8 @@ static int parse_number(parser *ps, const char *tok, size_t n, cpt_toml_value *v
         v->f = s[0] == 'i' ? (neg ? -INFINITY : INFINITY) : NAN;
         return 0;
     }
+    if (len > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && (memchr(s, 'p', len) || memchr(s, 'P', len)))
+        return parse_hex_float(ps, tok, n, v);
     for (size_t i = 0; i < len; i++)
         if (s[i] == ':' || (s[i] == '-' && i > 0 && s[i - 1] != 'e' && s[i - 1] != 'E'))
             return perr(ps, "dates and times are not supported: '%.*s'", (int)n, tok);

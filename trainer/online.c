@@ -351,12 +351,14 @@ static int issue_one(online_ctx *c, cpt_book_entry *e, cpt_err *err) {
     cpt_prompt_group pg;
     memset(&pg, 0, sizeof pg);
     size_t n = 0;
+    char where[700];
+    cpt_dataset_where(c->ds, r, where, sizeof where);
     if (cpt_rl_prompt_ids(c->have_tpl ? &c->tpl : NULL, c->tok, r, &pg.prompt, &n, err))
-        return cpt_err_prefix(err, "%s", cpt_dataset_path(c->ds));
+        return cpt_err_prefix(err, "%s", where);
     pg.extra = cpt_rl_extra_json(r, err);
     if (!pg.extra) {
         free(pg.prompt);
-        return cpt_err_prefix(err, "%s", cpt_dataset_path(c->ds));
+        return cpt_err_prefix(err, "%s", where);
     }
     snprintf(pg.run, sizeof pg.run, "%s", c->run);
     pg.id = cpt_book_mark_issued(&c->book, e, version);
@@ -375,6 +377,7 @@ static int issue_one(online_ctx *c, cpt_book_entry *e, cpt_err *err) {
     pg.min_version = minv > 0 ? (uint64_t)minv : 0;
     cpt_buf buf = {0};
     int rc = cpt_prompt_group_encode(&pg, &buf, err);
+    if (rc) cpt_err_prefix(err, "%s", where); /* e.g. a prompt of more tokens than a message holds */
     if (!rc) rc = cpt_queue_add(c->q, CPT_STREAM_PROMPTS, buf.data, buf.len, NULL, err);
     cpt_buf_free(&buf);
     free(pg.prompt);

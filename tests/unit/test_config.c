@@ -141,7 +141,7 @@ static void test_overrides(void) {
     cpt_err err = {{0}};
     char *ov[] = {"a.n=7",        "a.mode=auto",          "a.b.path = /tmp/with space", "a.b.tags=[x, y z ,w]",
                   "c.ids=[4,5]",  "a.f=2",                "a.flag=true",                "name=\"quoted # not a comment\"",
-                  "a.n=8",        "c.lr=1e-3"};
+                  "a.n=8",        "c.lr=1e-3",            "a.f=0x1p-3"};
     cpt_config *c = load("[a]\nn = 1\n", (int)(sizeof ov / sizeof ov[0]), ov, &err);
     CHECK_MSG(c != NULL, "%s", err.msg);
     if (!c) return;
@@ -152,7 +152,7 @@ static void test_overrides(void) {
     CHECK_EQ_STR(cpt_cfg_array_str(c, "a.b.tags", 1), "y z");
     CHECK_EQ_STR(cpt_cfg_array_str(c, "a.b.tags", 2), "w");
     CHECK_EQ_INT(cpt_cfg_array_int(c, "c.ids", 1), 5);
-    CHECK(cpt_cfg_float(c, "a.f") == 2.0);
+    CHECK(cpt_cfg_float(c, "a.f") == 0.125); /* a hexadecimal float, the later override */
     CHECK_EQ_INT(cpt_cfg_bool(c, "a.flag"), 1);
     CHECK_EQ_STR(cpt_cfg_str(c, "name"), "quoted # not a comment");
     CHECK(cpt_cfg_float(c, "c.lr") == 1e-3);
@@ -195,6 +195,8 @@ static void test_errors(void) {
     expect_fail("[a]\nn = \n", NULL, "t.toml:2: missing value");
     expect_fail(NULL, "a.nn=3", "override 'a.nn=3': unknown key 'a.nn' (did you mean 'a.n'?)");
     expect_fail(NULL, "a.n=abc", "override 'a.n=abc': ");
+    expect_fail(NULL, "a.f=0x1p-3x", "override 'a.f=0x1p-3x': not a number: '0x1p-3x'");
+    expect_fail(NULL, "a.n=0x1p3", "override 'a.n=0x1p3': a.n expects an integer, got a float");
     expect_fail(NULL, "a.n=\"3\"", "override 'a.n=\"3\"': a.n expects an integer, got a string");
     expect_fail(NULL, "a.n=2000000", "override 'a.n=2000000': a.n = 2000000 is out of range");
     expect_fail(NULL, "a.mode=medium", "override 'a.mode=medium': a.mode = \"medium\" is not one of");

@@ -135,6 +135,7 @@ static void test_errors(void) {
     expect_error("x = 1e999\n", "out of range");
     expect_error("x = 1979-05-27\n", "dates and times are not supported");
     expect_error("x = 07:32:00\n", "dates and times");
+    expect_error("\nx = 0x1p-3q\n", "bad.toml:2: not a number: '0x1p-3q'");
     expect_error("x = truee\n", "bad value");
     expect_error("x = \"a\x01" "b\"\n", "control character 0x01");
     expect_error("x = \"\xff\xfe\"\n", "not valid UTF-8");
@@ -152,6 +153,16 @@ static void test_value_only(void) {
     CHECK(cpt_toml_parse_value("\"a b\"", &v, &err) == 0 && v.type == CPT_TOML_STR && !strcmp(v.s, "a b"));
     cpt_toml_value_free(&v);
     CHECK(cpt_toml_parse_value("3e-4", &v, &err) == 0 && v.type == CPT_TOML_FLOAT && v.f == 3e-4);
+    /* hexadecimal floats (an extension: `optim.lr=0x1p-3` on a command line) */
+    CHECK(cpt_toml_parse_value("0x1p-3", &v, &err) == 0 && v.type == CPT_TOML_FLOAT && v.f == 0.125);
+    CHECK(cpt_toml_parse_value("-0x1.8p1", &v, &err) == 0 && v.type == CPT_TOML_FLOAT && v.f == -3.0);
+    CHECK(cpt_toml_parse_value("+0xAp+2", &v, &err) == 0 && v.type == CPT_TOML_FLOAT && v.f == 40.0);
+    CHECK(cpt_toml_parse_value("0x.8P0", &v, &err) == 0 && v.type == CPT_TOML_FLOAT && v.f == 0.5);
+    CHECK(cpt_toml_parse_value("0x10", &v, &err) == 0 && v.type == CPT_TOML_INT && v.i == 16);
+    CHECK(cpt_toml_parse_value("0x1p", &v, &err) == -1 && strstr(err.msg, "not a number: '0x1p'"));
+    CHECK(cpt_toml_parse_value("0x1p-3z", &v, &err) == -1 && strstr(err.msg, "not a number"));
+    CHECK(cpt_toml_parse_value("0xp3", &v, &err) == -1 && strstr(err.msg, "not a number"));
+    CHECK(cpt_toml_parse_value("0x1p99999", &v, &err) == -1 && strstr(err.msg, "out of range"));
     CHECK(cpt_toml_parse_value("1 2", &v, &err) == -1 && strstr(err.msg, "unexpected text after the value"));
     CHECK(cpt_toml_parse_value("", &v, &err) == -1 && strstr(err.msg, "missing value"));
 }

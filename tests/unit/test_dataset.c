@@ -276,7 +276,40 @@ static void test_order(void) {
     cpt_data_order_free(&b);
 }
 
+/* A 10 MB line, bad or good, and a record's place: every message names the file and the line. */
+static void test_big_lines(void) {
+    const size_t big = 10u << 20;
+    char *text = malloc(big + 200);
+    CHECK(text != NULL);
+    if (!text) return;
+    int n = snprintf(text, 200, "{\"prompt\": \"1+1\", \"answer\": \"2\"}\n{\"prompt\": \"");
+    memset(text + n, 'x', big);
+    size_t len = (size_t)n + big;
+    cpt_err err = {{0}};
+    cpt_dataset_opts o = {.format = CPT_DATA_AUTO};
+    cpt_dataset *ds = cpt_dataset_load_text(text, len, "data/big.jsonl", &o, &err); /* unterminated string */
+    CHECK(ds == NULL);
+    CHECK_MSG(strstr(err.msg, "data/big.jsonl:2: not valid JSON") != NULL, "%s", err.msg);
+    cpt_dataset_free(ds);
+    const char *tail = "\", \"answer\": \"4\"}\n";
+    memcpy(text + len, tail, strlen(tail));
+    len += strlen(tail);
+    ds = cpt_dataset_load_text(text, len, "data/big.jsonl", &o, &err);
+    CHECK_MSG(ds != NULL, "%s", err.msg);
+    if (ds) {
+        CHECK_EQ_INT(cpt_dataset_count(ds), 2);
+        char where[32];
+        cpt_dataset_where(ds, cpt_dataset_get(ds, 1), where, sizeof where);
+        CHECK_EQ_STR(where, "data/big.jsonl:2");
+        cpt_dataset_where(ds, cpt_dataset_get(ds, 1), where, 10); /* the path is cut, the line kept */
+        CHECK_EQ_STR(where, "data/bi:2");
+        cpt_dataset_free(ds);
+    }
+    free(text);
+}
+
 int main(void) {
+    test_big_lines();
     test_formats();
     test_errors();
     test_skip_bad();
