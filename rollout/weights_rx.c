@@ -2,9 +2,11 @@
 #include "rollout/weights_rx.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -84,6 +86,24 @@ void cpt_weights_rx_free(cpt_weights_rx *rx) {
     cpt_cuda_free(rx->staging);
 #endif
     free(rx);
+}
+
+int cpt_weights_rx_file_path(const char *run_dir, const char *location, char *out, size_t cap, cpt_err *err) {
+    char dir[PATH_MAX + 16], real_dir[PATH_MAX], real_file[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/weights", run_dir) >= (int)sizeof dir)
+        return cpt_errf(err, "run directory %s: path too long", run_dir);
+    if (!realpath(dir, real_dir)) return cpt_errno(err, "the run's weights folder %s", dir);
+    if (!realpath(location, real_file)) return cpt_errno(err, "weights location %s", location);
+    size_t n = strlen(real_dir);
+    if (strncmp(real_file, real_dir, n) || real_file[n] != '/')
+        return cpt_errf(err, "weights location %s (resolved: %s) is not inside the run's weights folder %s; refused",
+                        location, real_file, real_dir);
+    struct stat st;
+    if (stat(real_file, &st) != 0) return cpt_errno(err, "weights location %s", real_file);
+    if (!S_ISREG(st.st_mode)) return cpt_errf(err, "weights location %s is not a regular file; refused", real_file);
+    if (strlen(real_file) >= cap) return cpt_errf(err, "weights location %s: path too long", real_file);
+    memcpy(out, real_file, strlen(real_file) + 1);
+    return 0;
 }
 
 int cpt_weights_rx_handles(const cpt_weights_rx *rx, const cpt_weights_msg *wm) {

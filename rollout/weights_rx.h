@@ -22,6 +22,11 @@
 
 typedef struct cpt_weights_rx cpt_weights_rx;
 
+/* The file transport's announced location resolved (realpath, so symlinks and ".." count): refused unless it is a
+ * regular file inside RUN_DIR/weights (also resolved), so a forged announcement cannot make a worker read any
+ * other file. out receives the resolved path, which the caller then reads instead of the announced one. */
+int cpt_weights_rx_file_path(const char *run_dir, const char *location, char *out, size_t cap, cpt_err *err);
+
 /* NULL with err set on a bad combination; for weights.transport = file returns an object that does nothing. */
 cpt_weights_rx *cpt_weights_rx_new(const cpt_config *cfg, const char *worker, cpt_queue *q, cpt_err *err);
 /* Leaves the nccl membership (a drain: the trainer opens a new epoch without this worker). */

@@ -159,6 +159,9 @@ static int load_wanted(worker *w, cpt_err *err) {
     const int gpu_tr = cpt_weights_rx_handles(w->rx, wm); /* cuda_ipc / nccl: device to device */
     int ok = strcmp(wm->transport, "file") == 0 || gpu_tr;
     if (!ok) cpt_errf(&lerr, "transport '%s' is not supported by the CPU worker (only file)", wm->transport);
+    /* only a file of the run's weights folder: from here on the resolved path is read */
+    if (ok && !gpu_tr && cpt_weights_rx_file_path(w->run_dir, wm->location, wm->location, sizeof wm->location, &lerr))
+        ok = 0;
     if (ok && !gpu_tr && verify_checksum(wm, &lerr)) ok = 0;
     if (ok && !w->m) {
         w->m = model_for_weights(w, wm->location, &lerr);

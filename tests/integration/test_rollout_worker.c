@@ -3,12 +3,16 @@
  *    logprobs equal a forward pass of that version's weights (so the tag is the truth); a group whose min_version
  *    is above the weights held waits until a new enough version is published;
  *  - heartbeats land in the workers hash; SIGTERM drains and exits 0;
- *  - a worker killed with -9 mid-group: the group is reclaimed after claim_idle_ms and completed by another. */
+ *  - a worker killed with -9 mid-group: the group is reclaimed after claim_idle_ms and completed by another;
+ *  - a weights announcement naming a file outside RUN_DIR/weights (directly or through a symlink) is refused and
+ *    logged, and the worker lives on to load the next good version. */
 #include <math.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "model/model.h"
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
@@ -248,6 +252,60 @@ static void random_init(cpt_queue *q, cpt_model *v3) {
     CHECK(wait_exit(w, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* 1 when the worker's log holds text. */
+static int log_has(const char *id, const char *text) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s.log", T.dir, id);
+    cpt_err err;
+    char *log = cpt_read_file(path, NULL, &err);
+    int has = log && strstr(log, text);
+    free(log);
+    return has;
+}
+
+/* Announcements naming a file outside RUN_DIR/weights (a path elsewhere, a symlink out of the folder) are refused:
+ * logged, the worker keeps its weights and lives on, and the next good version loads. */
+static void foreign_weights(cpt_queue *q) {
+    cpt_model_config c = tiny_cfg();
+    cpt_err err;
+    char outside[300];
+    snprintf(outside, sizeof outside, "%s/elsewhere", T.dir);
+    cpt_model *m4 = cpt_model_new_random(&c, 104, &err), *m6 = NULL;
+    cpt_weights_msg w;
+    CHECK_MSG(cpt_weights_write(m4, outside, RUN, 4, &w, &err) == 0, "%s", err.msg); /* a valid file, checksum too */
+    CHECK(strstr(w.location, "/elsewhere/weights/v4.safetensors") != NULL);
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+    pid_t pid = start_worker("w5", NULL);
+    add_group(q, 60, 4, 2, 6, 4);
+    cpt_queue_item it;
+    CHECK(!next_rollout(q, &it, 2.0)); /* v4 never loads */
+    CHECK(log_has("w5", "is not inside the run's weights folder"));
+    /* a symlink in the weights folder pointing out of it */
+    char link[400];
+    snprintf(link, sizeof link, "%s/weights/v5.safetensors", T.dir);
+    unlink(link);
+    CHECK(symlink(w.location, link) == 0);
+    w.version = 5;
+    snprintf(w.location, sizeof w.location, "%s", link);
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+    add_group(q, 61, 5, 2, 6, 4);
+    CHECK(!next_rollout(q, &it, 2.0));
+    CHECK(log_has("w5", "weights v5 not loaded"));
+    CHECK_EQ_INT(waitpid(pid, NULL, WNOHANG), 0); /* alive */
+    publish(q, 6, &m6);
+    int got = 0;
+    for (int k = 0; k < 2 && next_rollout(q, &it, 30); k++, got++) {
+        CHECK_EQ_INT(it.rollout.weight_version, 6);
+        CHECK(logprob_gap(m6, &it.rollout) < 1e-4);
+        cpt_queue_item_free(&it);
+    }
+    CHECK_EQ_INT(got, 2);
+    kill(pid, SIGTERM);
+    int status;
+    CHECK(wait_exit(pid, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cpt_model_free(m4), cpt_model_free(m6);
+}
+
 int main(void) {
     test_redis_start(&T, "no");
     cpt_err err;
@@ -270,6 +328,7 @@ int main(void) {
     CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_PROMPTS, "rollout", &err), 0);
     versions_and_drain(q);
     killed_mid_group(q);
+    foreign_weights(q);
     cpt_queue_close(q);
     int rc = check_summary("test_rollout_worker");
     if (!rc) test_redis_stop(&T);
