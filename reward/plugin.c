@@ -8,6 +8,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -15,12 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <math.h>
 
+#include "core/elf_check.h"
 #include "reward/plugin_abi.h"
 
 #define REQ_MAGIC 0x52545043u /* "CPTR" */
@@ -274,21 +278,97 @@ static int start_child(cpt_plugin *p, cpt_err *err) {
     return 0;
 }
 
+/* ---- checks before loading ---- */
+
+static const char *const ABI_SYMBOLS[4] = {"cpt_reward_plugin_abi", "cpt_reward_plugin_init",
+                                           "cpt_reward_plugin_score_batch", "cpt_reward_plugin_free"};
+#define MAX_PLUGIN_BYTES ((size_t)1 << 30)
+
+int cpt_plugin_resolve(const char *path, char *out, size_t cap, cpt_err *err) {
+    if (!path || !*path) return cpt_errf(err, "reward plugin: reward.plugin_path is empty");
+    if (strchr(path, '/')) {
+        if (strlen(path) >= cap) return cpt_errf(err, "reward plugin %s: path too long", path);
+        snprintf(out, cap, "%s", path);
+        return 0;
+    }
+    char dir[PATH_MAX];
+    const char *env = getenv("CPT_BIN");
+    if (env && *env) {
+        snprintf(dir, sizeof dir, "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        if (n <= 0) return cpt_errno(err, "reward plugin %s: finding the plugins folder (/proc/self/exe)", path);
+        dir[n] = '\0';
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+    }
+    if (snprintf(out, cap, "%s/plugins/%s", dir, path) >= (int)cap)
+        return cpt_errf(err, "reward plugin %s: path too long", path);
+    return 0;
+}
+
+int cpt_plugin_check(const char *path, cpt_err *err) {
+    char file[PATH_MAX + 64];
+    if (cpt_plugin_resolve(path, file, sizeof file, err)) return -1;
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (!strchr(path, '/') && errno == ENOENT)
+            return cpt_errf(err, "reward plugin %s: no such file in the plugins folder (%s); give a path with a '/' "
+                            "for a file elsewhere", path, file);
+        return cpt_errno(err, "reward plugin %s", file);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return cpt_errno(err, "reward plugin %s", file);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return cpt_errf(err, "reward plugin %s: not a regular file", file);
+    }
+    if ((size_t)st.st_size > MAX_PLUGIN_BYTES) {
+        close(fd);
+        return cpt_errf(err, "reward plugin %s: %lld bytes, more than a plugin may have (1 GiB)", file,
+                        (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf) {
+        close(fd);
+        return cpt_errf(err, "reward plugin %s: out of memory", file);
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, buf + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    int found[4];
+    int rc = cpt_elf_check_shared(buf, got, file, ABI_SYMBOLS, 4, found, err);
+    free(buf);
+    if (rc) return cpt_err_prefix(err, "reward plugin");
+    char missing[200] = "";
+    for (int i = 0; i < 4; i++)
+        if (!found[i])
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s", missing[0] ? ", " : "",
+                     ABI_SYMBOLS[i]);
+    if (missing[0])
+        return cpt_errf(err, "reward plugin %s: does not export %s (see reward/plugin_abi.h; C++ needs extern \"C\")",
+                        file, missing);
+    return 0;
+}
+
 cpt_plugin *cpt_plugin_open(const char *path, const char *config, int timeout_ms, cpt_err *err) {
-    if (!path || !*path) {
-        cpt_errf(err, "reward plugin: reward.plugin_path is empty");
-        return NULL;
-    }
-    if (access(path, R_OK) != 0) {
-        cpt_errno(err, "reward plugin %s", path);
-        return NULL;
-    }
+    char file[PATH_MAX + 64];
+    if (cpt_plugin_resolve(path, file, sizeof file, err) || cpt_plugin_check(path, err)) return NULL;
     cpt_plugin *p = calloc(1, sizeof *p);
     if (!p) {
         cpt_errf(err, "reward plugin: out of memory");
         return NULL;
     }
-    p->path = strdup(path);
+    p->path = strdup(file);
     p->config = strdup(config ? config : "");
     p->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
     p->init_timeout_ms = p->timeout_ms;

@@ -9,7 +9,16 @@
 
 typedef struct cpt_plugin cpt_plugin;
 
-/* Starts the child, loads path and runs init(config); waits up to timeout_ms for it. */
+/* Where reward.plugin_path points: a name without '/' is looked up in the plugins folder beside the cpt programs
+ * ($CPT_BIN/plugins, else the running program's folder + /plugins, where the build puts examples/plugins); a path
+ * with a '/' is used as written (a relative one from the working directory). Never the dynamic loader's search. */
+int cpt_plugin_resolve(const char *path, char *out, size_t cap, cpt_err *err);
+
+/* Checks a plugin file without loading it (nothing of it runs): it exists, is a regular file and an ELF shared
+ * object of this machine that exports the four functions of reward/plugin_abi.h. path as given to resolve. */
+int cpt_plugin_check(const char *path, cpt_err *err);
+
+/* Resolves and checks path, then starts the child, loads it and runs init(config); waits up to timeout_ms. */
 cpt_plugin *cpt_plugin_open(const char *path, const char *config, int timeout_ms, cpt_err *err);
 
 /* Scores n items (extras[i] may be NULL: "{}" is sent). scores[0..n) are written only on success. */

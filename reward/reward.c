@@ -173,9 +173,10 @@ int cpt_reward_parse_weighted(const char *spec, char *name, size_t name_len, dou
     return 0;
 }
 
-cpt_reward *cpt_reward_from_config(const cpt_config *cfg, cpt_err *err) {
+static cpt_reward *from_config(const cpt_config *cfg, int check_only, cpt_err *err) {
     cpt_reward_options o;
     cpt_reward_options_from_config(cfg, &o);
+    o.plugin_check_only = check_only;
     const char *type = cpt_cfg_str(cfg, "reward.type");
     if (strcmp(type, "combined") != 0) return cpt_reward_builtin(type, &o, err);
     size_t n = cpt_cfg_array_len(cfg, "reward.combine");
@@ -207,3 +208,7 @@ cpt_reward *cpt_reward_from_config(const cpt_config *cfg, cpt_err *err) {
     free(w);
     return r;
 }
+
+cpt_reward *cpt_reward_from_config(const cpt_config *cfg, cpt_err *err) { return from_config(cfg, 0, err); }
+
+cpt_reward *cpt_reward_check_config(const cpt_config *cfg, cpt_err *err) { return from_config(cfg, 1, err); }

@@ -56,6 +56,7 @@ typedef struct cpt_reward_options {
     double length_penalty, length_max_penalty;
     const char *plugin_path, *plugin_config;
     int plugin_timeout_ms;
+    int plugin_check_only; /* plugin: check the file (cpt_plugin_check), never load it; scoring then fails */
 } cpt_reward_options;
 
 void cpt_reward_options_default(cpt_reward_options *o);
@@ -70,6 +71,8 @@ cpt_reward *cpt_reward_builtin(const char *name, const cpt_reward_options *o, cp
 cpt_reward *cpt_reward_combined(int n, cpt_reward **children, const double *weights, cpt_err *err);
 /* From reward.type (and reward.combine = ["math:1", "format:0.1", ...] when it is "combined"). */
 cpt_reward *cpt_reward_from_config(const cpt_config *cfg, cpt_err *err);
+/* The same for checking a config (preflight): a plugin's file is checked but not loaded, so none of its code runs. */
+cpt_reward *cpt_reward_check_config(const cpt_config *cfg, cpt_err *err);
 /* Parses "name:weight" (weight defaults to 1). */
 int cpt_reward_parse_weighted(const char *spec, char *name, size_t name_len, double *weight, cpt_err *err);
 

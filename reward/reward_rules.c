@@ -223,6 +223,13 @@ static void plugin_free(void *s) {
     free(ps);
 }
 
+/* A plugin checked but not loaded (cpt_reward_check_config): it cannot score. */
+static int plugin_unloaded_score(void *state, int n, const cpt_reward_item *items, cpt_reward_result *out,
+                                 cpt_err *err) {
+    (void)state, (void)n, (void)items, (void)out;
+    return cpt_errf(err, "the plugin was only checked, not loaded");
+}
+
 static int plugin_score(void *state, int n, const cpt_reward_item *items, cpt_reward_result *out, cpt_err *err) {
     plugin_state *ps = state;
     if (n > ps->cap) {
@@ -280,6 +287,10 @@ cpt_reward *cpt_reward_builtin(const char *name, const cpt_reward_options *o, cp
         if (!c) { cpt_errf(err, "reward length: out of memory"); return NULL; }
         *c = *o; /* only the numeric fields are read */
         return cpt_reward_new("length", &ops, c, err);
+    }
+    if (!strcmp(name, "plugin") && o->plugin_check_only) {
+        static const cpt_reward_ops ops = {plugin_unloaded_score, NULL};
+        return cpt_plugin_check(o->plugin_path, err) ? NULL : cpt_reward_new("plugin", &ops, NULL, err);
     }
     if (!strcmp(name, "plugin")) {
         static const cpt_reward_ops ops = {plugin_score, plugin_free};

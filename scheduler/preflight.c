@@ -16,6 +16,7 @@
 #include "core/tokenizer.h"
 #include "model/model.h"
 #include "queue/redis.h"
+#include "reward/plugin.h"
 #include "reward/reward.h"
 #include "trainer/rl_data.h"
 
@@ -266,16 +267,27 @@ static void check_data_file(cpt_preflight *p, const char *key, int required) {
     cpt_dataset_free(ds);
 }
 
+/* A plugin is checked as a file (ELF, its four symbols) and never loaded here: loading runs its constructors. */
 static void check_reward(cpt_preflight *p) {
     cpt_err err;
     cpt_err_clear(&err);
-    cpt_reward *r = cpt_reward_from_config(p->cfg, &err);
+    cpt_reward *r = cpt_reward_check_config(p->cfg, &err);
     if (!r) {
         line(p, "FAIL", "reward", "reward.type = %s: %s", cpt_cfg_str(p->cfg, "reward.type"), err.msg);
         return;
     }
     line(p, "ok", "reward", "%s", cpt_reward_name(r));
     cpt_reward_free(r);
+    int plugin = !strcmp(cpt_cfg_str(p->cfg, "reward.type"), "plugin");
+    for (size_t i = 0; !plugin && i < cpt_cfg_array_len(p->cfg, "reward.combine"); i++)
+        plugin = !strcmp(cpt_cfg_str(p->cfg, "reward.type"), "combined") &&
+                 !strncmp(cpt_cfg_array_str(p->cfg, "reward.combine", i), "plugin", 6);
+    if (plugin) {
+        char file[4200];
+        if (cpt_plugin_resolve(cpt_cfg_str(p->cfg, "reward.plugin_path"), file, sizeof file, &err) == 0)
+            line(p, "ok", "plugin", "%s: an ELF shared object exporting the plugin ABI; not loaded here (its init "
+                 "runs first in the reward workers)", file);
+    }
 }
 
 static void check_program(cpt_preflight *p, const char *role, const char *program) {

@@ -1,14 +1,91 @@
 /* Reward plugins in their child process: the example keyword plugin scores, and a plugin that crashes, aborts,
  * exits, hangs, returns NaN / inf / the wrong count / an error, or fails init gives an error with the reason while
- * this process lives on; a crashed plugin is restarted on the next batch. */
+ * this process lives on; a crashed plugin is restarted on the next batch. A plugin file is checked without being
+ * loaded (ELF of this machine, the four functions), and a bare name resolves in the plugins folder. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/fs.h"
 #include "reward/plugin.h"
 #include "reward/reward.h"
 #include "tests/check.h"
 
-static char keyword_so[4096], crash_so[4096];
+static char keyword_so[4096], crash_so[4096], ctor_so[4096];
+
+/* Checks without loading: a good plugin passes; a text file, a truncated or foreign-class ELF, a shared object
+ * without the ABI's functions, a folder fail with the reason; the checked plugin's constructor never runs, while
+ * opening it does run it (so the marker shows what loading looks like). */
+static void test_check(void) {
+    cpt_err err;
+    char marker[256], path[4096];
+    snprintf(marker, sizeof marker, "/tmp/cpt-plugin-marker-%d", (int)getpid());
+    unlink(marker);
+    setenv("CPT_TEST_PLUGIN_MARKER", marker, 1);
+    CHECK_MSG(cpt_plugin_check(keyword_so, &err) == 0, "%s", err.msg);
+    CHECK_MSG(cpt_plugin_check(ctor_so, &err) == 0, "%s", err.msg);
+    CHECK_MSG(access(marker, F_OK) != 0, "checking %s ran its constructor", ctor_so);
+    cpt_reward_options o;
+    cpt_reward_options_default(&o);
+    o.plugin_path = ctor_so;
+    o.plugin_check_only = 1;
+    cpt_reward *r = cpt_reward_builtin("plugin", &o, &err);
+    CHECK_MSG(r != NULL, "%s", err.msg);
+    cpt_reward_result res;
+    CHECK(r && cpt_reward_score(r, "p", "c", NULL, &res, &err) == -1 && strstr(err.msg, "only checked"));
+    cpt_reward_free(r);
+    CHECK(access(marker, F_OK) != 0);
+    cpt_plugin *p = cpt_plugin_open(ctor_so, "", 5000, &err); /* a real load: the constructor runs */
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    cpt_plugin_close(p);
+    CHECK_MSG(access(marker, F_OK) == 0, "the test plugin's constructor wrote no marker: the check above is vacuous");
+    unlink(marker);
+    unsetenv("CPT_TEST_PLUGIN_MARKER");
+
+    snprintf(path, sizeof path, "%s/tests/unit/test_plugin.c", getenv("CPT_SRC") ? getenv("CPT_SRC") : ".");
+    CHECK(cpt_plugin_check(path, &err) == -1 && strstr(err.msg, "not an ELF file") && strstr(err.msg, "test_plugin.c"));
+    CHECK(cpt_plugin_check("/tmp", &err) == -1 && strstr(err.msg, "not a regular file"));
+    CHECK(cpt_plugin_check("/nonexistent/libx.so", &err) == -1 && strstr(err.msg, "/nonexistent/libx.so"));
+    /* libm is a shared object of this machine without the plugin functions */
+    const char *libm = access("/lib/x86_64-linux-gnu/libm.so.6", R_OK) == 0 ? "/lib/x86_64-linux-gnu/libm.so.6"
+                       : access("/lib/aarch64-linux-gnu/libm.so.6", R_OK) == 0 ? "/lib/aarch64-linux-gnu/libm.so.6"
+                                                                               : NULL;
+    if (libm) {
+        CHECK(cpt_plugin_check(libm, &err) == -1);
+        CHECK_MSG(strstr(err.msg, "does not export cpt_reward_plugin_abi, cpt_reward_plugin_init, "
+                                  "cpt_reward_plugin_score_batch, cpt_reward_plugin_free"), "%s", err.msg);
+    }
+    /* truncated copies and a 32-bit class byte */
+    size_t len;
+    char *so = cpt_read_file(keyword_so, &len, &err);
+    CHECK(so != NULL);
+    snprintf(path, sizeof path, "/tmp/cpt-plugin-bad-%d.so", (int)getpid());
+    size_t cuts[3] = {16, 64, 200};
+    for (int i = 0; so && i < 3; i++) {
+        CHECK(cpt_write_file_atomic(path, so, cuts[i], &err) == 0);
+        CHECK_MSG(cpt_plugin_check(path, &err) == -1 && strstr(err.msg, path), "cut at %zu: %s", cuts[i], err.msg);
+    }
+    if (so) {
+        so[4] = 1; /* ELFCLASS32 */
+        CHECK(cpt_write_file_atomic(path, so, len, &err) == 0);
+        CHECK_MSG(cpt_plugin_check(path, &err) == -1 && strstr(err.msg, "32-bit"), "%s", err.msg);
+    }
+    free(so);
+    unlink(path);
+
+    /* a bare name: the plugins folder beside the programs ($CPT_BIN here), never the loader's search path */
+    const char *build = getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build";
+    setenv("CPT_BIN", build, 1);
+    CHECK(cpt_plugin_resolve("libreward_keyword.so", path, sizeof path, &err) == 0);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/plugins/libreward_keyword.so", build);
+    CHECK_EQ_STR(path, want);
+    CHECK_MSG(cpt_plugin_check("libreward_keyword.so", &err) == 0, "%s", err.msg);
+    CHECK(cpt_plugin_check("libm.so.6", &err) == -1 && strstr(err.msg, "no such file in the plugins folder"));
+    CHECK(cpt_plugin_resolve("./x/libq.so", path, sizeof path, &err) == 0);
+    CHECK_EQ_STR(path, "./x/libq.so");
+    unsetenv("CPT_BIN");
+}
 
 static void test_keyword(void) {
     cpt_err err;
@@ -149,6 +226,8 @@ int main(void) {
     if (!build) build = "build";
     snprintf(keyword_so, sizeof keyword_so, "%s/plugins/libreward_keyword.so", build);
     snprintf(crash_so, sizeof crash_so, "%s/plugins/libreward_crash_test.so", build);
+    snprintf(ctor_so, sizeof ctor_so, "%s/plugins/libreward_ctor_test.so", build);
+    test_check();
     test_keyword();
     test_crashes();
     return check_summary("test_plugin");
