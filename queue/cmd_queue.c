@@ -21,10 +21,10 @@ static const char USAGE[] =
     "usage: cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json] [--gone-after SECS] [--prune-gone]\n"
     "       cpt-queue peek STREAM [N]        STREAM: prompts|rollouts|scored|dead|weights|control|workers\n"
     "       cpt-queue dead [--requeue ID | --drop ID] [--count N]\n"
-    "connection: --run RUN_DIR (default $CPT_RUN) | --url URL [--password-file FILE]; --name RUN\n";
+    "connection: --run RUN_DIR (default $CPT_RUN) | --url URL [--password-file FILE] [--tls-ca FILE]; --name RUN\n";
 
 typedef struct cli {
-    const char *run_dir, *url, *password_file, *name;
+    const char *run_dir, *url, *password_file, *tls_ca, *name;
     int json, count, n, prune_gone;
     double watch, window, gone_after;
     const char *requeue, *drop;
@@ -57,6 +57,7 @@ static int parse_args(int argc, char **argv, cli *c, cpt_err *err) {
         if (!strcmp(a, "--run")) { NEXT(); c->run_dir = v; }
         else if (!strcmp(a, "--url")) { NEXT(); c->url = v; }
         else if (!strcmp(a, "--password-file")) { NEXT(); c->password_file = v; }
+        else if (!strcmp(a, "--tls-ca")) { NEXT(); c->tls_ca = v; }
         else if (!strcmp(a, "--name")) { NEXT(); c->name = v; }
         else if (!strcmp(a, "--json")) c->json = 1;
         else if (!strcmp(a, "--prune-gone")) c->prune_gone = 1;
@@ -118,6 +119,7 @@ static cpt_queue *connect_queue(const cli *c, char *shown, size_t shown_cap, cpt
         }
         snprintf(conn.url, sizeof conn.url, "%s", c->url);
         if (c->password_file) snprintf(conn.password_file, sizeof conn.password_file, "%s", c->password_file);
+        if (c->tls_ca) snprintf(conn.tls_ca, sizeof conn.tls_ca, "%s", c->tls_ca);
     } else {
         const char *dir = c->run_dir ? c->run_dir : getenv("CPT_RUN");
         if (!dir || !dir[0]) {
@@ -131,7 +133,7 @@ static cpt_queue *connect_queue(const cli *c, char *shown, size_t shown_cap, cpt
     cpt_redis_url_redacted(conn.url, shown, shown_cap);
     if (!conn.run[0]) {
         cpt_redis_opts ro = {.url = conn.url, .password_file = conn.password_file[0] ? conn.password_file : NULL,
-                             .reconnect_ms = 2000};
+                             .tls_ca = conn.tls_ca, .reconnect_ms = 2000};
         cpt_redis *r = cpt_redis_open(&ro, err);
         if (!r) return NULL;
         char names[16][CPT_RUN_ID_MAX];
@@ -151,7 +153,7 @@ static cpt_queue *connect_queue(const cli *c, char *shown, size_t shown_cap, cpt
         snprintf(conn.run, sizeof conn.run, "%s", names[0]);
     }
     cpt_queue_opts o = {.url = conn.url, .password_file = conn.password_file[0] ? conn.password_file : NULL,
-                        .run = conn.run, .reconnect_ms = 5000};
+                        .tls_ca = conn.tls_ca[0] ? conn.tls_ca : NULL, .run = conn.run, .reconnect_ms = 5000};
     return cpt_queue_open(&o, err);
 }
 

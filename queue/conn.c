@@ -30,6 +30,7 @@ int cpt_queue_conn_parse(const char *text, size_t len, const char *path, cpt_que
     if (!json_is_object(root)) cpt_errf(err, "%s: expected a JSON object", path);
     else if (!copy_field(root, "url", c->url, sizeof c->url, 1, path, err) &&
              !copy_field(root, "password_file", c->password_file, sizeof c->password_file, 0, path, err) &&
+             !copy_field(root, "tls_ca", c->tls_ca, sizeof c->tls_ca, 0, path, err) &&
              !copy_field(root, "run", c->run, sizeof c->run, 0, path, err))
         rc = 0;
     json_decref(root);
@@ -71,7 +72,8 @@ int cpt_queue_conn_write(const char *run_dir, const cpt_queue_conn *c, cpt_err *
     int has_pw = u.password[0] != 0;
     explicit_bzero(&u, sizeof u);
     if (has_pw) return cpt_errf(err, "queue url carries a password; put it in queue.password_file instead");
-    json_t *root = json_pack("{s:s, s:s, s:s}", "url", c->url, "password_file", c->password_file, "run", c->run);
+    json_t *root = json_pack("{s:s, s:s, s:s, s:s}", "url", c->url, "password_file", c->password_file, "tls_ca",
+                             c->tls_ca, "run", c->run);
     if (!root) return cpt_errf(err, "queue.json: out of memory");
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
@@ -91,6 +93,7 @@ int cpt_queue_conn_from_config(const cpt_config *cfg, cpt_queue_conn *c, cpt_err
     if (!cpt_run_id_valid(run)) return cpt_errf(err, "run.name = \"%s\": use letters, digits, '.', '_' and '-' (1..127)", run);
     snprintf(c->run, sizeof c->run, "%s", run);
     snprintf(c->password_file, sizeof c->password_file, "%s", cpt_cfg_str(cfg, "queue.password_file"));
+    snprintf(c->tls_ca, sizeof c->tls_ca, "%s", cpt_cfg_str(cfg, "queue.tls_ca"));
     if (url[0]) {
         cpt_redis_url u;
         if (cpt_redis_parse_url(url, &u, err)) return cpt_err_prefix(err, "queue.url");
@@ -110,6 +113,7 @@ void cpt_queue_opts_from_config(const cpt_config *cfg, const cpt_queue_conn *c, 
     memset(o, 0, sizeof *o);
     o->url = c->url;
     o->password_file = c->password_file[0] ? c->password_file : NULL;
+    o->tls_ca = c->tls_ca[0] ? c->tls_ca : NULL;
     o->run = c->run;
     o->max_len = cpt_cfg_int(cfg, "queue.max_len");
     o->claim_idle_ms = (int)cpt_cfg_int(cfg, "queue.claim_idle_ms");

@@ -14,6 +14,7 @@
 
 #include "core/fs.h"
 #include "core/redact.h"
+#include "queue/tls.h"
 
 /* ---- URLs ---- */
 
@@ -78,8 +79,10 @@ int cpt_redis_parse_url(const char *url, cpt_redis_url *out, cpt_err *err) {
         out->is_unix = 1;
         return 0;
     }
-    if (strncmp(url, "redis://", 8)) return cpt_errf(err, "Redis URL %s: expected redis://host:port/db or unix:///path", shown);
-    const char *p = url + 8;
+    out->tls = !strncmp(url, "rediss://", 9);
+    if (strncmp(url, "redis://", 8) && !out->tls)
+        return cpt_errf(err, "Redis URL %s: expected redis://host:port/db, rediss://host:port/db or unix:///path", shown);
+    const char *p = url + (out->tls ? 9 : 8);
     const char *end = p + strlen(p);
     const char *slash = strchr(p, '/');
     const char *auth_end = NULL;
@@ -212,12 +215,30 @@ static void drop_ctx(cpt_redis *r) {
     r->ctx = NULL;
 }
 
+/* rediss://: hiredis speaks plain RESP on a socket pair whose other end a TLS session relays (queue/tls.h).
+ * NULL with *rc = -1 (retry) or -2 (a certificate or setup problem: no retry). */
+static redisContext *connect_tls(cpt_redis *r, int *rc, cpt_err *err) {
+    int fd;
+    *rc = cpt_tls_connect(r->url.host, r->url.port, r->tls_ca, r->connect_timeout_ms, &fd, err);
+    if (*rc) return NULL;
+    redisContext *c = redisConnectFd(fd);
+    if (!c) {
+        close(fd);
+        *rc = -1;
+        cpt_errf(err, "connect %s: out of memory", r->redacted);
+    }
+    return c;
+}
+
 /* One connection attempt including AUTH and SELECT. */
 static int connect_once(cpt_redis *r, cpt_err *err) {
     drop_ctx(r);
     struct timeval tv = ms_tv(r->connect_timeout_ms);
-    redisContext *c = r->url.is_unix ? redisConnectUnixWithTimeout(r->url.path, tv)
-                                     : redisConnectWithTimeout(r->url.host, r->url.port, tv);
+    int tls_rc = 0;
+    redisContext *c = r->url.tls       ? connect_tls(r, &tls_rc, err)
+                      : r->url.is_unix ? redisConnectUnixWithTimeout(r->url.path, tv)
+                                       : redisConnectWithTimeout(r->url.host, r->url.port, tv);
+    if (tls_rc) return tls_rc;
     if (!c) return cpt_errf(err, "connect %s: out of memory", r->redacted);
     if (c->err) {
         cpt_errf(err, "connect %s: %s", r->redacted, c->errstr);
@@ -226,7 +247,7 @@ static int connect_once(cpt_redis *r, cpt_err *err) {
     }
     r->ctx = c;
     redisSetTimeout(c, ms_tv(r->command_timeout_ms));
-    if (!r->url.is_unix) redisEnableKeepAlive(c);
+    if (!r->url.is_unix && !r->url.tls) redisEnableKeepAlive(c); /* TLS: on the TCP socket under the session */
     if (r->url.password[0]) {
         const char *argv[3] = {"AUTH", r->url.user[0] ? r->url.user : r->url.password, r->url.password};
         int argc = r->url.user[0] ? 3 : 2;
@@ -295,6 +316,7 @@ cpt_redis *cpt_redis_open(const cpt_redis_opts *opts, cpt_err *err) {
             return NULL;
         }
     }
+    snprintf(r->tls_ca, sizeof r->tls_ca, "%s", opts->tls_ca ? opts->tls_ca : "");
     r->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
     r->command_timeout_ms = opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 30000;
     r->reconnect_ms = opts->reconnect_ms == 0 ? 30000 : opts->reconnect_ms;

@@ -1,6 +1,7 @@
 /* A Redis connection over hiredis (0.14, blocking API) for the queue.
  *
- * URLs: redis://[user[:password]@]host[:port][/db] (host may be [v6addr]) and unix:///path/to/sock[?db=N].
+ * URLs: redis://[user[:password]@]host[:port][/db] (host may be [v6addr]), the same with rediss:// for TLS (the
+ * server's certificate checked against tls_ca; queue/tls.h), and unix:///path/to/sock[?db=N].
  * The password comes from a file (queue.password_file, mode 0600 or stricter) or, for programs only, from the URL;
  * it is sent with AUTH after every connect, then SELECT db, and it never appears in a message or a log line
  * (cpt_redis_url_redacted gives a printable form).
@@ -22,6 +23,7 @@
 
 typedef struct cpt_redis_url {
     int is_unix;
+    int tls; /* rediss:// (queue/tls.h) */
     char host[256];
     int port;
     char path[512]; /* unix socket */
@@ -33,6 +35,7 @@ typedef struct cpt_redis_url {
 typedef struct cpt_redis_opts {
     const char *url;           /* required */
     const char *password_file; /* NULL or "": none */
+    const char *tls_ca;        /* rediss://: CA file that signed the server's certificate; NULL or "": the system's */
     int connect_timeout_ms;    /* 0: 5000 */
     int command_timeout_ms;    /* socket timeout of non-blocking commands; 0: 30000 */
     int reconnect_ms;          /* total time spent reconnecting before a command fails; 0: 30000, <0: never retry */
@@ -42,6 +45,7 @@ typedef struct cpt_redis {
     redisContext *ctx;
     cpt_redis_url url;           /* password filled from the file if one is given */
     char redacted[CPT_REDIS_URL_MAX];
+    char tls_ca[1024];
     int connect_timeout_ms, command_timeout_ms, reconnect_ms;
     long reconnects;             /* successful reconnects since open (for tests and stats) */
     long loading_waits;          /* commands sent again because a restarted server was still loading its AOF */

@@ -70,6 +70,25 @@ static int conf_quote(FILE *f, const char *s) {
     return 0;
 }
 
+/* The TCP port: plain, or TLS only (port 0 and tls-port) when a certificate and key are given. */
+static int write_tcp_conf(FILE *f, const cpt_redis_server_opts *o) {
+    if (!(o->tls_cert && o->tls_cert[0])) {
+        fprintf(f, "\nport %d\n", o->tcp_port);
+        return 0;
+    }
+    int bad = 0;
+    fprintf(f, "\nport 0\ntls-port %d\ntls-auth-clients no\ntls-cert-file ", o->tcp_port);
+    bad |= conf_quote(f, o->tls_cert);
+    fprintf(f, "\ntls-key-file ");
+    bad |= conf_quote(f, o->tls_key ? o->tls_key : "");
+    if (o->tls_ca && o->tls_ca[0]) {
+        fprintf(f, "\ntls-ca-cert-file ");
+        bad |= conf_quote(f, o->tls_ca);
+    }
+    fputc('\n', f);
+    return bad;
+}
+
 static int write_conf(const cpt_redis_server_opts *o, const cpt_redis_server *srv, const char *fsync_policy,
                       cpt_err *err) {
     char conf[700], pass[CPT_REDIS_SECRET_MAX];
@@ -103,7 +122,8 @@ static int write_conf(const cpt_redis_server_opts *o, const cpt_redis_server *sr
             b += n;
             while (*b == ' ') b++;
         }
-        fprintf(f, "\nport %d\nrequirepass ", o->tcp_port);
+        bad |= write_tcp_conf(f, o);
+        fprintf(f, "requirepass ");
         bad |= conf_quote(f, pass);
         fputc('\n', f);
     } else {
@@ -138,6 +158,11 @@ int cpt_redis_server_start(const cpt_redis_server_opts *o, cpt_redis_server *srv
     if (o->tcp_port && !(o->password_file && o->password_file[0]))
         return cpt_errf(err, "redis-server on TCP port %d needs queue.password_file (no open ports)", o->tcp_port);
     if (!o->dir || !o->dir[0]) return cpt_errf(err, "redis-server: no run directory");
+    if (o->tcp_port && o->tls_cert && o->tls_cert[0]) {
+        if (!(o->tls_key && o->tls_key[0])) return cpt_errf(err, "queue.tls_cert is set without queue.tls_key");
+        if (access(o->tls_cert, R_OK) != 0) return cpt_errno(err, "queue.tls_cert %s", o->tls_cert);
+        if (access(o->tls_key, R_OK) != 0) return cpt_errno(err, "queue.tls_key %s", o->tls_key);
+    }
     if (cpt_mkdir_p(o->dir, 0700, err)) return cpt_err_prefix(err, "redis-server run directory");
     char *real = realpath(o->dir, NULL);
     if (!real) return cpt_errno(err, "%s", o->dir);

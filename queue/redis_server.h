@@ -2,7 +2,8 @@
  *
  * Locally it listens only on RUN_DIR/redis.sock (mode 0700, no TCP port); with tcp_port set it also listens on
  * BIND:PORT (127.0.0.1 unless bind names other addresses, e.g. for workers on other nodes) and requires the
- * password read from password_file. Persistence is the append-only file in
+ * password read from password_file; with tls_cert and tls_key that port speaks only TLS (the unix socket stays
+ * plain: it never leaves the host), and clients authenticate with the password, not certificates. Persistence is the append-only file in
  * RUN_DIR/appendonlydir (fsync policy from queue.appendfsync), so a restarted server on the same folder continues
  * where the last one stopped. Settings go in RUN_DIR/redis.conf (mode 0600), never on the command line, so the
  * password is not visible in ps. Used by tests, `cpt run` and cpt-sched. */
@@ -19,6 +20,9 @@ typedef struct cpt_redis_server_opts {
     int tcp_port;              /* 0: unix socket only */
     const char *password_file; /* required with tcp_port */
     const char *bind;          /* addresses for tcp_port, space-separated; NULL or "": 127.0.0.1 */
+    const char *tls_cert;      /* with tls_key: tcp_port speaks only TLS (clients use rediss://); NULL or "": none */
+    const char *tls_key;
+    const char *tls_ca;        /* optional: given to redis-server as tls-ca-cert-file */
     const char *exe;           /* NULL: $CPT_REDIS_SERVER or /usr/bin/redis-server */
     int start_timeout_ms;      /* 0: 10000 */
 } cpt_redis_server_opts;

@@ -80,7 +80,8 @@ cpt_queue *cpt_queue_open(const cpt_queue_opts *o, cpt_err *err) {
     if (q->orphan_before <= 0 && getenv("CPT_QUEUE_ORPHAN_BEFORE"))
         q->orphan_before = strtod(getenv("CPT_QUEUE_ORPHAN_BEFORE"), NULL);
     for (int i = 0; i < 3; i++) cpt_seen_init(&q->seen[i]);
-    cpt_redis_opts ro = {.url = o->url, .password_file = o->password_file, .reconnect_ms = o->reconnect_ms};
+    cpt_redis_opts ro = {.url = o->url, .password_file = o->password_file, .tls_ca = o->tls_ca,
+                         .reconnect_ms = o->reconnect_ms};
     q->redis = cpt_redis_open(&ro, err);
     if (!q->redis) { cpt_queue_close(q); return NULL; }
     return q;

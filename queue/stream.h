@@ -50,6 +50,7 @@ cpt_msg_type cpt_stream_msg_type(cpt_stream s);
 typedef struct cpt_queue_opts {
     const char *url;           /* redis://... or unix:///... */
     const char *password_file; /* NULL: none */
+    const char *tls_ca;        /* rediss://: the CA of the server's certificate (queue/tls.h); NULL: the system's */
     const char *run;           /* run id: keys live under cpt:{run}: */
     int64_t max_len;           /* backpressure bound per stream; 0: 1024 */
     int claim_idle_ms;         /* pending this long -> claimable; 0: 60000 */

@@ -396,10 +396,14 @@ static void redis_opts(cpt_launcher *L, cpt_redis_server_opts *o) {
     o->dir = L->run_dir;
     o->appendfsync = cpt_cfg_str(L->cfg, "queue.appendfsync");
     if (L->tcp_port) {
-        /* Satellites on other nodes connect here: every address, a password required. */
+        /* Satellites on other nodes connect here: every address (their node's route to this one is not known), a
+         * password required, and TLS when queue.tls_cert / queue.tls_key are set (docs/queue.md). */
         o->tcp_port = L->tcp_port;
         o->password_file = cpt_cfg_str(L->cfg, "queue.password_file");
         o->bind = "0.0.0.0";
+        o->tls_cert = cpt_cfg_str(L->cfg, "queue.tls_cert");
+        o->tls_key = cpt_cfg_str(L->cfg, "queue.tls_key");
+        o->tls_ca = cpt_cfg_str(L->cfg, "queue.tls_ca");
     }
 }
 
@@ -430,13 +434,14 @@ static void supervise_redis(cpt_launcher *L) {
     L->redis_restarts++;
 }
 
-/* The URL satellites use: redis://HOST:PORT, HOST from slurm.satellite_host or this node's name. */
+/* The URL satellites use: redis://HOST:PORT (rediss:// with queue.tls_cert), HOST from slurm.satellite_host or this
+ * node's name. */
 static int satellite_url(cpt_launcher *L, char *out, size_t cap, cpt_err *err) {
     char host[256];
     snprintf(host, sizeof host, "%s", cpt_cfg_str(L->cfg, "slurm.satellite_host"));
     if (!host[0] && gethostname(host, sizeof host - 1) != 0) return cpt_errno(err, "gethostname");
     host[sizeof host - 1] = '\0';
-    snprintf(out, cap, "redis://%s:%d", host, L->tcp_port);
+    snprintf(out, cap, "%s://%s:%d", cpt_cfg_str(L->cfg, "queue.tls_cert")[0] ? "rediss" : "redis", host, L->tcp_port);
     return 0;
 }
 

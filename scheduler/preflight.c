@@ -16,6 +16,7 @@
 #include "core/tokenizer.h"
 #include "model/model.h"
 #include "queue/redis.h"
+#include "queue/tls.h"
 #include "reward/plugin.h"
 #include "reward/reward.h"
 #include "trainer/rl_data.h"
@@ -303,6 +304,35 @@ static int find_redis_server(char *out, size_t cap) {
     return access(out, X_OK) == 0;
 }
 
+static void check_readable(cpt_preflight *p, const char *key) {
+    const char *path = cpt_cfg_str(p->cfg, key);
+    struct stat st;
+    if (path[0] && (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, R_OK) != 0))
+        line(p, "FAIL", "queue", "%s = %s: not a readable file", key, path);
+}
+
+/* TLS files, and satellites that would reach the queue over TCP in clear (docs/queue.md "TLS"). */
+static void check_queue_tls(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    const char *url = cpt_cfg_str(c, "queue.url"), *cert = cpt_cfg_str(c, "queue.tls_cert");
+    check_readable(p, "queue.tls_cert");
+    check_readable(p, "queue.tls_key");
+    check_readable(p, "queue.tls_ca");
+    if (!cert[0] != !cpt_cfg_str(c, "queue.tls_key")[0])
+        line(p, "FAIL", "queue", "queue.tls_cert and queue.tls_key go together: set both or neither");
+    int tls_wanted = !strncmp(url, "rediss://", 9) || cert[0];
+    if (tls_wanted && !cpt_tls_available())
+        line(p, "FAIL", "queue", "TLS is asked for (rediss:// or queue.tls_cert) but this cpt was built without OpenSSL "
+             "(install libssl-dev and rebuild)");
+    int satellites = p->slurm && !url[0] && is_online(cpt_cfg_str(c, "algo.type")) &&
+                     cpt_cfg_int(c, "slurm.max_satellites") > 0;
+    if (satellites && !cert[0])
+        line(p, "warn", "queue", "satellite jobs would reach the queue on 0.0.0.0:slurm.satellite_port without TLS "
+             "(the password and all queue traffic in clear); set queue.tls_cert, queue.tls_key and queue.tls_ca");
+    else if (satellites)
+        line(p, "ok", "queue", "satellites connect with TLS (rediss://, certificate %s)", cert);
+}
+
 /* queue.url is printed redacted; a password in it is refused (it would reach config.toml and ps): the roles read
  * it from queue.password_file. */
 static void check_queue_url(cpt_preflight *p) {
@@ -328,6 +358,7 @@ static void check_queue_url(cpt_preflight *p) {
         explicit_bzero(pw, sizeof pw);
     }
     if (url[0] && !has_pw) line(p, "ok", "queue", "%s (not started by cpt)", shown);
+    check_queue_tls(p);
 }
 
 static void check_roles(cpt_preflight *p) {

@@ -3,7 +3,7 @@
 # everything is there.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev libomp-14-dev
-      libhiredis-dev libmsgpack-dev libpmix-dev libjansson-dev libpcre2-dev libutf8proc-dev
+      libhiredis-dev libmsgpack-dev libpmix-dev libjansson-dev libpcre2-dev libutf8proc-dev libssl-dev openssl
       redis-server redis-tools slurm-wlm munge gnuplot-nox nodejs npm python3 ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
