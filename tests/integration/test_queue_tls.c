@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "queue/conn.h"
 #include "queue/tls.h"
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
@@ -111,6 +112,39 @@ int main(void) {
         cpt_redis_close(r);
     }
     free(val);
+    /* what a satellite's role does: a queue from its config (queue.url = rediss://, queue.tls_ca) */
+    char ov_url[160], ov_pw[160], ov_ca[160];
+    snprintf(ov_url, sizeof ov_url, "queue.url=%s", url);
+    snprintf(ov_pw, sizeof ov_pw, "queue.password_file=%s", pw);
+    snprintf(ov_ca, sizeof ov_ca, "queue.tls_ca=%s", ca);
+    char *ov[] = {ov_url, ov_pw, ov_ca, "run.name=tlsrun"};
+    cpt_config *cfg = cpt_config_load(NULL, 4, ov, &err);
+    CHECK_MSG(cfg != NULL, "%s", err.msg);
+    cpt_queue_conn conn;
+    if (cfg && cpt_queue_conn_from_config(cfg, &conn, &err) == 0) {
+        CHECK_EQ_STR(conn.tls_ca, ca);
+        cpt_queue_opts qo;
+        cpt_queue_opts_from_config(cfg, &conn, &qo);
+        cpt_queue *q = cpt_queue_open(&qo, &err);
+        CHECK_MSG(q != NULL, "%s", err.msg);
+        if (q) {
+            CHECK_MSG(cpt_queue_create_group(q, CPT_STREAM_PROMPTS, "rollout", &err) == 0, "%s", err.msg);
+            CHECK_MSG(cpt_queue_add(q, CPT_STREAM_PROMPTS, "hello", 5, NULL, &err) == 0, "%s", err.msg);
+            CHECK_EQ_INT(test_xlen(q, CPT_STREAM_PROMPTS), 1);
+            cpt_queue_close(q);
+        }
+    } else {
+        CHECK_MSG(0, "queue from config: %s", err.msg);
+    }
+    cpt_config_free(cfg);
+    /* cpt-queue reaches it with --tls-ca */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/cpt-queue stats --url %s --password-file %s --tls-ca %s --name tlsrun > %s/stats.txt "
+             "2>&1", getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build", url, pw, ca, dir);
+    sh(cmd);
+    snprintf(cmd, sizeof cmd, "grep -q prompts %s/stats.txt", dir);
+    sh(cmd);
+
     /* a hostname the certificate names works too */
     char url_name[96];
     snprintf(url_name, sizeof url_name, "rediss://localhost:%d", port);
