@@ -318,7 +318,12 @@ static void check_queue_tls(cpt_preflight *p) {
     check_readable(p, "queue.tls_cert");
     check_readable(p, "queue.tls_key");
     check_readable(p, "queue.tls_ca");
-    if (!cert[0] != !cpt_cfg_str(c, "queue.tls_key")[0])
+    struct stat st;
+    const char *key = cpt_cfg_str(c, "queue.tls_key");
+    if (key[0] && stat(key, &st) == 0 && (st.st_mode & 077))
+        line(p, "warn", "queue", "queue.tls_key %s has mode %04o: others may read the private key (chmod 600 %s)", key,
+             (unsigned)(st.st_mode & 07777), key);
+    if (!cert[0] != !key[0])
         line(p, "FAIL", "queue", "queue.tls_cert and queue.tls_key go together: set both or neither");
     int tls_wanted = !strncmp(url, "rediss://", 9) || cert[0];
     if (tls_wanted && !cpt_tls_available())

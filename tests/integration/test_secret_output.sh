@@ -33,4 +33,12 @@ chmod 600 "$T/pw"
 "$CPT" preflight "${grpo[@]}" queue.url=redis://127.0.0.1:1/0 queue.password_file="$T/pw" > "$T/pre" 2>&1 || true
 grep -Eq 'ok +queue +redis://127.0.0.1:1/0 \(not started by cpt\)' "$T/pre" || { cat "$T/pre"; fail "no ok queue line"; }
 grep -q "$PW" "$T/pre" && fail "preflight prints the password file's content"
-echo "ok: queue passwords never printed (4 URL shapes x config show, preflight, run; a password file)"
+# TLS files: unreadable ones fail, a cert without its key fails, a key others may read is a warning.
+if "$CPT" preflight "${grpo[@]}" queue.tls_cert="$T/none.crt" > "$T/pre" 2>&1; then fail "preflight passed a missing cert"; fi
+grep -Eq "FAIL +queue +queue.tls_cert = $T/none.crt: not a readable file" "$T/pre" || { cat "$T/pre"; fail "missing cert"; }
+grep -Eq 'FAIL +queue +queue.tls_cert and queue.tls_key go together' "$T/pre" || { cat "$T/pre"; fail "cert without key"; }
+echo cert > "$T/a.crt"; echo key > "$T/a.key"; chmod 644 "$T/a.key"
+"$CPT" preflight "${grpo[@]}" queue.tls_cert="$T/a.crt" queue.tls_key="$T/a.key" > "$T/pre" 2>&1 || true
+grep -Eq "warn +queue +queue.tls_key $T/a.key has mode 0644" "$T/pre" || { cat "$T/pre"; fail "no warning on a 0644 key"; }
+grep -Eq 'FAIL +queue' "$T/pre" && { cat "$T/pre"; fail "a readable cert and key failed"; }
+echo "ok: queue passwords never printed (4 URL shapes x config show, preflight, run; a password file); TLS files checked"
