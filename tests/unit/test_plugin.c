@@ -65,6 +65,19 @@ static void test_check(void) {
         CHECK(cpt_write_file_atomic(path, so, cuts[i], &err) == 0);
         CHECK_MSG(cpt_plugin_check(path, &err) == -1 && strstr(err.msg, path), "cut at %zu: %s", cuts[i], err.msg);
     }
+    if (so) { /* one function renamed in the symbol tables: reported as missing, by name */
+        char *copy = malloc(len);
+        memcpy(copy, so, len);
+        const char *name = "cpt_reward_plugin_score_batch";
+        int patched = 0;
+        for (char *q = copy; (q = memmem(q, len - (size_t)(q - copy), name, strlen(name))); q++, patched++)
+            q[strlen(name) - 1] = 'X';
+        CHECK(patched >= 1);
+        CHECK(cpt_write_file_atomic(path, copy, len, &err) == 0);
+        CHECK(cpt_plugin_check(path, &err) == -1);
+        CHECK_MSG(strstr(err.msg, "does not export cpt_reward_plugin_score_batch (") != NULL, "%s", err.msg);
+        free(copy);
+    }
     if (so) {
         so[4] = 1; /* ELFCLASS32 */
         CHECK(cpt_write_file_atomic(path, so, len, &err) == 0);
