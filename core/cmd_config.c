@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "core/redact.h"
 #include "scheduler/commands.h"
 
 static int usage(void) {
@@ -25,6 +26,28 @@ static cpt_config *load_args(int argc, char **argv) {
     cpt_config *cfg = cpt_config_load(path, argc - i, argv + i, &err);
     if (!cfg) fprintf(stderr, "cpt config: %s\n", err.msg);
     return cfg;
+}
+
+/* The dump line by line with any URL secret hidden (core/redact.h): printed text never shows a password, whatever
+ * key holds it. A line with several URLs may lose more than the secret, never less. */
+static void print_redacted(const char *text) {
+    while (*text) {
+        size_t n = strcspn(text, "\n");
+        char *line = strndup(text, n);
+        size_t cap = n + 28;
+        char *shown = malloc(cap);
+        if (line && shown) {
+            cpt_redact_url(line, shown, cap);
+            fputs(shown, stdout);
+        }
+        free(line);
+        free(shown);
+        text += n;
+        if (*text == '\n') {
+            fputc('\n', stdout);
+            text++;
+        }
+    }
 }
 
 int cmd_config(int argc, char **argv) {
@@ -55,7 +78,7 @@ int cmd_config(int argc, char **argv) {
                 cpt_config_free(cfg);
                 return 1;
             }
-            fputs(text, stdout);
+            print_redacted(text);
             free(text);
         }
         cpt_config_free(cfg);

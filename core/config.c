@@ -401,9 +401,18 @@ int cpt_config_has_key(const char *key) { return find_key(cpt_config_keys, cpt_c
 
 /* ---- dump, hash, docs ---- */
 
-/* A URL's password never reaches a dump (config show, RUN_DIR/config.toml, checkpoints) nor the hash. */
-static int write_string_redacted(cpt_strbuf *b, const char *s) {
-    if (!cpt_url_has_secret(s)) return cpt_toml_write_string(b, s);
+/* 1 for a connection URL key (NAME.url, NAME_url): its password belongs in a password file, and a URL that still
+ * carries one is refused where it is used, so a dump may hide it without changing any config that runs. Other
+ * strings are written as they are (a plugin's config may hold a URL it needs); `cpt config show` hides their
+ * secrets when it prints them. */
+static int is_url_key(const char *name) {
+    size_t n = strlen(name);
+    return n >= 4 && (!strcmp(name + n - 4, ".url") || !strcmp(name + n - 4, "_url"));
+}
+
+/* A connection URL's password never reaches a dump (config show, RUN_DIR/config.toml, checkpoints) nor the hash. */
+static int write_string_redacted(cpt_strbuf *b, const char *key, const char *s) {
+    if (!is_url_key(key) || !cpt_url_has_secret(s)) return cpt_toml_write_string(b, s);
     size_t cap = strlen(s) + 28; /* core/redact.h */
     char *shown = malloc(cap);
     if (!shown) return -1;
@@ -418,13 +427,13 @@ static int write_value(cpt_strbuf *b, const cpt_key_decl *d, const value *v) {
     case CPT_KEY_T_INT: return cpt_strbuf_printf(b, "%lld", (long long)v->i);
     case CPT_KEY_T_FLOAT: return cpt_toml_write_float(b, v->f);
     case CPT_KEY_T_BOOL: return cpt_strbuf_add(b, v->b ? "true" : "false", v->b ? 4 : 5);
-    case CPT_KEY_T_STR: return write_string_redacted(b, v->s);
+    case CPT_KEY_T_STR: return write_string_redacted(b, d->name, v->s);
     case CPT_KEY_T_STR_ARRAY:
     case CPT_KEY_T_INT_ARRAY:
         if (cpt_strbuf_add(b, "[", 1)) return -1;
         for (size_t i = 0; i < v->n; i++) {
             if (i && cpt_strbuf_add(b, ", ", 2)) return -1;
-            int rc = d->type == CPT_KEY_T_STR_ARRAY ? write_string_redacted(b, v->sa[i])
+            int rc = d->type == CPT_KEY_T_STR_ARRAY ? write_string_redacted(b, d->name, v->sa[i])
                                              : cpt_strbuf_printf(b, "%lld", (long long)v->ia[i]);
             if (rc) return -1;
         }
@@ -534,7 +543,7 @@ char *cpt_config_docs_markdown_table(const cpt_key_decl *keys, size_t n_keys) {
         "in order; override values are typed by the key (strings may be unquoted, arrays are written `[a, b]`).\n"
         "Unknown keys, wrong types, out-of-range values, bad choices and duplicate keys are errors naming the file\n"
         "and line. `cpt config show CONFIG [overrides]` prints the resolved config, with the password of any URL\n"
-        "shown as `***` (as in `RUN_DIR/config.toml`).\n");
+        "shown as `***`.\n");
     for (size_t m = 0; !rc && m < n_modules; m++) {
         rc = cpt_strbuf_printf(&b, "\n## %s\n\n", modules[m]);
         int any = 0;

@@ -39,7 +39,9 @@ const char *cpt_cfg_array_str(const cpt_config *cfg, const char *key, size_t i);
 int64_t cpt_cfg_array_int(const cpt_config *cfg, const char *key, size_t i);
 int cpt_cfg_is_set(const cpt_config *cfg, const char *key); /* 1 if the file or an override set it */
 
-/* Resolved config as TOML (every key, defaults included), malloc'd. Loading this text gives the same config. */
+/* Resolved config as TOML (every key, defaults included), malloc'd. Loading this text gives the same config,
+ * except that a password in a connection URL key (NAME.url, NAME_url) reads "***" here and in the hash: such a URL
+ * is refused where it is used (the password goes in a file). */
 char *cpt_config_dump(const cpt_config *cfg);
 /* A stable hash of the resolved values (checkpoints record it). */
 uint64_t cpt_config_hash(const cpt_config *cfg);

@@ -22,6 +22,11 @@ for url in "redis://:$PW@127.0.0.1:1/0" "redis://alice:$PW@node-1:6400" "redis:/
   grep -q "$PW" "$T/run.log" && { cat "$T/run.log"; fail "cpt run prints the password of $url"; }
   [ -e "$T/run/config.toml" ] && fail "cpt run wrote config.toml for $url"
 done
+# A secret in another key's URL (a plugin's service): the roles need it in config.toml, but printing hides it.
+"$CPT" config show "${grpo[@]}" "reward.plugin_config=https://svc:$PW@api.example/v1" > "$T/show" 2>&1 ||
+  fail "config show with a plugin URL"
+grep -q "$PW" "$T/show" && fail "config show prints the plugin URL's password"
+grep -q '^plugin_config = "https://svc:\*\*\*@api.example/v1"' "$T/show" || { grep plugin_config "$T/show"; fail "plugin_config"; }
 # The password in a file: the URL is shown as given, the file is checked (mode 0600), its content never printed.
 printf '%s\n' "$PW" > "$T/pw"
 chmod 644 "$T/pw"
