@@ -59,23 +59,27 @@ static int send_all(int fd, const char *b, size_t n) {
     return 0;
 }
 
-/* Waits until the TCP socket can do what OpenSSL asked for (e: SSL_ERROR_WANT_READ / _WANT_WRITE); 0 or -1. */
-static int wait_net(int fd, int e) {
-    struct pollfd pf = {.fd = fd, .events = e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN};
+/* Waits until the TCP socket can do what OpenSSL asked for (e: SSL_ERROR_WANT_READ / _WANT_WRITE); 0, or -1 on an
+ * error or when hiredis closed its end meanwhile (a command that timed out must not leave the thread waiting on a
+ * peer that never reads). */
+static int wait_net(const pump *p, int e) {
+    struct pollfd pf[2] = {{.fd = p->net, .events = e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN},
+                           {.fd = p->local, .events = 0}};
     for (;;) {
-        int r = poll(&pf, 1, -1);
-        if (r > 0) return 0;
-        if (r < 0 && errno != EINTR) return -1;
+        int r = poll(pf, 2, -1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 || (pf[1].revents & (POLLHUP | POLLERR))) return -1;
+        if (pf[0].revents) return 0;
     }
 }
 
 /* The socket is non-blocking: a write that would block waits and is retried with the same bytes. */
-static int ssl_write_all(SSL *ssl, int net, const char *b, size_t n) {
+static int ssl_write_all(const pump *p, const char *b, size_t n) {
     while (n) {
-        int k = SSL_write(ssl, b, n > 1 << 30 ? 1 << 30 : (int)n);
+        int k = SSL_write(p->ssl, b, n > 1 << 30 ? 1 << 30 : (int)n);
         if (k <= 0) {
-            int e = SSL_get_error(ssl, k);
-            if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) && wait_net(net, e) == 0) continue;
+            int e = SSL_get_error(p->ssl, k);
+            if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) && wait_net(p, e) == 0) continue;
             return -1;
         }
         b += k, n -= (size_t)k;
@@ -103,7 +107,7 @@ static void *pump_main(void *arg) {
             if (pf[0].revents) {
                 ssize_t n = read(p->local, buf, sizeof buf);
                 if (n < 0 && errno == EINTR) continue;
-                if (n <= 0 || ssl_write_all(p->ssl, p->net, buf, (size_t)n)) break;
+                if (n <= 0 || ssl_write_all(p, buf, (size_t)n)) break;
             }
             net_ready = pf[1].revents != 0;
         }
@@ -112,7 +116,7 @@ static void *pump_main(void *arg) {
         if (n <= 0) {
             int e = SSL_get_error(p->ssl, n);
             if (e == SSL_ERROR_WANT_READ) continue;
-            if (e == SSL_ERROR_WANT_WRITE && wait_net(p->net, e) == 0) continue;
+            if (e == SSL_ERROR_WANT_WRITE && wait_net(p, e) == 0) continue;
             break;
         }
         if (send_all(p->local, buf, (size_t)n)) break;

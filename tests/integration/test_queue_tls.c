@@ -1,6 +1,6 @@
 /* TLS on the private redis-server's TCP port (queue/tls.h, queue.tls_*): a CA and a server certificate made by
  * `openssl` here; the server speaks only TLS on the port; a rediss:// client with the CA authenticates and moves a
- * 1 MB value both ways, reconnects after a server restart, and a client without the CA, with another CA, to an
+ * 8 MB value both ways, reconnects after a server restart, and a client without the CA, with another CA, to an
  * address the certificate does not name, or a plain redis:// client fails with a clear error (no password shown). */
 #include <dirent.h>
 #include <fcntl.h>
@@ -85,10 +85,10 @@ int main(void) {
         return check_summary("test_queue_tls");
     }
 
-    /* with the CA: AUTH, then a 1 MB value each way through the tunnel */
+    /* with the CA: AUTH, then an 8 MB value each way through the tunnel */
     cpt_redis *r = open_client(url, pw, ca, &err);
     CHECK_MSG(r != NULL, "%s", err.msg);
-    size_t big = 1u << 20;
+    size_t big = 8u << 20; /* several MB: the relay fills the TCP buffers and waits (WANT_WRITE) */
     char *val = malloc(big);
     for (size_t i = 0; i < big; i++) val[i] = (char)('a' + i % 26);
     if (r) {
