@@ -1,5 +1,8 @@
 /* The C ABI of a cpt reward plugin: a shared object that scores completions, loaded by path
- * (reward.type = "plugin", reward.plugin_path = "/path/libmyreward.so", reward.plugin_config = "any string").
+ * (reward.type = "plugin", reward.plugin_path = "/path/libmyreward.so", reward.plugin_config = "any string"; a bare
+ * file name is looked up in the plugins folder beside the cpt programs: reward/plugin.h cpt_plugin_resolve). Before
+ * loading, and in `cpt preflight` instead of loading, the file is checked to be an ELF shared object of this machine
+ * that exports the four functions below.
  *
  * A plugin exports these four functions with C linkage (plain C types only, so any language with a C ABI works):
  *
