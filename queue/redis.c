@@ -213,17 +213,21 @@ static void sigpipe_restore(const sigpipe_guard *g) {
 static void drop_ctx(cpt_redis *r) {
     if (r->ctx) redisFree(r->ctx);
     r->ctx = NULL;
+    cpt_tls_session_end(r->tls); /* after redisFree closed its end: the relay thread has ended or is ending */
+    r->tls = NULL;
 }
 
 /* rediss://: hiredis speaks plain RESP on a socket pair whose other end a TLS session relays (queue/tls.h).
  * NULL with *rc = -1 (retry) or -2 (a certificate or setup problem: no retry). */
 static redisContext *connect_tls(cpt_redis *r, int *rc, cpt_err *err) {
     int fd;
-    *rc = cpt_tls_connect(r->url.host, r->url.port, r->tls_ca, r->connect_timeout_ms, &fd, err);
+    *rc = cpt_tls_connect(r->url.host, r->url.port, r->tls_ca, r->connect_timeout_ms, &fd, &r->tls, err);
     if (*rc) return NULL;
     redisContext *c = redisConnectFd(fd);
     if (!c) {
         close(fd);
+        cpt_tls_session_end(r->tls);
+        r->tls = NULL;
         *rc = -1;
         cpt_errf(err, "connect %s: out of memory", r->redacted);
     }

@@ -46,6 +46,7 @@ typedef struct cpt_redis {
     cpt_redis_url url;           /* password filled from the file if one is given */
     char redacted[CPT_REDIS_URL_MAX];
     char tls_ca[1024];
+    struct cpt_tls_session *tls; /* rediss://: the relay of the current connection (queue/tls.h) */
     int connect_timeout_ms, command_timeout_ms, reconnect_ms;
     long reconnects;             /* successful reconnects since open (for tests and stats) */
     long loading_waits;          /* commands sent again because a restarted server was still loading its AOF */

@@ -5,8 +5,12 @@
 
 int cpt_tls_available(void) { return 0; }
 
-int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout_ms, int *fd, cpt_err *err) {
+void cpt_tls_session_end(cpt_tls_session *s) { (void)s; }
+
+int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout_ms, int *fd, cpt_tls_session **s,
+                    cpt_err *err) {
     (void)ca_file, (void)timeout_ms, (void)fd;
+    *s = NULL;
     cpt_errf(err, "rediss://%s:%d: this cpt was built without OpenSSL (install libssl-dev and rebuild)", host, port);
     return -2;
 }
@@ -34,19 +38,32 @@ int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout
 
 int cpt_tls_available(void) { return 1; }
 
-typedef struct pump {
+typedef struct cpt_tls_session {
     SSL_CTX *ctx;
     SSL *ssl;
     int net;   /* the TCP socket under the TLS session */
     int local; /* our end of the socket pair; hiredis holds the other */
+    pthread_t thread;
 } pump;
 
-static void pump_free(pump *p) {
+/* Releases the TLS session and both sockets (the struct itself stays for the join). */
+static void pump_close(pump *p) {
     if (p->ssl) SSL_free(p->ssl);
     if (p->ctx) SSL_CTX_free(p->ctx);
     if (p->net >= 0) close(p->net);
     if (p->local >= 0) close(p->local);
+    p->ssl = NULL, p->ctx = NULL, p->net = p->local = -1;
+}
+
+static void pump_free(pump *p) {
+    pump_close(p);
     free(p);
+}
+
+void cpt_tls_session_end(cpt_tls_session *s) {
+    if (!s) return;
+    pthread_join(s->thread, NULL);
+    free(s);
 }
 
 static int send_all(int fd, const char *b, size_t n) {
@@ -122,7 +139,8 @@ static void *pump_main(void *arg) {
         if (send_all(p->local, buf, (size_t)n)) break;
     }
     SSL_shutdown(p->ssl); /* best effort close_notify */
-    pump_free(p);
+    pump_close(p);
+    OPENSSL_thread_stop(); /* this thread's OpenSSL state, freed here rather than by a destructor at exit */
     return NULL;
 }
 
@@ -186,8 +204,10 @@ static void ssl_error_text(char *out, size_t cap) {
     ERR_clear_error();
 }
 
-int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout_ms, int *fd, cpt_err *err) {
+int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout_ms, int *fd, cpt_tls_session **s,
+                    cpt_err *err) {
     *fd = -1;
+    *s = NULL;
     pump *p = calloc(1, sizeof *p);
     if (!p) return cpt_errf(err, "rediss://%s:%d: out of memory", host, port);
     p->net = p->local = -1;
@@ -252,12 +272,7 @@ int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout
         return -1;
     }
     p->local = sv[0];
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, pump_main, p);
-    pthread_attr_destroy(&attr);
+    int rc = pthread_create(&p->thread, NULL, pump_main, p);
     if (rc != 0) {
         close(sv[1]);
         pump_free(p);
@@ -265,6 +280,7 @@ int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout
         return cpt_errno(err, "rediss://%s:%d: starting the TLS thread", host, port);
     }
     *fd = sv[1];
+    *s = p;
     return 0;
 }
 

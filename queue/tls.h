@@ -9,12 +9,20 @@
 
 #include "core/error.h"
 
+typedef struct cpt_tls_session cpt_tls_session;
+
 /* 1 when this build has TLS (OpenSSL found at configure time). */
 int cpt_tls_available(void);
 
-/* Connects to host:port, completes the TLS handshake within timeout_ms and returns in *fd the local end for hiredis.
- * Returns 0; -1 on a network error worth retrying; -2 on an error that retrying cannot fix (an untrusted or
- * mismatched certificate, an unreadable ca_file, a build without TLS). Messages name host:port and the file. */
-int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout_ms, int *fd, cpt_err *err);
+/* Connects to host:port, completes the TLS handshake within timeout_ms and returns in *fd the local end for hiredis
+ * and in *s the session (its relay thread). Returns 0; -1 on a network error worth retrying; -2 on an error that
+ * retrying cannot fix (an untrusted or mismatched certificate, an unreadable ca_file, a build without TLS). Messages
+ * name host:port and the file. */
+int cpt_tls_connect(const char *host, int port, const char *ca_file, int timeout_ms, int *fd, cpt_tls_session **s,
+                    cpt_err *err);
+
+/* Once the caller has closed *fd (redisFree): waits for the relay thread, which ends at that close, and frees the
+ * session. Joining matters: a thread still leaving while the process exits races OpenSSL's exit-time cleanup. */
+void cpt_tls_session_end(cpt_tls_session *s);
 
 #endif
