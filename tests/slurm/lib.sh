@@ -11,6 +11,12 @@ slurm_cleanup() {
   if [ -n "$jobs" ]; then
     timeout 5 scancel --quiet $jobs 2>/dev/null || true
     for _ in $(seq 1 40); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+    # a cpt-sched still draining (roles.drain_grace_s) would outlive the daemons with its steps: kill what is left
+    jobs=$(timeout 5 squeue -h -o %i 2>/dev/null || true)
+    if [ -n "$jobs" ]; then
+      timeout 5 scancel --quiet --full --signal=KILL $jobs 2>/dev/null || true
+      for _ in $(seq 1 40); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+    fi
   fi
   tests/slurm/cluster.sh stop "$T/cluster" || true
   [ -n "${KEEP_T:-}" ] && echo "kept $T" >&2 || rm -rf "$T"
