@@ -1,7 +1,6 @@
 # Sourced by the GRPO run tests (not a test): the GRPO example on a tiny model (one SFT step of a 1-layer, hidden-32
 # model, exported as a Hugging Face folder by make_tiny_model), so a run of a few dozen steps takes about a minute
 # on 2 cores; sync mode, so every step is answered by the current weights.
-# grpo_supported: 0 when this build's cpt-train trains grpo (the online trainer has landed).
 make_tiny_model() { # DIR: writes DIR/hf and adds model.path=DIR/hf to GRPO_ARGS
   OMP_NUM_THREADS=1 "$BUILD/cpt-train" examples/sft_arithmetic.toml run.dir="$1/tiny" train.steps=1 \
     data.train=examples/data/arithmetic_rl_train.jsonl data.eval= train.eval_generate=0 train.threads=1 \
@@ -15,11 +14,6 @@ make_tiny_model() { # DIR: writes DIR/hf and adds model.path=DIR/hf to GRPO_ARGS
 GRPO_ARGS=(examples/grpo_arithmetic.toml async.mode=sync rollout.group_size=8 train.groups_per_step=4
   sampling.max_new_tokens=16 validation.data= reward.type=format 'reward.format_regex=[0-9]' checkpoint.every=10
   checkpoint.keep_last=3 run.progress_every_s=2)
-grpo_supported() {
-  local out
-  out=$(timeout 10 "$BUILD/cpt-train" "${GRPO_ARGS[@]}" model.path=examples/tiny-tokenizer run.dir="$1/probe" 2>&1 || true)
-  ! echo "$out" | grep -q 'is not trained by this command'
-}
 # The final checkpoint's trainer state: exactly-once bookkeeping (trainer/online_book.h). Every group id comes from
 # the data cursor and is trained once or kept outstanding, so a finished run of S steps of G groups has its cursor
 # S * G past the start and nothing outstanding.
