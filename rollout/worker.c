@@ -431,6 +431,19 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         int waiting = 0;
         for (int i = 0; i < w->n_fl; i++) {
             flight *f = &w->fl[i];
+            /* The trainer announces a version before it issues prompts that need it, so a held prompt above the
+             * announced version was issued by a trainer that has since resumed from an older checkpoint: that
+             * version may never come again, and the resumed trainer issues the group anew. Waiting would stall. */
+            if (f->req < 0 && w->has_announced && f->it.prompt.min_version > w->announced) {
+                char why[160];
+                snprintf(why, sizeof why, "obsolete: min_version %llu is above the announced version %llu (issued by "
+                         "a trainer that has since resumed from an older checkpoint)",
+                         (unsigned long long)f->it.prompt.min_version, (unsigned long long)w->announced);
+                dead_letter(w, i, why);
+                i = -1;
+                waiting = 0;
+                continue;
+            }
             if (f->req < 0 && !w->has_want && f->it.prompt.min_version <= w->version) {
                 start_flight(w, i);
                 i = -1; /* start_flight may have dropped it: rescan */

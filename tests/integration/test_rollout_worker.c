@@ -306,6 +306,40 @@ static void foreign_weights(cpt_queue *q) {
     cpt_model_free(m4), cpt_model_free(m6);
 }
 
+/* A trainer that resumes from an older checkpoint announces an older version: a prompt the worker holds for a
+ * newer version of the trainer before it (that version may never come again) goes to dead as obsolete, and the
+ * worker takes the resumed trainer's groups instead of waiting for it. */
+static void resumed_trainer(cpt_queue *q) {
+    cpt_model_config c = tiny_cfg();
+    cpt_err err;
+    char outside[300];
+    snprintf(outside, sizeof outside, "%s/elsewhere", T.dir);
+    cpt_model *m8 = cpt_model_new_random(&c, 108, &err), *m7 = NULL;
+    cpt_weights_msg w;
+    /* v8 is announced but never loads here (outside the weights folder), so the worker holds group 80 for it */
+    CHECK_MSG(cpt_weights_write(m8, outside, RUN, 8, &w, &err) == 0, "%s", err.msg);
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+    pid_t pid = start_worker("w6", NULL);
+    add_group(q, 80, 8, 2, 6, 4);
+    cpt_queue_item it;
+    CHECK(!next_rollout(q, &it, 1.5));
+    CHECK_EQ_INT(test_dead_count(q, "obsolete: min_version 8"), 0);
+    /* the resumed trainer announces v7 and issues its groups for it */
+    publish(q, 7, &m7);
+    add_group(q, 81, 7, 2, 6, 4);
+    CHECK(next_rollout(q, &it, 30));
+    CHECK_EQ_INT(it.rollout.id.index, 81);
+    CHECK_EQ_INT(it.rollout.weight_version, 7);
+    CHECK(logprob_gap(m7, &it.rollout) < 1e-4);
+    cpt_queue_item_free(&it);
+    CHECK_EQ_INT(test_dead_count(q, "obsolete: min_version 8 is above the announced version 7"), 1);
+    CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
+    kill(pid, SIGTERM);
+    int status;
+    CHECK(wait_exit(pid, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cpt_model_free(m7), cpt_model_free(m8);
+}
+
 int main(void) {
     test_redis_start(&T, "no");
     cpt_err err;
@@ -329,6 +363,7 @@ int main(void) {
     versions_and_drain(q);
     killed_mid_group(q);
     foreign_weights(q);
+    resumed_trainer(q);
     cpt_queue_close(q);
     int rc = check_summary("test_rollout_worker");
     if (!rc) test_redis_stop(&T);
