@@ -192,9 +192,12 @@ int cpt_redis_server_start(const cpt_redis_server_opts *o, cpt_redis_server *srv
     pid_t pid = fork();
     if (pid < 0) return cpt_errno(err, "fork for redis-server");
     if (pid == 0) {
-        /* Dies with its parent: a crashed launcher or test leaves no server behind. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(1);
+        /* Dies with its parent: a crashed launcher or test leaves no server behind. SIGTERM is redis's orderly
+         * shutdown (the AOF is flushed). The signal fires when the forking thread exits: callers start the server
+         * from the thread that lives as long as they do. A parent gone before the prctl fires nothing: leave. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
+        /* The AOF holds every prompt and completion: only the run's owner reads it. */
+        umask(077);
         int null = open("/dev/null", O_RDWR);
         int logfd = open(srv->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (null >= 0) dup2(null, 0);

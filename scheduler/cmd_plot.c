@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +158,7 @@ static int usage(void) {
 
 int cmd_plot(int argc, char **argv) {
     const char *run_dir = NULL, *out = NULL, *keys_arg = NULL;
+    umask(077); /* plots go into the run directory, which is its owner's only */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys_arg = argv[++i];
@@ -234,7 +236,7 @@ int cmd_plot(int argc, char **argv) {
         else printf("%s\n", out);
     } else if (!status) {
         snprintf(plots, sizeof plots, "%s/plots", run_dir);
-        if (cpt_mkdir_p(plots, 0755, &err) != 0) status = 1;
+        if (cpt_mkdir_p(plots, 0700, &err) != 0) status = 1;
         snprintf(png, sizeof png, "%s/overview.png", plots);
         if (!status && render(tmp_dir, png, series, n, run_dir, &err) != 0) status = 1;
         if (!status) printf("%s\n", png);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "scheduler/commands.h"
+#include "scheduler/placement.h"
 #include "scheduler/run_dir.h"
 
 static const char *field(const redisReply *r, const char *name) {
@@ -27,15 +28,14 @@ int cmd_scale(int argc, char **argv) {
             continue;
         }
         const char *eq = strchr(argv[i], '=');
-        char *end = NULL;
-        long v = eq ? strtol(eq + 1, &end, 10) : -1;
+        int v = -1;
         int role = !eq ? -1 : !strncmp(argv[i], "rollout=", 8) ? 0 : !strncmp(argv[i], "reward=", 7) ? 1 : -1;
-        if (role < 0 || !end || *end || end == eq + 1 || v < 0 || v > 4096) {
-            fprintf(stderr, "cpt-scale: '%s': expected rollout=N or reward=N (0..4096)\n"
-                            "usage: cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]\n", argv[i]);
+        if (role < 0 || cpt_parse_worker_count(eq + 1, &v) != 0) {
+            fprintf(stderr, "cpt-scale: '%s': expected rollout=N or reward=N (N a whole number 0..%d)\n"
+                            "usage: cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]\n", argv[i], CPT_MAX_WORKERS);
             return 2;
         }
-        snprintf(values[role], sizeof values[role], "%ld", v);
+        snprintf(values[role], sizeof values[role], "%d", v);
         set_argv[2 + 2 * nset] = role == 0 ? "rollout" : "reward";
         set_argv[3 + 2 * nset] = values[role];
         nset++;

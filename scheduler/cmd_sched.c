@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "scheduler/commands.h"
 #include "scheduler/launcher.h"
@@ -23,11 +24,17 @@ static void on_stop(int sig) {
 static void requeue_self(void) {
     const char *job = getenv("SLURM_JOB_ID");
     if (!job) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "scontrol requeue %s", job);
-    fprintf(stderr, "cpt-sched: %s\n", cmd);
+    /* Run without a shell, and only with an id of the form Slurm gives: the variable is the environment's. */
+    if (!cpt_slurm_job_id_valid(job)) {
+        fprintf(stderr, "cpt-sched: SLURM_JOB_ID \"%.64s\" is not a job id; not requeueing; resubmit the job to "
+                        "continue\n", job);
+        return;
+    }
+    char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
+    fprintf(stderr, "cpt-sched: scontrol requeue %s\n", job);
     fflush(stderr);
-    if (system(cmd) != 0) fprintf(stderr, "cpt-sched: scontrol requeue failed; resubmit the job to continue\n");
+    if (cpt_sat_run_program(argv, NULL, NULL, 0) != 0)
+        fprintf(stderr, "cpt-sched: scontrol requeue failed; resubmit the job to continue\n");
 }
 
 int cmd_sched(int argc, char **argv) {
@@ -41,6 +48,8 @@ int cmd_sched(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    umask(077); /* see cmd_run.c */
     const char *restarts = getenv("SLURM_RESTART_COUNT");
     fprintf(stderr, "cpt-sched: job %s, restart %s\n", getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "(none)",
             restarts ? restarts : "0");
@@ -48,7 +57,7 @@ int cmd_sched(int argc, char **argv) {
     cpt_launcher L;
     cpt_err err;
     cpt_err_clear(&err);
-    if (cpt_launcher_prepare(&L, exec, argv[1], argc - 2, argv + 2, NULL, &err) != 0) {
+    if (cpt_launcher_prepare(&L, exec, argv[1], argc - 2, argv + 2, NULL, 0, &err) != 0) {
         cpt_launcher_free(&L);
         cpt_die(&err);
     }

@@ -15,6 +15,8 @@
 #include "queue/redis.h"
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
+#include "scheduler/run_lock.h"
+#include "trainer/checkpoint.h"
 
 static const char *role_names[2] = {"rollout", "reward"};
 
@@ -45,12 +47,90 @@ static int ensure_password_file(const char *path, cpt_err *err) {
     return 0;
 }
 
+static int real_dir(const char *dir, char *out, size_t cap, cpt_err *err) {
+    char real[PATH_MAX];
+    if (!realpath(dir, real)) return cpt_errno(err, "%s", dir);
+    if (strlen(real) >= cap) return cpt_errf(err, "%s: path too long (at most %zu bytes)", real, cap - 1);
+    snprintf(out, cap, "%s", real);
+    return 0;
+}
+
+/* (Re)loads L->cfg from L->src_path with the user's overrides, then the launcher's own (run.dir, ...), which win. */
+static int load_config(cpt_launcher *L, cpt_err *err) {
+    int n = L->n_user + L->n_extra;
+    char **ov = calloc((size_t)n + 1, sizeof *ov);
+    if (!ov) return cpt_errf(err, "out of memory");
+    for (int i = 0; i < L->n_user; i++) ov[i] = L->user_overrides[i];
+    for (int i = 0; i < L->n_extra; i++) ov[L->n_user + i] = L->extra[i];
+    cpt_config *cfg = cpt_config_load(L->src_path, n, ov, err);
+    free(ov);
+    if (!cfg) return -1;
+    if (L->cfg) cpt_config_free(L->cfg);
+    L->cfg = cfg;
+    return 0;
+}
+
+static int add_override(cpt_launcher *L, const char *key, const char *value, cpt_err *err) {
+    if (L->n_extra >= CPT_LAUNCHER_MAX_EXTRA) return cpt_errf(err, "too many launcher overrides");
+    int n = snprintf(L->extra[L->n_extra], sizeof L->extra[0], "%s=%s", key, value);
+    if (n < 0 || (size_t)n >= sizeof L->extra[0]) return cpt_errf(err, "%s = %s: too long", key, value);
+    L->n_extra++;
+    return 0;
+}
+
+static int user_set(const cpt_launcher *L, const char *key) {
+    size_t len = strlen(key);
+    for (int i = 0; i < L->n_user; i++)
+        if (!strncmp(L->user_overrides[i], key, len) && L->user_overrides[i][len] == '=') return 1;
+    return 0;
+}
+
+/* The part of path below folder old ("" for old itself), or NULL when path is not inside it. */
+static const char *below(const char *path, const char *old) {
+    size_t n = strlen(old);
+    if (!n || strncmp(path, old, n)) return NULL;
+    if (path[n] == '\0') return "";
+    return path[n] == '/' ? path + n : NULL;
+}
+
+/* A run directory is self-locating: whatever run.dir config.toml recorded (the folder may have been copied or moved),
+ * the run is the folder the launcher was given, and every path recorded inside the old folder follows it. A queue
+ * server outside the folder would be shared with the original run, so that is refused unless the user names one. */
+static int relocate(cpt_launcher *L, cpt_err *err) {
+    const char *recorded = cpt_cfg_str(L->cfg, "run.dir");
+    char old[PATH_MAX];
+    if (!realpath(recorded, old)) snprintf(old, sizeof old, "%s", recorded);
+    if (!strcmp(old, L->run_dir)) /* the same folder; a relative run.dir becomes absolute */
+        return add_override(L, "run.dir", L->run_dir, err) || load_config(L, err) ? -1 : 0;
+    if (L->resuming)
+        fprintf(stderr, "cpt: %s records run.dir = %s; resuming in %s (the folder's own queue, checkpoints and logs)\n",
+                L->src_path, recorded, L->run_dir);
+    if (add_override(L, "run.dir", L->run_dir, err)) return -1;
+    const char *url = cpt_cfg_str(L->cfg, "queue.url");
+    const char *rest;
+    if (!strncmp(url, "unix://", 7) && (rest = below(url + 7, old)) && !user_set(L, "queue.url")) {
+        char v[PATH_MAX + 16];
+        snprintf(v, sizeof v, "unix://%s%s", L->run_dir, rest);
+        if (add_override(L, "queue.url", v, err)) return -1;
+    } else if (L->resuming && url[0] && !user_set(L, "queue.url")) {
+        return cpt_errf(err, "%s was recorded as run.dir = %s and its queue is queue.url = %s, outside the folder: a "
+                        "copy would share the original run's queue. Resume the original folder, or pass "
+                        "queue.url=... naming a queue for this copy; nothing was started", L->run_dir, recorded, url);
+    }
+    const char *pw = cpt_cfg_str(L->cfg, "queue.password_file");
+    if (pw[0] && (rest = below(pw, old)) && !user_set(L, "queue.password_file")) {
+        char v[PATH_MAX + 16];
+        snprintf(v, sizeof v, "%s%s", L->run_dir, rest);
+        if (add_override(L, "queue.password_file", v, err)) return -1;
+    }
+    return load_config(L, err);
+}
+
 /* Under Slurm: the allocation's room, and whether satellites are possible. They are when slurm.max_satellites > 0,
  * the allocation is known, and the queue can be reached from another node: a private redis-server then also
  * listens on TCP with a password (queue.password_file, else RUN_DIR/redis.pass, generated and added to the
  * resolved config so every role authenticates); a queue.url on a unix socket rules them out. */
-static int setup_satellites(cpt_launcher *L, const char *config_path, int n_overrides, char *const *overrides,
-                            const char *resume_dir, cpt_err *err) {
+static int setup_satellites(cpt_launcher *L, cpt_err *err) {
     cpt_err e;
     cpt_err_clear(&e);
     if (cpt_alloc_from_env(&L->alloc, &e) == 0) {
@@ -69,28 +149,42 @@ static int setup_satellites(cpt_launcher *L, const char *config_path, int n_over
     }
     L->satellites_on = 1;
     if (url[0] || cpt_cfg_str(L->cfg, "queue.password_file")[0]) return 0;
-    char pw[2200], arg[2300];
+    char pw[2200];
     snprintf(pw, sizeof pw, "%s/redis.pass", L->run_dir);
     if (ensure_password_file(pw, err)) return cpt_err_prefix(err, "the queue's password for satellites");
-    snprintf(arg, sizeof arg, "queue.password_file=%s", pw);
-    char **ov = calloc((size_t)n_overrides + 2, sizeof *ov);
-    if (!ov) return cpt_errf(err, "out of memory");
-    for (int i = 0; i < n_overrides; i++) ov[i] = overrides[i];
-    ov[n_overrides] = arg;
-    char path[2100];
-    if (resume_dir) snprintf(path, sizeof path, "%s/config.toml", resume_dir);
-    cpt_config *cfg = cpt_config_load(resume_dir ? path : config_path, n_overrides + 1, ov, err);
-    free(ov);
-    if (!cfg) return -1;
-    cpt_config_free(L->cfg);
-    L->cfg = cfg;
-    return 0;
+    if (add_override(L, "queue.password_file", pw, err)) return -1;
+    return load_config(L, err);
+}
+
+/* `--resume` continues from a checkpoint: a run folder without a good one would silently start over at step 0. */
+static int check_resumable(cpt_launcher *L, int from_scratch, cpt_err *err) {
+    char ckpt[CPT_CKPT_PATH_MAX];
+    cpt_err e;
+    cpt_err_clear(&e);
+    int found = cpt_ckpt_find_latest(L->run_dir, ckpt, sizeof ckpt, &e);
+    if (found == 1) {
+        fprintf(stderr, "cpt: resuming from %s\n", ckpt);
+        return 0;
+    }
+    if (from_scratch) {
+        fprintf(stderr, "cpt: %s has no valid checkpoint; --from-scratch: training starts again at step 0\n",
+                L->run_dir);
+        return 0;
+    }
+    if (found == 0)
+        return cpt_errf(err, "%s has no checkpoint to resume from (%s/checkpoints/latest is absent); pass "
+                        "--from-scratch to train it again from step 0; nothing was started", L->run_dir, L->run_dir);
+    return cpt_errf(err, "%s: no checkpoint verifies (%s); pass --from-scratch to train it again from step 0; nothing "
+                    "was started", L->run_dir, e.msg);
 }
 
 int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
-                         char *const *overrides, const char *resume_dir, cpt_err *err) {
+                         char *const *overrides, const char *resume_dir, int from_scratch, cpt_err *err) {
     memset(L, 0, sizeof *L);
+    L->lock_fd = -1;
     L->exec = exec;
+    L->user_overrides = overrides;
+    L->n_user = n_overrides;
     cpt_sup_init(&L->sup);
     /* This launch attempt starts now: queue entries delivered before it belong to consumers of an earlier attempt
      * (a requeue, a resume), which are all gone, so the roles started from here (inheriting the variable, as do the
@@ -102,16 +196,19 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     setenv("CPT_QUEUE_ORPHAN_BEFORE", start_s, 1);
     if (cpt_find_bin_dir(L->bin_dir, sizeof L->bin_dir, err) != 0) return -1;
     if (resume_dir) {
-        char path[2100];
-        snprintf(path, sizeof path, "%s/config.toml", resume_dir);
-        if (!cpt_path_exists(path))
+        /* The folder given is the run, and it is ours before anything is read from it for use. */
+        if (real_dir(resume_dir, L->run_dir, sizeof L->run_dir, err)) return -1;
+        L->resuming = 1;
+        snprintf(L->src_path, sizeof L->src_path, "%s/config.toml", L->run_dir);
+        if (!cpt_path_exists(L->src_path))
             return cpt_errf(err, "%s: not a run directory (no config.toml); start a run with `cpt run CONFIG`",
                             resume_dir);
-        L->cfg = cpt_config_load(path, n_overrides, overrides, err);
+        if ((L->lock_fd = cpt_run_lock_take(L->run_dir, err)) < 0) return -1;
     } else {
-        L->cfg = cpt_config_load(config_path, n_overrides, overrides, err);
+        snprintf(L->src_path, sizeof L->src_path, "%s", config_path);
     }
-    if (!L->cfg) return -1;
+    if (load_config(L, err)) return -1;
+    if (resume_dir && relocate(L, err)) return -1;
     /* Preflight before anything is created or started: every problem at once, not the first crash of a role. */
     fprintf(stderr, "cpt: preflight\n");
     cpt_preflight p = {.cfg = L->cfg, .bin_dir = L->bin_dir, .slurm = exec == CPT_EXEC_SLURM, .out = stderr};
@@ -120,13 +217,18 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
         return cpt_errf(err, "preflight: %d problem%s (listed above); nothing was started", problems,
                         problems == 1 ? "" : "s");
     fprintf(stderr, "preflight: ok\n");
-    const char *dir = resume_dir ? resume_dir : cpt_cfg_str(L->cfg, "run.dir");
-    if (cpt_mkdir_p(dir, 0755, err) != 0) return -1;
-    if (!realpath(dir, L->run_dir)) return cpt_errno(err, "%s", dir);
-    snprintf(L->config_path, sizeof L->config_path, "%s/config.toml", L->run_dir);
-    if (exec == CPT_EXEC_SLURM &&
-        setup_satellites(L, config_path, n_overrides, overrides, resume_dir, err) != 0)
+    if (!resume_dir) {
+        const char *dir = cpt_cfg_str(L->cfg, "run.dir");
+        if (cpt_mkdir_p(dir, 0700, err) != 0) return -1;
+        if (real_dir(dir, L->run_dir, sizeof L->run_dir, err)) return -1;
+        /* Nothing is written into the folder before the lock: a refused launch leaves a live run untouched. */
+        if ((L->lock_fd = cpt_run_lock_take(L->run_dir, err)) < 0) return -1;
+        if (relocate(L, err)) return -1;
+    } else if (check_resumable(L, from_scratch, err)) {
         return -1;
+    }
+    snprintf(L->config_path, sizeof L->config_path, "%s/config.toml", L->run_dir);
+    if (exec == CPT_EXEC_SLURM && setup_satellites(L, err) != 0) return -1;
     /* The resolved config is what every role reads, so a restart or a requeue sees the same run. */
     char *text = cpt_config_dump(L->cfg);
     if (!text) return cpt_errf(err, "out of memory");
@@ -135,10 +237,12 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     if (rc != 0) return -1;
     char logs[2100];
     snprintf(logs, sizeof logs, "%s/logs", L->run_dir);
-    if (cpt_mkdir_p(logs, 0755, err) != 0) return -1;
+    if (cpt_mkdir_p(logs, 0700, err) != 0) return -1;
     L->online = is_online(cpt_cfg_str(L->cfg, "algo.type"));
     L->sup.max_restarts = (int)cpt_cfg_int(L->cfg, "roles.max_restarts");
     L->sup.max_quick_fails = 3;
+    /* A trainer that cannot write checkpoints would retrain from its last good one on every restart. */
+    L->sup.no_restart_status = CPT_TRAIN_EXIT_NO_RESTART;
     /* srun ends its step on SIGTERM (the tasks may be killed before they checkpoint) but forwards SIGUSR1, which
      * every role treats like SIGTERM: finish the step or the group in hand, save, exit. */
     if (exec == CPT_EXEC_SLURM) L->sup.stop_signal = SIGUSR1;
@@ -299,7 +403,8 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
     return 0;
 }
 
-/* Desired counts from cpt:{run}:control (written by cpt-scale); absent fields keep the current ones. */
+/* Desired counts from cpt:{run}:control (written by cpt-scale); absent fields keep the current ones. A value that is
+ * not a count (anyone who can reach the queue can write the hash) keeps the last good one and is reported once. */
 static void read_control(cpt_launcher *L, cpt_redis *r) {
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
@@ -312,10 +417,19 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
             return;
         }
         if (rep->type == REDIS_REPLY_STRING) {
-            int v = atoi(rep->str);
-            if (v >= 0 && v <= 4096 && v != L->want[role]) {
-                fprintf(stderr, "cpt: scale %s %d -> %d\n", role_names[role], L->want[role], v);
-                L->want[role] = v;
+            int v;
+            if (cpt_parse_worker_count(rep->str, &v) != 0) {
+                if (strncmp(L->bad_control[role], rep->str, sizeof L->bad_control[role] - 1)) {
+                    snprintf(L->bad_control[role], sizeof L->bad_control[role], "%s", rep->str);
+                    fprintf(stderr, "cpt: ignoring %s field %s = \"%.40s\": not a worker count (0..%d); keeping %d\n",
+                            key, role_names[role], rep->str, CPT_MAX_WORKERS, L->want[role]);
+                }
+            } else {
+                L->bad_control[role][0] = '\0';
+                if (v != L->want[role]) {
+                    fprintf(stderr, "cpt: scale %s %d -> %d\n", role_names[role], L->want[role], v);
+                    L->want[role] = v;
+                }
             }
         }
         freeReplyObject(rep);
@@ -578,6 +692,8 @@ done:
 
 void cpt_launcher_free(cpt_launcher *L) {
     cpt_sup_free(&L->sup);
+    cpt_run_lock_release(L->lock_fd);
+    L->lock_fd = -1;
     cpt_sat_free(&L->sats);
     if (L->cfg) cpt_config_free(L->cfg);
     L->cfg = NULL;

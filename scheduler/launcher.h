@@ -30,9 +30,18 @@ typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
 /* Exit status of a role that stopped on request after saving its state (not a failure, not finished). */
 #define CPT_EXIT_STOPPED 3
 
+#define CPT_LAUNCHER_MAX_EXTRA 4
+
 typedef struct cpt_launcher {
     cpt_executor exec;
     cpt_config *cfg;
+    char src_path[4200];    /* the config file loaded: CONFIG, or RUN_DIR/config.toml on --resume */
+    char *const *user_overrides;
+    int n_user;
+    char extra[CPT_LAUNCHER_MAX_EXTRA][4400]; /* the launcher's own overrides (run.dir, ...), applied last */
+    int n_extra;
+    int resuming;
+    int lock_fd;            /* RUN_DIR/.lock, held while the launcher lives (run_lock.h) */
     char run_dir[2048];
     char config_path[2100]; /* RUN_DIR/config.toml */
     char bin_dir[2048];     /* folder of the cpt programs */
@@ -49,16 +58,19 @@ typedef struct cpt_launcher {
     cpt_satellites sats;
     int tcp_port;           /* the private redis-server's TCP port when satellites are on */
     int unplaced[2];        /* last reported count of workers with no place, said once per change */
+    char bad_control[2][48]; /* the last invalid control value reported per role (reported once) */
     volatile sig_atomic_t *stop_flag; /* set by the caller's signal handler */
     double last_progress, last_control;
 } cpt_launcher;
 
 enum { CPT_ROLE_ROLLOUT = 0, CPT_ROLE_REWARD = 1 };
 
-/* Loads the config (config_path + overrides), or RUN_DIR/config.toml when resume_dir is given, and prepares the
- * run directory. */
+/* Loads the config (config_path + overrides), or RUN_DIR/config.toml when resume_dir is given, takes the run
+ * directory's lock (run_lock.h) before writing anything into it, and prepares it. run.dir is the folder's real path
+ * whatever config.toml recorded (a copied run directory resumes as itself). A resume refuses a folder with no valid
+ * checkpoint unless from_scratch. */
 int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
-                         char *const *overrides, const char *resume_dir, cpt_err *err);
+                         char *const *overrides, const char *resume_dir, int from_scratch, cpt_err *err);
 
 /* Starts everything and supervises until the trainer finishes, fails for good, or a stop is requested.
  * Returns the exit status for the command: 0 finished, CPT_EXIT_STOPPED stopped after a checkpoint, 1 failed. */

@@ -121,3 +121,13 @@ void cpt_plan_scale(cpt_alloc *room, const int want[2], const int base[2], const
         satellites_left -= out[r].submit;
     }
 }
+
+int cpt_parse_worker_count(const char *s, int *out) {
+    if (!s) return -1;
+    size_t n = strspn(s, "0123456789");
+    if (n == 0 || s[n] != '\0' || n > 6) return -1;
+    long v = strtol(s, NULL, 10);
+    if (v > CPT_MAX_WORKERS) return -1;
+    *out = (int)v;
+    return 0;
+}

@@ -12,6 +12,11 @@
 #include "core/error.h"
 
 #define CPT_ALLOC_MAX_NODES 256
+#define CPT_MAX_WORKERS 4096 /* the most workers of one role cpt-scale may ask for */
+
+/* A desired worker count as cpt-scale writes it and the launcher reads it from cpt:{run}:control: the whole string
+ * is decimal digits (no sign, no spaces) with a value in 0..CPT_MAX_WORKERS. Returns 0 and *out, or -1. */
+int cpt_parse_worker_count(const char *s, int *out);
 
 typedef struct cpt_alloc {
     int n_nodes;

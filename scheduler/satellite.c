@@ -63,6 +63,15 @@ static const char satellite_script[] =
 
 /* Runs argv (PATH lookup) with envp (NULL: ours); its stdout goes to out (NUL-terminated, truncated to cap), its
  * stderr to ours. Returns the exit status, or -1 when it could not run. */
+int cpt_slurm_job_id_valid(const char *id) {
+    size_t n = strspn(id, "0123456789");
+    if (n == 0 || n > 18) return 0;
+    if (id[n] == '\0') return 1;
+    if (id[n] != '_') return 0;
+    size_t m = strspn(id + n + 1, "0123456789");
+    return m > 0 && m <= 18 && id[n + 1 + m] == '\0';
+}
+
 static int run_capture(char *const argv[], char *const envp[], char *out, size_t cap) {
     int fds[2];
     if (out && cap) out[0] = '\0';
@@ -131,7 +140,7 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     S->restart = rc ? atoi(rc) : 0;
     for (int r = 0; r < 2; r++) S->backoff[r] = 5.0;
     if (cpt_write_file_atomic(S->script, satellite_script, sizeof satellite_script - 1, err)) return -1;
-    if (chmod(S->script, 0755) != 0) return cpt_errno(err, "chmod %s", S->script);
+    if (chmod(S->script, 0700) != 0) return cpt_errno(err, "chmod %s", S->script);
     return 0;
 }
 
@@ -142,6 +151,10 @@ void cpt_sat_free(cpt_satellites *S) {
 }
 
 /* squeue/scancel --name argument: both roles' job names. */
+int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_t cap) {
+    return run_capture(argv, envp, out, cap);
+}
+
 static void job_names(const cpt_satellites *S, char *out, size_t cap) {
     snprintf(out, cap, "--name=cpt-sat-%s-rollout,cpt-sat-%s-reward", S->run_name, S->run_name);
 }

@@ -79,6 +79,13 @@ int cpt_sat_running(const cpt_satellites *S, int role);
 /* "123:RUNNING,124:PENDING,125:DRAINING" for role ("" when none). */
 void cpt_sat_describe(const cpt_satellites *S, int role, char *out, size_t cap);
 
+/* A Slurm job id as Slurm writes it: digits, or digits_digits for an array task. */
+int cpt_slurm_job_id_valid(const char *id);
+
+/* Runs argv without a shell (PATH lookup; envp NULL: ours); stdout into out (may be NULL), stderr to ours. Returns
+ * the exit status, or -1 when it could not run. */
+int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_t cap);
+
 /* Plain scancel of every satellite still listed (after the drain had its time). */
 void cpt_sat_cancel_rest(cpt_satellites *S);
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,6 +92,7 @@ int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err) {
     /* A pipe that closes on exec tells the parent whether exec itself failed. */
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return cpt_errno(err, "process '%s': pipe", p->name);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
@@ -99,13 +101,20 @@ int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err) {
     }
     if (pid == 0) {
         close(fds[0]);
+        /* Dies with the launcher: a launcher killed with -9 leaves no role behind to train on with nobody watching
+         * (its own SIGTERM and SIGHUP are stops in order, which end the roles first). SIGKILL, not SIGTERM: with no
+         * launcher left to escalate, a role that waits on a queue that also died would never exit, and every role
+         * is safe under kill -9 (checkpoints and the queue's pending entries). The signal fires when the thread that
+         * forked exits: the launcher forks from its only thread, so that is the launcher's own exit. The parent
+         * may already be gone before the prctl: then nothing would fire, so check and leave. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         setpgid(0, 0); /* its own group: a terminal's Ctrl-C reaches the launcher, which drains in order */
         if (p->log_path[0]) {
-            int fd = open(p->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            int fd = open(p->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
             if (fd >= 0) {
                 dup2(fd, 1);
                 dup2(fd, 2);
-                close(fd);
+                if (fd > 2) close(fd);
             }
         }
         for (int k = 0; p->env[k]; k++) putenv(p->env[k]);
@@ -139,6 +148,13 @@ static void on_exit_status(cpt_supervisor *s, cpt_proc *p, int status) {
     p->pid = 0;
     p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     int failed = p->exit_status != 0;
+    if (failed && !p->stop_requested && s->no_restart_status && WIFEXITED(status) &&
+        p->exit_status == s->no_restart_status) {
+        p->state = CPT_PROC_FAILED;
+        fprintf(stderr, "cpt: %s exited with status %d (an error a restart cannot mend); not restarting it\n",
+                p->name, p->exit_status);
+        return;
+    }
     if (!failed || p->stop_requested || p->policy == CPT_RESTART_NEVER) {
         p->state = failed && !p->stop_requested ? CPT_PROC_FAILED : CPT_PROC_EXITED;
         if (p->stop_requested)

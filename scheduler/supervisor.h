@@ -1,7 +1,8 @@
 /* A process supervisor for the local launcher (`cpt run`) and cpt-sched: starts role processes, restarts the ones
  * that fail with exponential backoff, and stops them with SIGTERM, then SIGKILL after a grace period.
  *
- * One supervisor owns its children; nothing is global. The caller drives it with cpt_sup_poll() from its own
+ * Children die with the process that started them (PR_SET_PDEATHSIG, SIGKILL), so the owner must fork from the one
+ * thread that lives as long as it does. One supervisor owns its children; nothing is global. The caller drives it with cpt_sup_poll() from its own
  * loop, so signals (Ctrl-C, USR1) stay in the caller's hands. */
 #ifndef CPT_SCHEDULER_SUPERVISOR_H
 #define CPT_SCHEDULER_SUPERVISOR_H
@@ -45,6 +46,7 @@ typedef struct cpt_supervisor {
     int stop_signal;                 /* what cpt_sup_stop sends first: SIGTERM (default); SIGUSR1 for srun steps,
                                         which forward it to their tasks (a SIGTERM makes srun end the step) */
     int max_quick_fails;             /* that many start failures in a row: FAILED (a bad config never heals) */
+    int no_restart_status;           /* non-zero: a process exiting with this status is FAILED at once */
 } cpt_supervisor;
 
 void cpt_sup_init(cpt_supervisor *s);

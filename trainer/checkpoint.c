@@ -420,6 +420,29 @@ static int64_t read_latest(const char *ckdir) {
     return s;
 }
 
+int cpt_ckpt_check_writable(const char *run_dir, cpt_err *err) {
+    char ckdir[CPT_CKPT_PATH_MAX], probe[CPT_CKPT_PATH_MAX + 64];
+    if (snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir) >= (int)sizeof ckdir)
+        return cpt_errf(err, "%s: path too long", run_dir);
+    snprintf(probe, sizeof probe, "%s/.write-probe-%ld", ckdir, (long)getpid());
+    int fd = -1;
+    if (cpt_mkdir_p(ckdir, 0700, err) == 0) fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    else errno = EACCES;
+    int ok = fd >= 0 && write(fd, "", 1) == 1;
+    int e = errno;
+    if (fd >= 0 && close(fd) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (fd >= 0) unlink(probe);
+    if (!ok) {
+        errno = e;
+        return cpt_errno(err, "cannot write into the checkpoints folder %s (every step trained would be lost; not "
+                         "training)", ckdir);
+    }
+    return 0;
+}
+
 int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err) {
     char ckdir[CPT_CKPT_PATH_MAX], tmp[CPT_CKPT_PATH_MAX + 64], fin[CPT_CKPT_PATH_MAX + 64];
     char p[CPT_CKPT_PATH_MAX + 128];
@@ -430,12 +453,12 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
     snprintf(fin, sizeof fin, "%s/step-%" PRId64, ckdir, step);
     /* before anything is written or cleaned up: a fenced-off trainer must not touch the live one's folders */
     if (a->before_commit && a->before_commit(a->commit_arg, err)) return cpt_err_prefix(err, "checkpoint %s", fin);
-    if (cpt_mkdir_p(ckdir, 0755, err)) return cpt_err_prefix(err, "checkpoint");
+    if (cpt_mkdir_p(ckdir, 0700, err)) return cpt_err_prefix(err, "checkpoint");
     int64_t *steps;
     size_t n;
     if (list_steps(ckdir, &steps, &n, 1, err)) return cpt_err_prefix(err, "checkpoint");
     free(steps);
-    if (cpt_mkdir_p(tmp, 0755, err)) return cpt_err_prefix(err, "checkpoint");
+    if (cpt_mkdir_p(tmp, 0700, err)) return cpt_err_prefix(err, "checkpoint");
 
     snprintf(p, sizeof p, "%s/model", tmp);
     if (cpt_model_save_hf(a->model, p, 0, err)) goto fail;

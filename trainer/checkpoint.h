@@ -77,6 +77,14 @@ typedef struct cpt_ckpt_save_args {
     void *commit_arg;
 } cpt_ckpt_save_args;
 
+/* Exit status of a trainer that must not be restarted: its checkpoints cannot be written, so a restart would only
+ * train again from the last good one (the launcher's supervisor gives up on this status at once). */
+#define CPT_TRAIN_EXIT_NO_RESTART 4
+
+/* Creates RUN_DIR/checkpoints if needed and writes (then removes) a probe file in it: a trainer checks this at start
+ * instead of finding out at its first checkpoint. */
+int cpt_ckpt_check_writable(const char *run_dir, cpt_err *err);
+
 /* Writes RUN_DIR/checkpoints/step-<state->step>/ as described above. out_dir (may be NULL) gets its path. */
 int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err);
 

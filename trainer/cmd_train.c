@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "scheduler/commands.h"
+#include "trainer/checkpoint.h"
 #include "trainer/dpo.h"
 #include "trainer/online.h"
 #include "trainer/sft.h"
@@ -19,8 +20,9 @@ static void usage(FILE *f) {
             "usage: cpt train CONFIG [section.key=value ...]\n"
             "  Runs the training job of CONFIG (TOML); overrides apply in order. algo.type sft and dpo train\n"
             "  here; grpo, ppo and opd expect rollout and reward workers (start them with `cpt run`). Resumes from RUN_DIR/checkpoints/latest when present.\n"
-            "  Exit status: 0 done, 1 error, 2 usage, %d stopped by SIGUSR1/SIGTERM after a checkpoint.\n",
-            CPT_TRAIN_EXIT_INTERRUPTED);
+            "  Exit status: 0 done, 1 error, 2 usage, %d stopped by SIGUSR1/SIGTERM after a checkpoint, %d checkpoints\n"
+            "  cannot be written (a restart would not help).\n",
+            CPT_TRAIN_EXIT_INTERRUPTED, CPT_TRAIN_EXIT_NO_RESTART);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -36,6 +38,11 @@ int cmd_train(int argc, char **argv) {
     }
     const char *algo = cpt_cfg_str(cfg, "algo.type");
     int rc = 0;
+    if (cpt_ckpt_check_writable(cpt_cfg_str(cfg, "run.dir"), &err)) {
+        fprintf(stderr, "cpt train: %s\n", err.msg);
+        cpt_config_free(cfg);
+        return CPT_TRAIN_EXIT_NO_RESTART;
+    }
     if (!strcmp(algo, "sft")) {
         cpt_sft_result res;
         if (cpt_sft_run(cfg, &res, &err)) {
