@@ -166,6 +166,9 @@ static int check_resumable(cpt_launcher *L, int from_scratch, cpt_err *err) {
         fprintf(stderr, "cpt: resuming from %s\n", ckpt);
         return 0;
     }
+    if (found < 0 && from_scratch) /* the trainer refuses those too: say what to do instead of failing there */
+        return cpt_errf(err, "%s: checkpoints exist but none verifies (%s); move %s/checkpoints away to train again "
+                        "from step 0; nothing was started", L->run_dir, e.msg, L->run_dir);
     if (from_scratch) {
         fprintf(stderr, "cpt: %s has no valid checkpoint; --from-scratch: training starts again at step 0\n",
                 L->run_dir);
