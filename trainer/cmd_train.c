@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/config.h"
 #include "scheduler/commands.h"
@@ -30,6 +31,7 @@ int cmd_train(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    umask(077); /* cpt-train and `cpt train`: what the trainer writes into the run directory is its owner's only */
     cpt_err err;
     cpt_config *cfg = cpt_config_load(argv[1], argc - 2, argv + 2, &err);
     if (!cfg) {

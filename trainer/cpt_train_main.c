@@ -1,9 +1,4 @@
 /* cpt-train: see scheduler/commands.h. */
-#include <sys/stat.h>
-
 #include "scheduler/commands.h"
 
-int main(int argc, char **argv) {
-    umask(077); /* what a role writes into the run directory is for the run's owner only */
-    return cpt_run_command("cpt-train", cmd_train, argc, argv);
-}
+int main(int argc, char **argv) { return cpt_run_command("cpt-train", cmd_train, argc, argv); }
