@@ -4,7 +4,9 @@
  * redis-server for online methods unless queue.url names one, starts the trainer and the worker roles, restarts
  * failed processes with backoff (a restarted trainer resumes from checkpoints/latest by itself), follows scale
  * requests written by cpt-scale into cpt:{run}:control, prints a progress line, and on a stop request (Ctrl-C,
- * SIGTERM, Slurm's USR1) stops the trainer first (it checkpoints at its step boundary), then drains the workers.
+ * SIGTERM, SIGHUP, Slurm's USR1) stops the trainer first (it checkpoints at its step boundary), then drains the
+ * workers. It holds RUN_DIR/.lock while it lives (run_lock.h), and everything it starts dies with it
+ * (supervisor.h, redis_server.c), so a killed launcher leaves nothing running.
  *
  * Role processes: `cpt-train RUN_DIR/config.toml`, `cpt-rollout RUN_DIR/config.toml --worker-id rollout-K`,
  * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
