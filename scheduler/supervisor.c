@@ -105,8 +105,9 @@ int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err) {
          * (its own SIGTERM and SIGHUP are stops in order, which end the roles first). SIGKILL, not SIGTERM: with no
          * launcher left to escalate, a role that waits on a queue that also died would never exit, and every role
          * is safe under kill -9 (checkpoints and the queue's pending entries). The signal fires when the thread that
-         * forked exits: the launcher forks from its only thread, so that is the launcher's own exit. The parent
-         * may already be gone before the prctl: then nothing would fire, so check and leave. */
+         * forked exits: the launcher forks from its main thread (never from a helper thread such as a TLS pump),
+         * so that is the launcher's own exit. The parent may already be gone before the prctl: then nothing would
+         * fire, so check and leave. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         setpgid(0, 0); /* its own group: a terminal's Ctrl-C reaches the launcher, which drains in order */
         if (p->log_path[0]) {
