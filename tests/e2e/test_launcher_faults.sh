@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The launcher under a clumsy operator (issue 19), on short GRPO runs of grpo_small.sh's tiny model:
-#  1. kill -9 of `cpt run`: no role and no redis-server of the run is left within 5 s; `latest` is a whole checkpoint.
+#  1. kill -9 of `cpt run`: no role and no redis-server of the run is left within 5 s; `--resume` finishes exactly
+#     once (prompts the killed trainer issued past its checkpoint go to dead as obsolete, see docs/rollout.md).
 #  2. SIGHUP (a closed terminal): the run stops in order (status 3); nothing is left behind.
 #  3. a copy of a stopped run directory (cp -a) resumes as itself: the original is untouched, the copy finishes.
 #  4. the original then resumes and finishes exactly once.
@@ -62,8 +63,10 @@ kill -0 "$pid" || fail "the run of $A ended early"
 [ -n "$(pgrep -f "cpt-rollout $A/config.toml")" ] || fail "no rollout worker found for $A"
 kill -9 "$pid"
 wait_gone "$A" 5
-k=$(latest_step "$A")
+k=$(latest_step "$A"); K=$((k + 10))
 test -f "$A/checkpoints/step-$k/manifest.json" || fail "after kill -9 of the launcher: latest names step-$k, not a checkpoint"
+timeout 300 "$CPT" run --resume "$A" train.steps=$K 2> "$T/a2.log" || fail "--resume after kill -9 of the launcher"
+summary_a=$(check_groups "$A" $K $G) || fail "exactly-once after kill -9 of the launcher: $summary_a"
 
 # 2. SIGHUP of the launcher: an orderly stop
 B="$T/b"
@@ -157,7 +160,7 @@ for r in "$A" "$B" "$C" "$D" "$E"; do
   [ -z "$bad" ] || fail "files of $r readable by others: $bad"
 done
 
-echo "test_launcher_faults: ok (kill -9: nothing left, latest step-$k; SIGHUP: stopped at step $hup, nothing left," \
+echo "test_launcher_faults: ok (kill -9: nothing left, resumed from step-$k, $summary_a; SIGHUP: stopped at step $hup, nothing left," \
      "resumed $summary_b; copy: original untouched, $summary_c; second launch refused, config.toml identical," \
      "first run finished at 30; bad control value ignored once; no checkpoint refused; unwritable checkpoints: failed" \
      "in $((SECONDS - t0))s without restarts; modes 0600/0700)"
