@@ -5,7 +5,9 @@
 #include <ftw.h>
 #include <libgen.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,4 +126,33 @@ double cpt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cpt_lock_file(const char *path, long *holder_pid, cpt_err *err) {
+    *holder_pid = 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return cpt_errno(err, "%s", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char buf[32];
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            errno = e;
+            return cpt_errno(err, "%s: lock", path);
+        }
+        buf[n > 0 ? n : 0] = '\0';
+        char *end;
+        long pid = strtol(buf, &end, 10);
+        *holder_pid = end != buf && pid > 0 ? pid : 0;
+        return -2;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        cpt_errno(err, "%s: writing the holder's pid", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
 }

@@ -36,6 +36,12 @@ int cpt_remove_tree(const char *path, cpt_err *err);
 
 int cpt_path_exists(const char *path);
 
+/* An exclusive lock on path (created 0600) for as long as the returned descriptor stays open (O_CLOEXEC: no child
+ * inherits it; it goes with the process, kill -9 included). The holder's pid is written into the file. Returns the
+ * descriptor; -2 when another process holds it (*holder_pid: its pid, 0 when not yet written); -1 on any other
+ * error (err set). */
+int cpt_lock_file(const char *path, long *holder_pid, cpt_err *err);
+
 /* Monotonic seconds, for rates and timeouts. */
 double cpt_now(void);
 

@@ -601,31 +601,15 @@ int cpt_ckpt_lock(const char *run_dir, cpt_err *err) {
     char dir[CPT_CKPT_PATH_MAX], path[CPT_CKPT_PATH_MAX + 16];
     if (snprintf(dir, sizeof dir, "%s/checkpoints", run_dir) >= (int)sizeof dir)
         return cpt_errf(err, "%s: path too long", run_dir);
-    if (cpt_mkdir_p(dir, 0755, err)) return -1;
+    if (cpt_mkdir_p(dir, 0700, err)) return -1;
     snprintf(path, sizeof path, "%s/lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) return cpt_errno(err, "%s", path);
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int saved = errno;
-        char holder[32] = "";
-        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        close(fd);
-        if (saved == EWOULDBLOCK)
-            return cpt_errf(err, "%s is locked by another trainer (pid %s) writing checkpoints into %s; stop it first",
-                            path, holder[0] ? holder : "?", run_dir);
-        errno = saved;
-        return cpt_errno(err, "%s: flock", path);
-    }
-    char pid[32];
-    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
-        cpt_errno(err, "%s: writing the holder's pid", path);
-        close(fd);
-        return -1;
-    }
-    return fd;
+    long pid = 0;
+    int fd = cpt_lock_file(path, &pid, err);
+    if (fd != -2) return fd;
+    if (pid)
+        return cpt_errf(err, "%s is locked by another trainer (pid %ld) writing checkpoints into %s; stop it first",
+                        path, pid, run_dir);
+    return cpt_errf(err, "%s is locked by another trainer writing checkpoints into %s; stop it first", path, run_dir);
 }
 
 void cpt_ckpt_unlock(int fd) {
