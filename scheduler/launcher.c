@@ -247,7 +247,7 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_
     L->sup.max_restarts = (int)cpt_cfg_int(L->cfg, "roles.max_restarts");
     L->sup.max_quick_fails = 3;
     /* A trainer that cannot write checkpoints would retrain from its last good one on every restart. */
-    L->sup.no_restart_status = CPT_TRAIN_EXIT_NO_RESTART;
+    L->sup.no_restart_status = CPT_EXIT_NO_RESTART;
     /* srun ends its step on SIGTERM (the tasks may be killed before they checkpoint) but forwards SIGUSR1, which
      * every role treats like SIGTERM: finish the step or the group in hand, save, exit. */
     if (exec == CPT_EXEC_SLURM) L->sup.stop_signal = SIGUSR1;

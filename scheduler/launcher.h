@@ -29,8 +29,8 @@
 
 typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
 
-/* Exit status of a role that stopped on request after saving its state (not a failure, not finished). */
-#define CPT_EXIT_STOPPED 3
+/* A role that stopped on request after saving its state exits CPT_EXIT_STOPPED (core/exit_status.h). */
+#include "core/exit_status.h"
 
 #define CPT_LAUNCHER_MAX_EXTRA 4
 

@@ -77,9 +77,9 @@ typedef struct cpt_ckpt_save_args {
     void *commit_arg;
 } cpt_ckpt_save_args;
 
-/* Exit status of a trainer that must not be restarted: its checkpoints cannot be written, so a restart would only
- * train again from the last good one (the launcher's supervisor gives up on this status at once). */
-#define CPT_TRAIN_EXIT_NO_RESTART 4
+/* A trainer whose checkpoints cannot be written exits CPT_EXIT_NO_RESTART (core/exit_status.h): a restart would
+ * only train again from the last good one, so the launcher's supervisor gives up on it at once. */
+#include "core/exit_status.h"
 
 /* Creates RUN_DIR/checkpoints if needed and writes (then removes) a probe file in it: a trainer checks this at start
  * instead of finding out at its first checkpoint. */

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "  here; grpo, ppo and opd expect rollout and reward workers (start them with `cpt run`). Resumes from RUN_DIR/checkpoints/latest when present.\n"
             "  Exit status: 0 done, 1 error, 2 usage, %d stopped by SIGUSR1/SIGTERM after a checkpoint, %d checkpoints\n"
             "  cannot be written (a restart would not help).\n",
-            CPT_TRAIN_EXIT_INTERRUPTED, CPT_TRAIN_EXIT_NO_RESTART);
+            CPT_EXIT_STOPPED, CPT_EXIT_NO_RESTART);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -43,7 +43,7 @@ int cmd_train(int argc, char **argv) {
     if (cpt_ckpt_check_writable(cpt_cfg_str(cfg, "run.dir"), &err)) {
         fprintf(stderr, "cpt train: %s\n", err.msg);
         cpt_config_free(cfg);
-        return CPT_TRAIN_EXIT_NO_RESTART;
+        return CPT_EXIT_NO_RESTART;
     }
     if (!strcmp(algo, "sft")) {
         cpt_sft_result res;
@@ -51,7 +51,7 @@ int cmd_train(int argc, char **argv) {
             fprintf(stderr, "cpt train: %s\n", err.msg);
             rc = 1;
         } else if (res.interrupted) {
-            rc = CPT_TRAIN_EXIT_INTERRUPTED;
+            rc = CPT_EXIT_STOPPED;
         }
     } else {
         struct sigaction sa;
@@ -61,7 +61,7 @@ int cmd_train(int argc, char **argv) {
         sigaction(SIGUSR1, &sa, NULL);
         if (!strcmp(algo, "dpo")) {
             int r = cpt_dpo_train(cfg, &stop_requested, &err);
-            rc = r < 0 ? 1 : r == 1 ? CPT_TRAIN_EXIT_INTERRUPTED : 0;
+            rc = r < 0 ? 1 : r == 1 ? CPT_EXIT_STOPPED : 0;
         } else if (cpt_online_is_online(algo)) {
             rc = cpt_online_train(cfg, argv[1], &stop_requested, &err);
         } else {

@@ -37,7 +37,7 @@ typedef struct cpt_dpo_result {
 } cpt_dpo_result;
 
 /* Runs the DPO job of cfg until train.steps (or train.max_steps_this_run, or *stop: then it checkpoints first).
- * Returns 0 when done, 1 when stopped by *stop (checkpoint written; cmd_train exits CPT_TRAIN_EXIT_INTERRUPTED),
+ * Returns 0 when done, 1 when stopped by *stop (checkpoint written; cmd_train exits CPT_EXIT_STOPPED),
  * -1 on error. res may be NULL. */
 int cpt_dpo_run(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_dpo_result *res, cpt_err *err);
 int cpt_dpo_train(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_err *err);

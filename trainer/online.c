@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/exit_status.h"
 #include "core/chat_template.h"
 #include "core/dataset.h"
 #include "core/fs.h"
@@ -25,8 +26,6 @@
 #include "trainer/sft.h"
 #include "trainer/weights_pub.h"
 #include "trainer/weights_tx.h"
-
-#define EXIT_STOPPED 3 /* = CPT_EXIT_STOPPED (scheduler/launcher.h) = CPT_TRAIN_EXIT_INTERRUPTED */
 
 /* Whole-run counters kept in the checkpoint's trainer state, so a restart adds to them. */
 enum { T_TRAINED, T_STALE, T_DUPLICATES, T_UNKNOWN, T_REISSUED, T_DYNAMIC, T_FAILED, T_SKIPPED, N_TOTALS };
@@ -753,7 +752,7 @@ static int run(online_ctx *c, cpt_err *err) {
                 tot[T_STALE], tot[T_DUPLICATES]);
         return 0;
     }
-    return EXIT_STOPPED;
+    return CPT_EXIT_STOPPED;
 }
 
 int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile sig_atomic_t *stop, cpt_err *err) {

@@ -7,8 +7,8 @@
 #include "core/error.h"
 #include "model/model.h"
 
-/* Exit status of a run stopped early by SIGUSR1/SIGTERM after checkpointing (the scheduler requeues it). */
-#define CPT_TRAIN_EXIT_INTERRUPTED 3
+/* A run stopped early by SIGUSR1/SIGTERM after checkpointing exits CPT_EXIT_STOPPED (the scheduler requeues it). */
+#include "core/exit_status.h"
 
 typedef struct cpt_sft_result {
     int64_t steps_done;     /* step reached (including steps before a resume) */

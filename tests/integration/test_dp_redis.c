@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/exit_status.h"
 #include "queue/redis.h"
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
@@ -159,7 +160,8 @@ int main(void) {
     check_three_ranks(&t);
     test_redis_stop(&t);
 #else
-    printf("test_dp_redis: skipped (built without CUDA: groups of several ranks need NCCL)\n");
+    printf("test_dp_redis: SKIP (built without CUDA: groups of several ranks need NCCL)\n");
+    return CPT_EXIT_SKIP;
 #endif
     return check_summary("test_dp_redis");
 }

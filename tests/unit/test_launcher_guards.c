@@ -111,9 +111,9 @@ static void test_no_restart_status(void) {
     cpt_supervisor s;
     cpt_sup_init(&s);
     s.backoff_min = 0.05;
-    s.no_restart_status = CPT_TRAIN_EXIT_NO_RESTART;
+    s.no_restart_status = CPT_EXIT_NO_RESTART;
     char code[32];
-    snprintf(code, sizeof code, "exit %d", CPT_TRAIN_EXIT_NO_RESTART);
+    snprintf(code, sizeof code, "exit %d", CPT_EXIT_NO_RESTART);
     char *argv[] = {"sh", "-c", code, NULL};
     int i = cpt_sup_add(&s, "fatal", argv, NULL, NULL, CPT_RESTART_ON_FAILURE, &err);
     CHECK(i >= 0 && cpt_sup_start(&s, i, &err) == 0);
