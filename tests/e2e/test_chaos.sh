@@ -75,8 +75,9 @@ for v in $(printf '%s\n' "${victims[@]}" | shuf); do
   kill -0 "$pid" 2>/dev/null || break
   case $v in
     redis) vp=$(cat "$R/redis.pid" 2>/dev/null || true) ;;
-    trainer) vp=$(pgrep -f "cpt-train $R/config.toml" | head -1 || true) ;;
-    *) vp=$(pgrep -f "cpt-$v $R/config.toml --worker-id" | shuf -n1 || true) ;;
+    # the launcher's own children: a reward worker's plugin runs in a forked child with the same command line
+    trainer) vp=$(pgrep -P "$pid" -f "cpt-train $R/config.toml" | head -1 || true) ;;
+    *) vp=$(pgrep -P "$pid" -f "cpt-$v $R/config.toml --worker-id" | shuf -n1 || true) ;;
   esac
   if [ -n "$vp" ] && kill -9 "$vp" 2>/dev/null; then killed+=("$v@$(step_of)"); fi
   sleep 1
