@@ -44,17 +44,18 @@ int cpt_model_on_cuda(const cpt_model *m) {
     (void)m;
     return 0;
 }
-int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
-    (void)m, (void)err;
-    return 0;
+int cpt_model_use_cuda_infer(cpt_model *m, int device, cpt_err *err) {
+    if (cpt_model_cuda_shape_check(&m->cfg, 1, err))
+        return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
+    return no_cuda(err);
 }
-int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
-    (void)m, (void)err;
-    return 0;
+int cpt_model_load_weights_bf16_device(cpt_model *m, const void *dev_bf16, cpt_err *err) {
+    (void)m, (void)dev_bf16;
+    return no_cuda(err);
 }
-int cpt_model_wait(cpt_model *m, cpt_err *err) {
-    (void)m, (void)err;
-    return 0;
+void *cpt_model_cuda_ctx(cpt_model *m) {
+    (void)m;
+    return NULL;
 }
 int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep, cpt_err *err) {
     (void)m, (void)b, (void)out, (void)keep;
