@@ -7,9 +7,11 @@
 #include "core/rng.h"
 #include "kernels/cpu/cpu_internal.h"
 
-/* The largest Gumbel noise a 24-bit uniform can give: -log(-log((2^24 - 0.5) / 2^24)) < 17.33. A token whose
- * scaled logit plus this cannot beat the best draw so far is skipped without changing the result. */
-#define GUMBEL_MAX 17.5f
+/* A token's draw is g = z - log(E), E = -log u, z its scaled logit; since E >= 1 - u, g <= z - log(1 - u), so a token
+ * with p / (1 - u) below e^best (p = e^z) cannot win and is skipped without its two logarithms. SKIP_MARGIN keeps
+ * float rounding on the safe side: only tokens clearly below the best are skipped, so the result is the exhaustive
+ * argmax. */
+#define SKIP_MARGIN 1.001f
 
 int cpt_sampler_work_init(cpt_sampler_work *w, int vocab) {
     w->vocab = vocab;
@@ -57,17 +59,12 @@ typedef struct draw {
     uint32_t u[4];
 } draw;
 
-static float gumbel(draw *d, int i) {
+static float uniform(draw *d, int i) {
     if (i / 4 != d->quad) {
         d->quad = i / 4;
         cpt_philox4x32(d->u, d->seed, d->sample, d->step, (uint64_t)d->quad);
     }
-    return -logf(-logf(u01(d->u[i % 4])));
-}
-
-/* The better of (g, i) and the best so far: larger g, then lower id (the GPU's block reduction rule). */
-static void consider(float g, int i, float *best_g, int *best_i) {
-    if (g > *best_g || (g == *best_g && i < *best_i)) *best_g = g, *best_i = i;
+    return u01(d->u[i % 4]);
 }
 
 int32_t cpt_k_sample(const float *logits, const cpt_sample_params *sp, uint64_t seed, uint32_t sample, uint32_t step,
@@ -106,16 +103,20 @@ int32_t cpt_k_sample(const float *logits, const cpt_sample_params *sp, uint64_t 
         }
     }
     draw d = {.seed = seed, .sample = sample, .step = step, .quad = -1};
-    float best_g = -INFINITY;
+    float best_g = -INFINITY, best_e = 0.0f; /* best_e = e^best_g */
     int pick = V;
     double kept = 0;
     for (int k = 0; k < n; k++) {
         int i = sorted ? w->idx[k] : k;
         if (p[i] < floor_p) continue;
         kept += (double)p[i];
-        float z = (logits[i] - mx) * inv_t;
-        if (z + GUMBEL_MAX < best_g) continue;
-        consider(z + gumbel(&d, i), i, &best_g, &pick);
+        float u = uniform(&d, i);
+        if (p[i] * SKIP_MARGIN < best_e * (1.0f - u)) continue;
+        float g = (logits[i] - mx) * inv_t - logf(-logf(u));
+        if (g > best_g || (g == best_g && i < pick)) { /* larger g, then lower id: the GPU's reduction rule */
+            best_g = g, pick = i;
+            best_e = expf(best_g);
+        }
     }
     int32_t tok = pick < V ? pick : best;
     if (logprob) *logprob = (float)(((double)logits[tok] - mx) / sp->temperature - log(kept));

@@ -111,5 +111,23 @@ int main(void) {
     CHECK(seen_m[2] > 0);
 
     cpt_sampler_work_free(&w);
+
+    /* A vocabulary of 1000 with spread logits at two temperatures: the sampler skips tokens that cannot win, and
+     * still picks exactly the exhaustive Gumbel-max. */
+    enum { BIG = 1000 };
+    static float big[BIG];
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 9, 0);
+    for (int i = 0; i < BIG; i++) big[i] = (float)(4.0 * cpt_rng_normal(&rng));
+    cpt_sampler_work wb;
+    CHECK(cpt_sampler_work_init(&wb, BIG) == 0);
+    int agree = 1;
+    for (int t = 0; t < 2; t++) {
+        cpt_sample_params sp = {t ? 0.5f : 1.0f, 0, 1, 0};
+        for (uint32_t s = 0; s < 300; s++)
+            agree &= cpt_k_sample(big, &sp, 77, 5, s, &wb, NULL) == gumbel_reference(big, BIG, sp.temperature, 77, 5, s);
+    }
+    CHECK(agree);
+    cpt_sampler_work_free(&wb);
     return check_summary("test_sampling");
 }
