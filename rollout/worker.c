@@ -174,8 +174,14 @@ static int load_wanted(worker *w, cpt_err *err) {
         if (lrc == 0) return 0; /* superseded or not received in our epoch: wait for the next announcement */
         if (lrc < 0) ok = 0;
     }
-    /* a placed model's device copy follows the host weights (cpt_model_load_weights uploads them) */
-    if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
+    if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) {
+        /* on the GPU the load also uploads the device copy, which a failure may leave half old, half new: fatal */
+        if (w->on_gpu) {
+            *err = lerr;
+            return cpt_err_prefix(err, "weights v%llu", (unsigned long long)wm->version);
+        }
+        ok = 0;
+    }
     if (ok) cpt_engine_clear(w->eng); /* nothing is generating: no request is dropped */
     if (!ok) {
         w->bad_version = wm->version;
