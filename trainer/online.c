@@ -24,8 +24,8 @@
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
 #include "trainer/sft.h"
-#include "trainer/weights_pub.h"
-#include "trainer/weights_tx.h"
+#include "weights/weights_pub.h"
+#include "weights/weights_tx.h"
 
 /* Whole-run counters kept in the checkpoint's trainer state, so a restart adds to them. */
 enum { T_TRAINED, T_STALE, T_DUPLICATES, T_UNKNOWN, T_REISSUED, T_DYNAMIC, T_FAILED, T_SKIPPED, N_TOTALS };
@@ -53,7 +53,7 @@ typedef struct online_ctx {
     cpt_model *policy, *ref, *critic;
     cpt_online_learner L;
     cpt_queue *q;
-    cpt_weights_tx *tx; /* weights.transport (trainer/weights_tx.h) */
+    cpt_weights_tx *tx; /* weights.transport (weights/weights_tx.h) */
     cpt_online_book book;
     cpt_dead_reader dead; /* failed groups: bounded re-issue, then skip */
     cpt_queue_item *held; /* accepted scored groups waiting to be trained on */

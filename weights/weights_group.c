@@ -1,5 +1,5 @@
-/* nccl weight-group membership over Redis (trainer/weights_group.h). */
-#include "trainer/weights_group.h"
+/* nccl weight-group membership over Redis (weights/weights_group.h). */
+#include "weights/weights_group.h"
 
 #include <inttypes.h>
 #include <stdio.h>

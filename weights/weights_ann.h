@@ -12,8 +12,8 @@
  * order of the model's weight arrays, the same on the trainer and on the worker for one config). The announcement
  * carries a digest of that list (XXH64 of "name:numel\n" per tensor) and its length, so a worker whose model differs
  * refuses the version naming the mismatch instead of loading garbage. */
-#ifndef CPT_TRAINER_WEIGHTS_ANN_H
-#define CPT_TRAINER_WEIGHTS_ANN_H
+#ifndef CPT_WEIGHTS_WEIGHTS_ANN_H
+#define CPT_WEIGHTS_WEIGHTS_ANN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -13,15 +13,15 @@
  * current != E (its epoch hash gone): it drops its communicator and joins the new epoch if it is a member, else it
  * waits (still registered) for the next one. Scale up, scale down and crashes all reduce to "the member set
  * changed". */
-#ifndef CPT_TRAINER_WEIGHTS_GROUP_H
-#define CPT_TRAINER_WEIGHTS_GROUP_H
+#ifndef CPT_WEIGHTS_WEIGHTS_GROUP_H
+#define CPT_WEIGHTS_WEIGHTS_GROUP_H
 
 #include <stdint.h>
 
 #include "core/error.h"
 #include "queue/redis.h"
 #include "queue/schema.h"
-#include "trainer/weights_ann.h"
+#include "weights/weights_ann.h"
 
 #define CPT_WG_MAX_MEMBERS 1024
 
@@ -35,7 +35,7 @@ typedef struct cpt_wg_epoch {
 
 void cpt_wg_epoch_free(cpt_wg_epoch *e);
 
-/* Now in the clock of the Redis times here and in trainer/weights_ipc_book.h: Unix ms (CLOCK_REALTIME). Workers on
+/* Now in the clock of the Redis times here and in weights/weights_ipc_book.h: Unix ms (CLOCK_REALTIME). Workers on
  * other hosts write it and the trainer compares it with its own, which a monotonic clock (time since each host's
  * boot) cannot do. */
 int64_t cpt_wg_now_ms(void);

@@ -1,5 +1,5 @@
-/* cuda_ipc slot bookkeeping (trainer/weights_ipc_book.h). */
-#include "trainer/weights_ipc_book.h"
+/* cuda_ipc slot bookkeeping (weights/weights_ipc_book.h). */
+#include "weights/weights_ipc_book.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "trainer/weights_pub.h"
+#include "weights/weights_pub.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,8 +3,8 @@
  * cpt_model_load_weights reads it), then announces it in the run's weights hash with its size and XXH64 checksum,
  * and deletes all but the newest `keep` version files. RUN_DIR/weights/config.json (the model's shape) sits beside
  * them for workers that build the model from the weights alone. */
-#ifndef CPT_TRAINER_WEIGHTS_PUB_H
-#define CPT_TRAINER_WEIGHTS_PUB_H
+#ifndef CPT_WEIGHTS_WEIGHTS_PUB_H
+#define CPT_WEIGHTS_WEIGHTS_PUB_H
 
 #include <stdint.h>
 

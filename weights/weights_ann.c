@@ -1,5 +1,5 @@
-/* cuda_ipc and nccl announcements (trainer/weights_ann.h). */
-#include "trainer/weights_ann.h"
+/* cuda_ipc and nccl announcements (weights/weights_ann.h). */
+#include "weights/weights_ann.h"
 
 #include <inttypes.h>
 #include <stdio.h>

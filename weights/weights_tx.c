@@ -1,5 +1,5 @@
-/* Weight transports, trainer side (trainer/weights_tx.h). */
-#include "trainer/weights_tx.h"
+/* Weight transports, trainer side (weights/weights_tx.h). */
+#include "weights/weights_tx.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "core/fs.h"
-#include "trainer/weights_ann.h"
-#include "trainer/weights_group.h"
-#include "trainer/weights_ipc_book.h"
-#include "trainer/weights_pub.h"
+#include "weights/weights_ann.h"
+#include "weights/weights_group.h"
+#include "weights/weights_ipc_book.h"
+#include "weights/weights_pub.h"
 
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/nccl_dp.h"

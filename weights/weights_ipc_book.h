@@ -15,8 +15,8 @@
  * whose copy outlives its lease (lease_ms) could be overwritten: the lease is set far above a copy's time (GB at
  * hundreds of GB/s: milliseconds) and the worker verifies the announced sum64 after copying, so such a copy is
  * refused rather than used. Leave also records the worker's ack (cpt:{run}:ipc:acks, worker -> version). */
-#ifndef CPT_TRAINER_WEIGHTS_IPC_BOOK_H
-#define CPT_TRAINER_WEIGHTS_IPC_BOOK_H
+#ifndef CPT_WEIGHTS_WEIGHTS_IPC_BOOK_H
+#define CPT_WEIGHTS_WEIGHTS_IPC_BOOK_H
 
 #include <stdint.h>
 

@@ -1,10 +1,10 @@
 /* The trainer's side of the weight transports (docs/weights.md): one object chosen by weights.transport.
  *
- *   file      trainer/weights_pub.h: RUN_DIR/weights/vN.safetensors, announced, old files pruned.
+ *   file      weights/weights_pub.h: RUN_DIR/weights/vN.safetensors, announced, old files pruned.
  *   cuda_ipc  two exported device buffers (slots); version v goes to slot v % 2 once the slot's readers have left
- *             (trainer/weights_ipc_book.h), by a device-to-device copy of the model's bf16 weights; announced with
+ *             (weights/weights_ipc_book.h), by a device-to-device copy of the model's bf16 weights; announced with
  *             the slot's IPC handle, the layout digest and the sum64 of the bf16 bytes.
- *   nccl      the live members (trainer/weights_group.h) decide the epoch; a changed set opens a new one (new
+ *   nccl      the live members (weights/weights_group.h) decide the epoch; a changed set opens a new one (new
  *             unique id); the version is announced, then rank 0 joins the epoch's communicator (once per epoch)
  *             and broadcasts the bf16 weights in weights.bucket_mb buckets. A member that does not join or
  *             receive within weights.nccl_timeout_s costs that epoch: the communicator is dropped, the version stays
@@ -12,8 +12,8 @@
  *
  * cuda_ipc and nccl need train.device = cuda and a build with CUDA: cpt_weights_tx_new fails at start naming the
  * key otherwise. cuda_ipc ran on an H200 (a GRPO run, docs/performance.md); nccl needs two GPUs and has not run. */
-#ifndef CPT_TRAINER_WEIGHTS_TX_H
-#define CPT_TRAINER_WEIGHTS_TX_H
+#ifndef CPT_WEIGHTS_WEIGHTS_TX_H
+#define CPT_WEIGHTS_WEIGHTS_TX_H
 
 #include <stdint.h>
 
