@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "core/dataset.h"
 #include "core/fs.h"
 #include "core/synth.h"
-#include "scheduler/commands.h"
 
 static int usage(void) {
     fprintf(stderr,

@@ -1,8 +1,14 @@
-/* cpt: the user's front door. `cpt COMMAND ...` dispatches to the module that implements COMMAND. */
+/* cpt: the user's front door. `cpt COMMAND ...` dispatches to COMMAND's front end (cli/commands.h). */
 #include <stdio.h>
 #include <string.h>
 
-#include "scheduler/commands.h"
+#include "cli/commands.h"
+
+typedef struct cpt_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} cpt_command;
 
 static const cpt_command commands[] = {
     {"run", cmd_run, "run CONFIG [k=v ...] | --resume RUN_DIR   run a job on this machine"},
@@ -33,7 +39,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return cpt_run_command(commands[i].name, commands[i].fn, argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "cpt: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -18,12 +18,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/commands.h"
 #include "core/fs.h"
 #include "core/json_util.h"
 #include "rollout/gen_engine.h"
 #include "rollout/model_source.h"
 #include "rollout/prompts.h"
-#include "scheduler/commands.h"
 
 typedef struct gen_args {
     const char *model, *tokenizer, *prompt, *prompt_ids, *prompts_file, *bench_config;

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "scheduler/commands.h"
+#include "cli/commands.h"
 #include "trainer/export.h"
 
 static void usage(FILE *f) {

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "core/chat_template.h"
 #include "core/tokenizer.h"
-#include "scheduler/commands.h"
 
 static void usage(FILE *f) {
     fprintf(f,

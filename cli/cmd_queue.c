@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "queue/conn.h"
 #include "queue/redis.h"
 #include "queue/stats.h"
 #include "queue/stream.h"
-#include "scheduler/commands.h"
 
 static const char USAGE[] =
     "usage: cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json] [--gone-after SECS] [--prune-gone]\n"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "scheduler/commands.h"
+#include "cli/commands.h"
 #include "scheduler/launcher.h"
 
 static volatile sig_atomic_t stop_requested = 0;

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/commands.h"
 #include "core/config.h"
-#include "scheduler/commands.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dpo.h"
 #include "trainer/online.h"

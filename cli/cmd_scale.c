@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler/commands.h"
+#include "cli/commands.h"
 #include "scheduler/placement.h"
 #include "scheduler/run_dir.h"
 

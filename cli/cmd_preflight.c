@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler/commands.h"
+#include "cli/commands.h"
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
 

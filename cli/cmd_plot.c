@@ -14,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/metrics.h"
-#include "scheduler/commands.h"
 
 #define MAX_KEYS 32
 

@@ -6,8 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "scheduler/bootstrap.h"
-#include "scheduler/commands.h"
 
 int cmd_check_bootstrap(int argc, char **argv) {
     const char *kind = "auto", *dir = NULL;

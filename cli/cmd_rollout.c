@@ -2,10 +2,10 @@
  * and its drain signals are core/worker_args.h's. */
 #include <stdio.h>
 
+#include "cli/commands.h"
 #include "core/config.h"
 #include "core/worker_args.h"
 #include "rollout/worker.h"
-#include "scheduler/commands.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: cpt-rollout CONFIG [--worker-id ID] [section.key=value ...]\n"

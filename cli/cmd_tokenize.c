@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "core/tokenizer.h"
 
 #define CHUNK_LINES 1024

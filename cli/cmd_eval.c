@@ -4,13 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "core/chat_template.h"
 #include "core/config.h"
 #include "core/dataset.h"
 #include "reward/eval.h"
 #include "reward/reward_model.h"
 #include "reward/teacher.h"
-#include "scheduler/commands.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "core/config.h"
 #include "core/redact.h"
-#include "scheduler/commands.h"
 
 static int usage(void) {
     fprintf(stderr,
