@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "core/redact.h"
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "core/chat_template.h"
 #include "core/config.h"
 #include "core/dataset.h"

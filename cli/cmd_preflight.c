@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
 

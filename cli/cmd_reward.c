@@ -1,10 +1,10 @@
 /* cpt-reward CONFIG [--worker-id ID] [section.key=value ...]: the reward worker (reward/worker.h); the command line and
- * its drain signals are core/worker_args.h's. */
+ * its drain signals are cli/worker_args.h's. */
 #include <stdio.h>
 
 #include "cli/commands.h"
 #include "core/config.h"
-#include "core/worker_args.h"
+#include "cli/worker_args.h"
 #include "reward/worker.h"
 
 static void usage(FILE *f) {

@@ -1,10 +1,10 @@
 /* cpt-rollout CONFIG [--worker-id ID] [section.key=value ...]: the rollout worker (rollout/worker.h); the command line
- * and its drain signals are core/worker_args.h's. */
+ * and its drain signals are cli/worker_args.h's. */
 #include <stdio.h>
 
 #include "cli/commands.h"
 #include "core/config.h"
-#include "core/worker_args.h"
+#include "cli/worker_args.h"
 #include "rollout/worker.h"
 
 static void usage(FILE *f) {

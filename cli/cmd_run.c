@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "scheduler/launcher.h"
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -52,7 +53,7 @@ int cmd_run(int argc, char **argv) {
     cpt_launcher L;
     cpt_err err;
     cpt_err_clear(&err);
-    if (cpt_launcher_prepare(&L, CPT_EXEC_LOCAL, config, argc - first_override, argv + first_override, resume,
+    if (cpt_launcher_prepare(&L, CPT_EXEC_LOCAL, &cpt_config_table, config, argc - first_override, argv + first_override, resume,
                              from_scratch, &err) != 0) {
         cpt_launcher_free(&L);
         cpt_die(&err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "scheduler/placement.h"
 #include "scheduler/run_dir.h"
 
@@ -43,7 +44,7 @@ int cmd_scale(int argc, char **argv) {
     cpt_config *cfg;
     cpt_redis *r;
     cpt_err err;
-    if (cpt_run_dir_open(run, &cfg, &r, &err) != 0) cpt_die(&err);
+    if (cpt_run_dir_open(run, &cpt_config_table, &cfg, &r, &err) != 0) cpt_die(&err);
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(cfg, "run.name"));
     int status = 0;

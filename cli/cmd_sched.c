@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "scheduler/launcher.h"
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -57,7 +58,7 @@ int cmd_sched(int argc, char **argv) {
     cpt_launcher L;
     cpt_err err;
     cpt_err_clear(&err);
-    if (cpt_launcher_prepare(&L, exec, argv[1], argc - 2, argv + 2, NULL, 0, &err) != 0) {
+    if (cpt_launcher_prepare(&L, exec, &cpt_config_table, argv[1], argc - 2, argv + 2, NULL, 0, &err) != 0) {
         cpt_launcher_free(&L);
         cpt_die(&err);
     }

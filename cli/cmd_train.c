@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dpo.h"

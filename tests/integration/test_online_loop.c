@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/config_keys.h"
 #include "core/checksum.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_keys.h"
 #include "core/chat_template.h"
 #include "core/config.h"
 #include "core/fs.h"

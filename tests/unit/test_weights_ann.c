@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "check.h"
 #include "tiny_model.h"

@@ -1,9 +1,11 @@
-#include "core/worker_args.h"
+#include "cli/worker_args.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "cli/config_keys.h"
 
 /* The id names the worker in Redis (consumer name, workers hash), which bounds it. */
 #define WORKER_ID_MAX 128

@@ -1,8 +1,8 @@
 /* The command line both queue workers take, `cpt-ROLE CONFIG [--worker-id ID] [section.key=value ...]`, and the
  * signals that drain them (SIGTERM, SIGINT, SIGUSR1: finish the work in hand, take no more, exit 0). cpt-rollout and
  * cpt-reward differ only in what they run. */
-#ifndef CPT_CORE_WORKER_ARGS_H
-#define CPT_CORE_WORKER_ARGS_H
+#ifndef CPT_CLI_WORKER_ARGS_H
+#define CPT_CLI_WORKER_ARGS_H
 
 #include <signal.h>
 #include <stdio.h>
