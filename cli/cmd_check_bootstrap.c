@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "scheduler/bootstrap.h"
+#include "core/bootstrap.h"
 
 int cmd_check_bootstrap(int argc, char **argv) {
     const char *kind = "auto", *dir = NULL;

@@ -14,8 +14,8 @@
 #include "queue/stream.h"
 #include "rollout/gen_engine.h"
 #include "rollout/model_source.h"
+#include "weights/model_init.h"
 #include "weights/weights_rx.h"
-#include "trainer/sft.h"
 
 /* A prompt group taken from the queue: generating (req >= 0) or waiting for a newer weight version (req < 0). */
 typedef struct flight {
@@ -132,7 +132,7 @@ static cpt_model *model_for_weights(worker *w, const char *location, cpt_err *er
         return NULL;
     }
     int32_t bos = w->tok ? cpt_tokenizer_bos_id(w->tok) : -1, eos = w->tok ? cpt_tokenizer_eos_id(w->tok) : -1;
-    return cpt_trainer_model_from_config(w->cfg, V, bos, eos, err);
+    return cpt_model_from_config(w->cfg, V, bos, eos, err);
 }
 
 static int make_engine(worker *w, cpt_err *err) {

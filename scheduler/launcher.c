@@ -16,7 +16,7 @@
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
 #include "scheduler/run_lock.h"
-#include "trainer/checkpoint.h"
+#include "weights/checkpoint_dir.h"
 
 static const char *role_names[2] = {"rollout", "reward"};
 

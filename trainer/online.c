@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/exit_status.h"
 #include "core/chat_template.h"
 #include "core/dataset.h"
+#include "core/exit_status.h"
 #include "core/fs.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
@@ -23,7 +23,7 @@
 #include "trainer/online_dead.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
-#include "trainer/sft.h"
+#include "weights/model_init.h"
 #include "weights/weights_pub.h"
 #include "weights/weights_tx.h"
 
@@ -113,19 +113,19 @@ static int setup_data(online_ctx *c, cpt_err *err) {
 static int setup_models(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
     int V = cpt_tokenizer_vocab_size(c->tok), bos = cpt_tokenizer_bos_id(c->tok), eos = cpt_tokenizer_eos_id(c->tok);
-    c->policy = cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+    c->policy = cpt_model_from_config(cfg, V, bos, eos, err);
     if (!c->policy) return -1;
     if (cpt_model_cfg(c->policy)->vocab_size < V)
         return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
                         cpt_model_cfg(c->policy)->vocab_size, V);
     if (cpt_objective_needs_ref(&c->oc)) {
         /* The reference is the initial policy, frozen: loaded again from the config, never from a checkpoint. */
-        c->ref = cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+        c->ref = cpt_model_from_config(cfg, V, bos, eos, err);
         if (!c->ref) return cpt_err_prefix(err, "reference model");
     }
     if (c->oc.type == CPT_OBJ_PPO) {
         const char *cp = cpt_cfg_str(cfg, "critic.path");
-        c->critic = *cp ? cpt_model_load(cp, err) : cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+        c->critic = *cp ? cpt_model_load(cp, err) : cpt_model_from_config(cfg, V, bos, eos, err);
         if (!c->critic) return cpt_err_prefix(err, "critic %s", *cp ? cp : "(the policy's initial weights)");
         if (!cpt_model_has_value_head(c->critic) &&
             cpt_model_add_value_head(c->critic, (uint64_t)cpt_cfg_int(cfg, "run.seed") + 17, err))

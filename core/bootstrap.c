@@ -1,4 +1,4 @@
-#include "scheduler/bootstrap.h"
+#include "core/bootstrap.h"
 
 #include <errno.h>
 #include <pmix.h>

@@ -8,8 +8,8 @@
  *    atomically to a shared path that the others poll for.
  * PMIx_Init failing outside srun is reported as such, with the fix ("run under srun --mpi=pmix or set
  * CPT_BOOTSTRAP=file"). */
-#ifndef CPT_SCHEDULER_BOOTSTRAP_H
-#define CPT_SCHEDULER_BOOTSTRAP_H
+#ifndef CPT_CORE_BOOTSTRAP_H
+#define CPT_CORE_BOOTSTRAP_H
 
 #include <stddef.h>
 
