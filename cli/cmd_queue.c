@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "queue/admin.h"
 #include "queue/conn.h"
 #include "queue/redis.h"
 #include "queue/stats.h"
@@ -76,34 +77,6 @@ static int parse_args(int argc, char **argv, cli *c, cpt_err *err) {
     return 0;
 }
 
-/* The run ids that have keys in this Redis (SCAN cpt:*:*). */
-static int discover_runs(cpt_redis *r, char names[][CPT_RUN_ID_MAX], int max, cpt_err *err) {
-    int n = 0;
-    char cursor[32] = "0";
-    do {
-        const char *argv[] = {"SCAN", cursor, "MATCH", "cpt:*:*", "COUNT", "1000"};
-        redisReply *rep = cpt_redis_command(r, 6, argv, NULL, "cpt:*:*", 0, err);
-        if (!rep) return -1;
-        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) { freeReplyObject(rep); return cpt_errf(err, "SCAN: unexpected reply"); }
-        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
-        redisReply *keys = rep->element[1];
-        for (size_t i = 0; i < keys->elements; i++) {
-            const char *k = keys->element[i]->str + 4;
-            const char *colon = strrchr(k, ':');
-            if (!colon || colon == k || (size_t)(colon - k) >= CPT_RUN_ID_MAX) continue;
-            char run[CPT_RUN_ID_MAX];
-            memcpy(run, k, (size_t)(colon - k));
-            run[colon - k] = '\0';
-            if (!cpt_run_id_valid(run)) continue;
-            int dup = 0;
-            for (int j = 0; j < n; j++) dup |= !strcmp(names[j], run);
-            if (!dup && n < max) snprintf(names[n++], CPT_RUN_ID_MAX, "%s", run);
-        }
-        freeReplyObject(rep);
-    } while (strcmp(cursor, "0"));
-    return n;
-}
-
 static cpt_queue *connect_queue(const cli *c, char *shown, size_t shown_cap, cpt_err *err) {
     cpt_queue_conn conn;
     memset(&conn, 0, sizeof conn);
@@ -137,7 +110,7 @@ static cpt_queue *connect_queue(const cli *c, char *shown, size_t shown_cap, cpt
         cpt_redis *r = cpt_redis_open(&ro, err);
         if (!r) return NULL;
         char names[16][CPT_RUN_ID_MAX];
-        int n = discover_runs(r, names, 16, err);
+        int n = cpt_queue_discover_runs(r, names, 16, err);
         cpt_redis_close(r);
         if (n < 0) return NULL;
         if (n == 0) { cpt_errf(err, "no cpt:* keys on %s: has the run started?", shown); return NULL; }
@@ -381,44 +354,19 @@ static int cmd_peek(cpt_queue *q, const cli *c, cpt_err *err) {
 
 /* ---- dead ---- */
 
-static const char REQUEUE_SCRIPT[] =
-    "if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return false end\n"
-    "local id = redis.call('XADD', KEYS[2], '*', 'm', ARGV[2])\n"
-    "redis.call('XDEL', KEYS[1], ARGV[1])\n"
-    "return id\n";
-
 static int cmd_dead(cpt_queue *q, const cli *c, cpt_err *err) {
     const char *dead = cpt_queue_key(q, CPT_STREAM_DEAD);
     if (c->requeue && c->drop) return cpt_errf(err, "pass --requeue or --drop, not both");
     if (c->drop) {
-        const char *argv[] = {"XDEL", dead, c->drop};
-        long long n = 0;
-        if (cpt_redis_integer(q->redis, 3, argv, dead, &n, err)) return -1;
-        if (!n) return cpt_errf(err, "%s has no entry %s", dead, c->drop);
+        if (cpt_queue_dead_drop(q, c->drop, err)) return -1;
         printf("dropped %s %s\n", dead, c->drop);
         return 0;
     }
     if (c->requeue) {
-        const char *argv[] = {"XRANGE", dead, c->requeue, c->requeue};
-        redisReply *r = cpt_redis_command(q->redis, 4, argv, NULL, dead, 0, err);
-        if (!r) return -1;
-        if (r->elements != 1) { freeReplyObject(r); return cpt_errf(err, "%s has no entry %s", dead, c->requeue); }
-        redisReply *from = entry_field(r->element[0]->element[1], "from"), *m = entry_field(r->element[0]->element[1], "m");
-        int s = from ? cpt_stream_from_name(from->str) : -1;
-        if (s < 0 || s > CPT_STREAM_SCORED || !m) {
-            freeReplyObject(r);
-            return cpt_errf(err, "%s %s: no stream to requeue to (from field missing or unknown)", dead, c->requeue);
-        }
-        const char *key = cpt_queue_key(q, (cpt_stream)s);
-        const char *ev[] = {"EVAL", REQUEUE_SCRIPT, "2", dead, key, c->requeue, m->str};
-        size_t lens[] = {4, sizeof REQUEUE_SCRIPT - 1, 1, strlen(dead), strlen(key), strlen(c->requeue), m->len};
-        redisReply *x = cpt_redis_command(q->redis, 7, ev, lens, key, 0, err);
-        freeReplyObject(r);
-        if (!x) return -1;
-        int ok = x->type == REDIS_REPLY_STRING;
-        if (ok) printf("requeued %s %s to %s as %s\n", dead, c->requeue, key, x->str);
-        freeReplyObject(x);
-        return ok ? 0 : cpt_errf(err, "%s %s vanished while requeueing", dead, c->requeue);
+        char key[CPT_RUN_ID_MAX + 32], id[64];
+        if (cpt_queue_dead_requeue(q, c->requeue, key, sizeof key, id, sizeof id, err)) return -1;
+        printf("requeued %s %s to %s as %s\n", dead, c->requeue, key, id);
+        return 0;
     }
     cli p = *c;
     p.stream = "dead";
