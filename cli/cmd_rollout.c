@@ -3,8 +3,8 @@
 #include <stdio.h>
 
 #include "cli/commands.h"
-#include "core/config.h"
 #include "cli/worker_args.h"
+#include "core/config.h"
 #include "rollout/worker.h"
 
 static void usage(FILE *f) {

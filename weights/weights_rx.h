@@ -17,8 +17,8 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "queue/stream.h"
 #include "model/model.h"
+#include "queue/stream.h"
 
 typedef struct cpt_weights_rx cpt_weights_rx;
 
