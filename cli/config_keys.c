@@ -17,6 +17,9 @@ const cpt_key_decl cpt_config_keys[] = {
 #define CPT_KEY_MODULE "queue"
 #include "queue/config_keys.def"
 #undef CPT_KEY_MODULE
+#define CPT_KEY_MODULE "weights"
+#include "weights/weights_keys.def"
+#undef CPT_KEY_MODULE
 #define CPT_KEY_MODULE "scheduler"
 #include "scheduler/config_keys.def"
 #undef CPT_KEY_MODULE
