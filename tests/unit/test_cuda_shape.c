@@ -1,13 +1,12 @@
 /* The model shapes the GPU takes (cpt_model_cuda_shape_check), checked without a GPU: exactly the head sizes the
  * CUDA attention kernels are built for pass, the others are refused with a message naming the supported ones, and
- * placement (cpt_model_use_cuda) and the GPU engine refuse such a model the same way in every build, leaving the
- * CPU model working. tests/gpu/test_cuda_model.c runs the supported sizes on a GPU. */
+ * both placements (cpt_model_use_cuda for training, cpt_model_use_cuda_infer for generation) refuse such a model the
+ * same way in every build, leaving the CPU model working. tests/gpu/test_cuda_model.c runs the supported sizes on a GPU. */
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "model/model.h"
-#include "rollout/cuda_engine.h"
 #include "tests/tiny_model.h"
 
 static cpt_model_config shape(int heads, int kv, int head_dim) {
@@ -67,16 +66,14 @@ int main(void) {
     CHECK(!cpt_model_on_cuda(m));
     CHECK(cpt_model_forward(m, &b, &o1, 0, &err) == 0);
     CHECK(memcmp(lp0, lp1, sizeof lp0) == 0);
-    cpt_engine_opts base = {0};
-    base.slots = 1;
-    base.max_len = 16;
-    cpt_cuda_engine_opts eo = cpt_cuda_engine_defaults(base);
     cpt_err_clear(&err);
-    cpt_cuda_engine *e = cpt_cuda_engine_new(m, &eo, &err);
-    CHECK(e == NULL);
-    printf("engine: %s\n", err.msg);
-    CHECK_MSG(!strncmp(err.msg, "cuda engine: head_dim 24 is not supported on the GPU", 52), "engine: %s", err.msg);
-    cpt_cuda_engine_free(e);
+    CHECK(cpt_model_use_cuda_infer(m, 0, &err) == -1);
+    printf("inference placement: %s\n", err.msg);
+    CHECK_MSG(!strcmp(err.msg, "placing the model for inference on CUDA device 0: head_dim 24 is not supported on the "
+                               "GPU (supported: 8, 16, 32, 64, 80, 96, 128, 256)"),
+              "inference placement: %s", err.msg);
+    CHECK(cpt_model_forward(m, &b, &o1, 0, &err) == 0);
+    CHECK(memcmp(lp0, lp1, sizeof lp0) == 0);
     cpt_model_free(m);
     return check_summary("test_cuda_shape");
 }
