@@ -1,5 +1,5 @@
-/* GPU weight transports on the device (label gpu; built into tests/gpu/device_all.sh's carry folder, stage xport;
- * ran on an H200 on 2026-12-02 with one GPU: sum64 and cuda_ipc passed, nccl skipped).
+/* GPU weight transports on the device (label gpu; built into tests/gpu/device_all.sh's carry folder, stage xport).
+ * Exits CPT_EXIT_SKIP (77) when everything that ran passed but nccl could not run (one GPU), saying so.
  *
  * 1. sum64 on the device equals cpt_weights_sum64 on the host (a 64 MiB prefix copied back), for odd lengths too.
  * 2. cuda_ipc between two processes on one GPU: the parent (trainer role) exports a buffer of the bf16 bytes of the
@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/exit_status.h"
 #include "core/fs.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/nccl_dp.h"
@@ -182,9 +183,12 @@ static void test_ipc(int cfd, int rfd, double out_s[2]) {
     cpt_cuda_ctx_free(ctx);
 }
 
+static int nccl_skipped = 0;
+
 static void test_nccl(int cfd, int rfd, double out_s[2]) {
     if (visible_gpus() < 2) {
         printf("nccl broadcast: SKIPPED (%d GPU visible; 2 needed)\n", visible_gpus());
+        nccl_skipped = 1;
         return;
     }
     for (int k = 0; k < 2; k++) {
@@ -216,6 +220,14 @@ int main(void) {
     for (int k = 0; k < 2; k++)
         printf("%-6s %12zu %10.4f %12.1f %10.4f %12.1f\n", SHAPES[k].name, SHAPES[k].bytes, ipc_s[k],
                ipc_s[k] > 0 ? SHAPES[k].bytes / ipc_s[k] / 1e9 : 0, nccl_s[k], nccl_s[k] > 0 ? SHAPES[k].bytes / nccl_s[k] / 1e9 : 0);
-    printf("%s\n", fails ? "test_weight_transports: FAILED" : "test_weight_transports: ok");
-    return fails != 0;
+    if (fails) {
+        printf("test_weight_transports: FAILED\n");
+        return 1;
+    }
+    if (nccl_skipped) {
+        printf("test_weight_transports: SKIP (sum64 and cuda_ipc passed; nccl needs 2 GPUs)\n");
+        return CPT_EXIT_SKIP;
+    }
+    printf("test_weight_transports: ok\n");
+    return 0;
 }
