@@ -202,17 +202,27 @@ static int download(cuda_decoder *d, int n, cpt_err *err) {
     return cpt_cuda_memcpy_d2h(d->ctx, d->meta_h + d->off_out_tok, d->meta_d + d->off_out_tok, bytes, err);
 }
 
-/* Rows [0, n) name tokens, positions and tables the decoder holds: a bad row would write outside the pool. */
+/* Rows [0, n) name tokens, positions, tables and blocks the decoder holds: a bad row would read or write outside
+ * the pool. A row reads its table's entries 0 .. pos / block_size; a row continuing the previous row's table at a
+ * later position checks only the entries the previous one did not. */
 static int check_rows(const cuda_decoder *d, int n, const char *what, cpt_err *err) {
-    const cpt_decoder_io *io = &d->base.io;
-    int max_pos = d->base.max_blocks * d->base.block_size;
+    const cpt_decoder *b = &d->base;
+    const cpt_decoder_io *io = &b->io;
+    int max_pos = b->max_blocks * b->block_size;
     for (int k = 0; k < n; k++) {
         if (io->tok[k] < 0 || io->tok[k] >= d->V)
             return cpt_errf(err, "decoder %s: row %d token %d outside [0, %d)", what, k, io->tok[k], d->V);
         if (io->pos[k] < 0 || io->pos[k] >= max_pos)
             return cpt_errf(err, "decoder %s: row %d position %d outside [0, %d)", what, k, io->pos[k], max_pos);
-        if (io->tab[k] < 0 || io->tab[k] >= d->base.n_tables)
-            return cpt_errf(err, "decoder %s: row %d table %d outside [0, %d)", what, k, io->tab[k], d->base.n_tables);
+        if (io->tab[k] < 0 || io->tab[k] >= b->n_tables)
+            return cpt_errf(err, "decoder %s: row %d table %d outside [0, %d)", what, k, io->tab[k], b->n_tables);
+        int cont = k && io->tab[k - 1] == io->tab[k] && io->pos[k - 1] < io->pos[k];
+        int from = cont ? io->pos[k - 1] / b->block_size : 0;
+        const int32_t *t = b->io.tables + (size_t)io->tab[k] * b->max_blocks;
+        for (int i = from; i <= io->pos[k] / b->block_size; i++)
+            if (t[i] < 0 || t[i] >= b->n_blocks)
+                return cpt_errf(err, "decoder %s: table %d entry %d is block %d, outside [0, %d)", what, io->tab[k],
+                                i, t[i], b->n_blocks);
     }
     return 0;
 }

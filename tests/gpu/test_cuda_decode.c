@@ -55,8 +55,9 @@ static void round_model_bf16(cpt_model *m) {
 }
 
 /* A random qwen2 model with qkv bias: 3 layers of hidden 448 (Qwen2.5-0.5B's head layout: 7 heads of 64 over 1 kv
- * head), or (wide) 2 layers of the 1.5B shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960). Its final norm is scaled so the logits are peaked like a trained model's
- * (random init gives near-uniform ones, where greedy is all near-ties). */
+ * head), or (wide) 2 layers of the 1.5B shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960).
+ * Its final norm is scaled so the logits are peaked like a trained model's (random init gives near-uniform ones,
+ * where greedy is all near-ties). */
 static cpt_model *random_model_shape(int C, int I, int L, int H, int KV, int D) {
     cpt_model_config c;
     memset(&c, 0, sizeof c);
