@@ -1139,6 +1139,39 @@ static void test_weight_reload(const char *name, cpt_model *a) {
     cpt_model_free(b);
 }
 
+/* The decoder called directly with bad rows: refused with a message naming them, no device fault; then a good
+ * step. */
+static void test_decoder_refusals(cpt_model *host) {
+    gpu_eng *g = gpu_engine(host, 2, 16, 0, 1, 64);
+    cpt_decoder_opts o = {.n_tables = 2, .max_len = 64, .n_blocks = 8};
+    cpt_decoder *d = cpt_decoder_new(g->m, &o, NULL, &err);
+    if (!d) {
+        fprintf(stderr, "decoder: %s\n", err.msg);
+        exit(1);
+    }
+    cpt_decoder_io *io = cpt_decoder_io_of(d);
+    int V = cpt_model_cfg(host)->vocab_size, nb = cpt_decoder_blocks(d);
+    memset(io->rows, 0, sizeof io->rows[0]);
+    io->tok[0] = V, io->pos[0] = 0, io->tab[0] = 0, io->tables[0] = 0;
+    cpt_decoder_tables_changed(d);
+    CHECK(cpt_decoder_step(d, 1, &err) == -1 && strstr(err.msg, "token"));
+    io->tok[0] = 1, io->tables[0] = nb + 3;
+    cpt_decoder_tables_changed(d);
+    CHECK(cpt_decoder_step(d, 1, &err) == -1 && strstr(err.msg, "entry 0 is block"));
+    io->tables[0] = 0, io->tab[0] = 2;
+    cpt_decoder_tables_changed(d);
+    CHECK(cpt_decoder_step(d, 1, &err) == -1 && strstr(err.msg, "table 2"));
+    CHECK(cpt_decoder_copy_block(d, 0, nb, &err) == -1);
+    io->tab[0] = 0;
+    io->rows[0].logits_row = 0;
+    int ok = cpt_decoder_step(d, 1, &err) == 0;
+    CHECK_MSG(ok && io->out_tok[0] >= 0 && io->out_tok[0] < V, "a good step after refusals: %s", err.msg);
+    printf("decoder refusals: bad token, block and table refused; a good step after them %s\n", ok ? "ran" : "FAILED");
+    SUM("decoder refuses bad rows, then steps: %s", ok ? "ok" : "FAIL");
+    cpt_decoder_free(d);
+    gpu_free(g);
+}
+
 /* ---- 6. stop strings ------------------------------------------------------------------------------------------ */
 
 /* As tests/unit/test_generate_parity.c on the CPU: the tiny byte-level tokenizer (ids 0..255 single bytes) on the
@@ -1244,6 +1277,7 @@ int main(void) {
     prefill_chunk = 0;
     test_paged_churn("random-448x3", big);
     test_weight_reload("random-448x3", big);
+    test_decoder_refusals(big);
     cpt_model_free(big);
     /* the 1.5B shape's layer: head_dim 128, the down product's rows longer than a register set */
     cpt_model *wide = random_model(1);
