@@ -40,4 +40,9 @@ void cpt_rng_permutation(cpt_rng *rng, uint64_t *perm, size_t n);
 void cpt_rng_save(const cpt_rng *rng, uint64_t out[CPT_RNG_STATE_WORDS]);
 int cpt_rng_restore(cpt_rng *rng, const uint64_t in[CPT_RNG_STATE_WORDS]);
 
+/* Counter-based draws (Philox4x32-10), for sampling keyed by position instead of by a stream's history: the four
+ * words for key `seed` and counter (quad, step, sample, quad >> 32), the same words kernels/cuda/sampling.cu draws
+ * on the GPU, so both devices see one random sequence per (seed, sample, step). */
+void cpt_philox4x32(uint32_t out[4], uint64_t seed, uint32_t sample, uint32_t step, uint64_t quad);
+
 #endif

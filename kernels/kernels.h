@@ -1,8 +1,8 @@
-/* The ops of the transformer, one interface over backends (cpu now, cuda later).
+/* The ops of the transformer on the host (kernels/cpu/); the GPU's live in kernels/cuda/cuda_ops.h.
  *
  * A cpt_tensor is a view: data pointer, device, dtype and shape (row-major, contiguous). Ops take views by value
- * and dispatch on the device of their operands; none assumes host memory. The CPU backend (kernels/cpu/) is fp32
- * with OpenMP.
+ * and refuse operands on another device. The CPU kernels are fp32 with OpenMP; which backend runs a model is the
+ * model's choice (model/backend.h), not the kernels'.
  *
  * Conventions (llm.c style):
  * - N is a number of tokens (rows); shapes are written in comments as [N, C].
@@ -136,5 +136,38 @@ void cpt_k_add(cpt_tensor out, cpt_tensor a, cpt_tensor b);
 void cpt_k_copy_cols(cpt_tensor dst, int64_t dst_col, cpt_tensor src, int64_t src_col, int64_t width);
 /* Fills with zeros. */
 void cpt_k_zero(cpt_tensor t);
+
+/* ---- next-token sampling (kernels/cpu/sampling.c; the GPU's is kernels/cuda/sampling.cu) ------------------- */
+
+/* The distribution sampled from (and whose logprob is recorded) is
+ *     p = softmax(logits / temperature), restricted to the kept set, renormalised,
+ * where the kept set applies, in order: top-k (the k most likely; ties by lower id), top-p (the shortest prefix of
+ * that order whose mass, in fixed point of 2^-40, reaches top_p of the kept mass), min-p (p >= min_p * max p). With
+ * the defaults (top_k 0, top_p 1, min_p 0) nothing is truncated and the logprob is log_softmax(logits / T)[token]:
+ * what the trainer recomputes at the same temperature. temperature 0 is greedy: the first argmax, recorded with
+ * log_softmax(logits)[token] at temperature 1.
+ * The draw is the Gumbel-max trick over the kept set with u from cpt_philox4x32(seed, sample, step, token / 4) (word
+ * token % 4, 24 bits): it depends on (seed, sample, step) alone, and the GPU sampler draws the same u. */
+typedef struct cpt_sample_params {
+    float temperature; /* 0: greedy */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off */
+    float min_p;       /* 0: off */
+} cpt_sample_params;
+
+/* Scratch for one row of a vocabulary: caller-owned so sampling allocates nothing per token. */
+typedef struct cpt_sampler_work {
+    int vocab;
+    float *prob;  /* [vocab] */
+    int32_t *idx; /* [vocab] */
+} cpt_sampler_work;
+
+int cpt_sampler_work_init(cpt_sampler_work *w, int vocab); /* 0, or -1 out of memory */
+void cpt_sampler_work_free(cpt_sampler_work *w);
+
+/* Draws one token from logits[w->vocab] for draw (seed, sample, step); *logprob (may be NULL) gets its
+ * log-probability under the distribution above. */
+int32_t cpt_k_sample(const float *logits, const cpt_sample_params *sp, uint64_t seed, uint32_t sample, uint32_t step,
+                     cpt_sampler_work *w, float *logprob);
 
 #endif

@@ -16,8 +16,9 @@ typedef struct cpt_model_backend {
     int (*sync_to_host)(cpt_model *m, cpt_err *err);
     int (*sync_to_device)(cpt_model *m, cpt_err *err);
     int (*wait)(cpt_model *m, cpt_err *err);
+    int (*pull_weights)(cpt_model *m, cpt_err *err); /* weights only, device -> host (saves); NULL: host current */
     cpt_decoder *(*decoder_new)(cpt_model *m, const cpt_decoder_opts *o, const cpt_decoder_tuning *t, cpt_err *err);
-    void (*release)(cpt_model *m); /* frees the device side (cpt_model_free) */
+    void (*release)(cpt_model *m); /* frees the device side (cpt_model_free); NULL: nothing to free */
 } cpt_model_backend;
 
 /* What a decoder implementation provides; struct cpt_decoder starts with these (model/decoder.c dispatches). */
@@ -40,7 +41,7 @@ struct cpt_decoder {
     int n_tables, max_blocks, block_size, n_blocks, max_rows, saved_rows;
 };
 
-extern const cpt_model_backend cpt_backend_cpu;        /* model/forward.c, model/decoder_cpu.c */
+extern const cpt_model_backend cpt_backend_cpu;        /* model/forward.c (its decoder: model/decoder_cpu.c) */
 extern const cpt_model_backend cpt_backend_cuda;       /* model/cuda_model.c */
 extern const cpt_model_backend cpt_backend_cuda_infer; /* model/cuda_decoder.c */
 

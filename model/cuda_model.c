@@ -740,6 +740,7 @@ const cpt_model_backend cpt_backend_cuda = {
     .sync_to_host = cuda_sync_to_host,
     .sync_to_device = cuda_sync_to_device,
     .wait = cuda_wait,
+    .pull_weights = cpt_cuda_model_pull_weights,
     .decoder_new = cuda_decoder_new,
     .release = cuda_release,
 };

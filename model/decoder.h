@@ -12,7 +12,7 @@
  * one more table and block of its own for the padding rows it may add (CUDA graphs run fixed row counts).
  *
  * Sampling: a row draws its token from softmax(logits / temperature) restricted by top-k, top-p, min-p (see
- * rollout/sampling.h for the distribution), with randomness keyed by (seed, sample, step) alone: the same row gives
+ * kernels/kernels.h for the distribution), with randomness keyed by (seed, sample, step) alone: the same row gives
  * the same draw whatever else is in the call. temperature 0 is greedy. out_lp is the behaviour logprob. */
 #ifndef CPT_MODEL_DECODER_H
 #define CPT_MODEL_DECODER_H
@@ -36,7 +36,8 @@ typedef struct cpt_decoder_opts {
     int n_tables;    /* block tables (the engine's slots) */
     int max_len;     /* positions a table can hold (the context) */
     int block_size;  /* positions per block; 0: 16 */
-    int n_blocks;    /* blocks in the pool; 0: every table full (CUDA: capped at half the free device memory) */
+    int n_blocks;    /* blocks in the pool; 0: every table full and one context more (a request holding its prompt
+                      * blocks while its samples wait); CUDA caps that at half the free device memory */
     int max_rows;    /* most rows of one call (>= n_tables) */
     int saved_rows;  /* logits rows kept between calls (the prompts' last logits) */
 } cpt_decoder_opts;

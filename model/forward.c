@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/cuda_model.h"
+#include "model/backend.h"
 #include "model/model_internal.h"
 
 #define LOGITS_CHUNK_FLOATS (4 << 20) /* 16 MB of logits per chunk */
@@ -121,24 +121,6 @@ static int ensure_grad_scratch(cpt_model *m, int N, cpt_err *err) {
     return 0;
 }
 
-static int check_batch(const cpt_model *m, const cpt_batch *b, cpt_err *err) {
-    if (!b || b->n_tokens < 1 || b->n_seqs < 1 || !b->tokens || !b->seq_start)
-        return cpt_errf(err, "batch: needs at least one token and one sequence");
-    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
-        return cpt_errf(err, "batch: seq_start must run from 0 to n_tokens = %d (got %d .. %d)", b->n_tokens,
-                        b->seq_start[0], b->seq_start[b->n_seqs]);
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->seq_start[s + 1] < b->seq_start[s]) return cpt_errf(err, "batch: seq_start decreases at sequence %d", s);
-    int V = m->cfg.vocab_size;
-    for (int i = 0; i < b->n_tokens; i++)
-        if (b->tokens[i] < 0 || b->tokens[i] >= V)
-            return cpt_errf(err, "batch: token %d at position %d is outside the vocabulary [0, %d)", b->tokens[i], i, V);
-    for (int i = 0; b->targets && i < b->n_tokens; i++)
-        if (b->targets[i] < -1 || b->targets[i] >= V)
-            return cpt_errf(err, "batch: target %d at position %d is outside [-1, %d)", b->targets[i], i, V);
-    return 0;
-}
-
 void cpt_layer_fwd_qkv(cpt_model *m, int l, int N, const layer_acts *a, cpt_tensor pos) {
     const cpt_model_config *c = &m->cfg;
     const layer_offsets *lo = &m->layer[l];
@@ -230,12 +212,8 @@ static void layer_backward(cpt_model *m, int l, int N, layer_acts *a, float *dre
                       T1(mp(m, lo->ln1), C), T1(a->rstd1, N));
 }
 
-int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep_activations, cpt_err *err) {
-    if (check_batch(m, b, err)) return -1;
-    cpt_forward_out none = {0};
-    if (!out) out = &none;
-    if (out->values && m->off_score < 0) return cpt_errf(err, "forward: values asked for, but the model has no value head");
-    if (m->cuda) return cpt_cuda_model_forward(m, b, out, keep_activations, err);
+/* Arguments checked by model/backend.c; out is never NULL. */
+int cpt_cpu_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep_activations, cpt_err *err) {
     const cpt_model_config *c = &m->cfg;
     int N = b->n_tokens, S = b->n_seqs;
     int64_t C = c->hidden_size, V = c->vocab_size;
@@ -285,17 +263,11 @@ int cpt_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, in
     return 0;
 }
 
-int cpt_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
-                       const float *d_values, cpt_err *err) {
-    if (check_batch(m, b, err)) return -1;
-    if (d_values && m->off_score < 0) return cpt_errf(err, "backward: d_values given, but the model has no value head");
-    if (d_logprobs && !b->targets) return cpt_errf(err, "backward: d_logprobs given, but the batch has no targets");
-    if (m->cuda) return cpt_cuda_model_backward(m, b, d_logprobs, d_entropy, d_values, err);
+int cpt_cpu_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
+                     const float *d_values, cpt_err *err) {
     if (m->kept_tokens != b->n_tokens || m->kept_seqs != b->n_seqs ||
         memcmp(m->acts.cu, b->seq_start, sizeof(int32_t) * (size_t)(b->n_seqs + 1)) != 0)
         return cpt_errf(err, "backward: needs a forward with keep_activations on this same batch first");
-    if (d_values && m->off_score < 0) return cpt_errf(err, "backward: d_values given, but the model has no value head");
-    if (d_logprobs && !b->targets) return cpt_errf(err, "backward: d_logprobs given, but the batch has no targets");
     const cpt_model_config *c = &m->cfg;
     int N = b->n_tokens, S = b->n_seqs;
     int64_t C = c->hidden_size, V = c->vocab_size;
@@ -329,3 +301,21 @@ int cpt_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs
     cpt_k_embedding_bwd(T2(mg(m, m->off_embed), V, C), T2(g->dres, N, C), cpt_tensor_i32_1d((int32_t *)b->tokens, N));
     return 0;
 }
+
+static int host_nothing(cpt_model *m, cpt_err *err) {
+    (void)m, (void)err;
+    return 0;
+}
+
+const cpt_model_backend cpt_backend_cpu = {
+    .name = "cpu",
+    .forward = cpt_cpu_forward,
+    .backward = cpt_cpu_backward,
+    .zero_grad = cpt_cpu_zero_grad,
+    .sync_to_host = host_nothing,
+    .sync_to_device = host_nothing,
+    .wait = host_nothing,
+    .pull_weights = NULL,
+    .decoder_new = cpt_cpu_decoder_new,
+    .release = NULL,
+};

@@ -1,8 +1,9 @@
-/* Internals shared by the model's files (config, weights, forward/backward, decode later). Not a public API. */
+/* Internals shared by the model's files (config, weights, forward/backward, decoders). Not a public API. */
 #ifndef CPT_MODEL_INTERNAL_H
 #define CPT_MODEL_INTERNAL_H
 
 #include "kernels/kernels.h"
+#include "model/decoder.h"
 #include "model/model.h"
 
 #define CPT_MODEL_MAX_PARAMS_PER_LAYER 16
@@ -58,6 +59,7 @@ typedef struct model_grad_scratch {
 
 struct cpt_model {
     cpt_model_config cfg;
+    const struct cpt_model_backend *be; /* where it runs (model/backend.h): cpt_backend_cpu until a placement */
     size_t n_params;
     cpt_param *params;
     int64_t *offsets; /* [n_params] offset of each param in data / grad */
@@ -72,8 +74,7 @@ struct cpt_model {
     int kept_tokens; /* tokens of the last keep_activations forward; -1 when none */
     int kept_seqs;
     struct cpt_cuda_model *cuda; /* the device side after cpt_model_use_cuda (model/cuda_model.c), else NULL */
-    struct cpt_cuda_infer *cuda_infer; /* the device side after cpt_model_use_cuda_infer (model/cuda_decoder.c) */
-    const struct cpt_model_backend *be; /* chosen at placement: &cpt_backend_cpu, _cuda or _cuda_infer */
+    struct cpt_cuda_infer *cuda_infer; /* the device side after cpt_model_use_cuda_infer (model/cuda_infer.c) */
     cpt_grads_ready_fn grads_ready; /* cpt_model_set_grads_ready */
     void *grads_ready_ud;
     int recompute; /* CUDA training forward keeps only each layer input; the backward recomputes the layer */
@@ -88,9 +89,17 @@ int cpt_model_config_write(const cpt_model_config *cfg, const char *path, const 
 int cpt_model_build_params(cpt_model *m, int with_value_head, cpt_err *err);
 void cpt_model_free_acts(cpt_model *m);
 
+/* model/forward.c: the CPU backend's forward, backward and gradient zeroing (cpt_backend_cpu's entries). */
+int cpt_cpu_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep_activations, cpt_err *err);
+int cpt_cpu_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
+                     const float *d_values, cpt_err *err);
+void cpt_cpu_zero_grad(cpt_model *m); /* model/params.c */
+/* model/decoder_cpu.c: the paged fp32 decoder of cpt_backend_cpu. */
+cpt_decoder *cpt_cpu_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const cpt_decoder_tuning *t, cpt_err *err);
+
 /* model/forward.c: one decoder layer in two halves around its attention, shared by the packed forward and the
- * KV-cache decode (model/decode.c) so that both run the same kernels in the same order. Buffers come from a (decode
- * points several fields at one scratch buffer: it keeps nothing for backward).
+ * paged decoder (model/decoder_cpu.c) so that both run the same kernels in the same order. Buffers come from a (the
+ * decoder points several fields at one scratch buffer: it keeps nothing for backward).
  * Before attention: h1 = rmsnorm(x_in) (rstd1), qkv = h1 Wqkv^T (+b); with qk_norm each q and k head through its
  * norm (raw heads in q_raw / k_raw, rstds in q_rstd / k_rstd, a->att as scratch); rope on q and k at pos. */
 void cpt_layer_fwd_qkv(cpt_model *m, int l, int N, const layer_acts *a, cpt_tensor pos);

@@ -8,7 +8,7 @@
 #include "core/fs.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
-#include "model/cuda_model.h"
+#include "model/backend.h"
 #include "model/model_internal.h"
 
 typedef struct table {
@@ -135,6 +135,7 @@ static cpt_model *model_alloc(const cpt_model_config *cfg, int with_value_head, 
         return NULL;
     }
     m->cfg = *cfg;
+    m->be = &cpt_backend_cpu;
     m->kept_tokens = -1;
     m->inv_freq = malloc(sizeof(float) * (size_t)(cfg->head_dim / 2));
     if (!m->inv_freq || cpt_model_build_params(m, with_value_head, err)) {
@@ -234,13 +235,13 @@ int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *
     if (rc) memcpy(m->data, keep, m->numel * sizeof(float));
     free(keep);
     cpt_st_close(f);
-    if (!rc && m->cuda) rc = cpt_model_sync_to_device(m, err); /* the device copy is the one that trains */
+    if (!rc) rc = cpt_model_sync_to_device(m, err); /* a placed model's device copy is the one that runs */
     return rc;
 }
 
 int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err *err) {
     /* on a GPU the host copy is a mirror: refresh it (logically const: the weights do not change) */
-    if (m->cuda && cpt_cuda_model_pull_weights((cpt_model *)m, err)) return -1;
+    if (m->be->pull_weights && m->be->pull_weights((cpt_model *)m, err)) return -1;
     if (cpt_mkdir_p(out_dir, 0755, err)) return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", out_dir);
@@ -271,7 +272,8 @@ int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err
 
 int cpt_model_add_value_head(cpt_model *m, uint64_t seed, cpt_err *err) {
     if (m->off_score >= 0) return cpt_errf(err, "the model already has a value head (score.weight)");
-    if (m->cuda) return cpt_errf(err, "add the value head before cpt_model_use_cuda (the model is on the GPU)");
+    if (m->be != &cpt_backend_cpu)
+        return cpt_errf(err, "add the value head before placing the model on the GPU (it is placed: %s)", m->be->name);
     /* rebuild the table with the head, then move the weights over (the head comes last, offsets are unchanged) */
     float *old = m->data;
     size_t old_n = m->numel;
@@ -298,7 +300,7 @@ int cpt_model_has_value_head(const cpt_model *m) { return m->off_score >= 0; }
 
 void cpt_model_free(cpt_model *m) {
     if (!m) return;
-    cpt_cuda_model_free(m->cuda);
+    if (m->be && m->be->release) m->be->release(m);
     for (size_t i = 0; i < m->n_params; i++) free(m->names[i]);
     free(m->params);
     free(m->offsets);
@@ -324,7 +326,4 @@ cpt_param *cpt_model_find_param(cpt_model *m, const char *name) {
     return NULL;
 }
 
-void cpt_model_zero_grad(cpt_model *m) {
-    if (m->cuda) cpt_cuda_model_zero_grad(m);
-    else memset(m->grad, 0, m->numel * sizeof(float));
-}
+void cpt_cpu_zero_grad(cpt_model *m) { memset(m->grad, 0, m->numel * sizeof(float)); }

@@ -8,7 +8,7 @@
  *
  * FILE.jsonl holds one prompt per line: {"prompt": "text"} or {"prompt_ids": [1, 2, 3]}. --json prints one line
  * per sample with the prompt and completion ids, behaviour logprobs, the finish reason and the text. --device cuda
- * generates with the GPU engine (rollout/cuda_engine.h, bf16, device 0) instead of the CPU one. */
+ * places the model on GPU 0 for inference (bf16 weights, cpt_model_use_cuda_infer) before the same engine runs. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -20,7 +20,8 @@
 
 #include "core/fs.h"
 #include "core/json_util.h"
-#include "rollout/gen_engine.h"
+#include "core/rng.h"
+#include "rollout/engine.h"
 #include "rollout/model_source.h"
 #include "rollout/prompts.h"
 #include "scheduler/commands.h"
@@ -339,23 +340,17 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!a.no_eos) a.n_stop_ids += cpt_rollout_eos_ids(m, tok, a.stop_ids + a.n_stop_ids);
     if (!rc && a.n_stops && !tok) rc = cpt_errf(&err, "--stop needs a tokenizer");
-    cpt_gen_engine e = {0};
+    cpt_engine *e = NULL;
     if (!rc) {
         cpt_engine_opts o = {.slots = a.slots ? a.slots : (pl.n * a.n < 16 ? pl.n * a.n : 16), .tok = tok};
-        if (a.cuda) {
-            cpt_cuda_engine_opts co = cpt_cuda_engine_defaults(o);
-            e.gpu = cpt_cuda_engine_new(m, &co, &err);
-        } else {
-            e.cpu = cpt_engine_new(m, &o, &err);
-        }
-        if (!e.cpu && !e.gpu) rc = -1;
+        if ((a.cuda && cpt_model_use_cuda_infer(m, 0, &err)) || !(e = cpt_engine_new(m, &o, &err))) rc = -1;
     }
     for (int p = 0; !rc && p < pl.n; p++) {
         cpt_gen_request r = {.prompt = pl.ids[p], .n_prompt = pl.len[p], .n_samples = a.n, .sp = a.sp,
                              .seed = a.seed + (uint64_t)p, .max_new_tokens = a.max_new, .stop_ids = a.stop_ids,
                              .n_stop_ids = a.n_stop_ids, .stop_strs = a.stops, .n_stop_strs = a.n_stops,
                              .tag = (uint64_t)p};
-        if (cpt_gen_engine_submit(&e, &r, &err) < 0) {
+        if (cpt_engine_submit(e, &r, &err) < 0) {
             cpt_err_prefix(&err, "prompt %d", p);
             rc = -1;
         }
@@ -365,12 +360,12 @@ int cmd_generate(int argc, char **argv) {
     char *have = rc ? NULL : calloc((size_t)pl.n, 1);
     int next = 0;
     while (!rc && next < pl.n) {
-        if (cpt_gen_engine_step(&e, &err) < 0) {
+        if (cpt_engine_step(e, &err) < 0) {
             rc = -1;
             break;
         }
         cpt_gen_result r;
-        while (cpt_gen_engine_take(&e, &r)) done[r.tag] = r, have[r.tag] = 1;
+        while (cpt_engine_take(e, &r)) done[r.tag] = r, have[r.tag] = 1;
         while (next < pl.n && have[next]) {
             print_result(&a, tok, next, &pl, &done[next]);
             cpt_gen_result_free(&done[next]);
@@ -382,7 +377,7 @@ int cmd_generate(int argc, char **argv) {
     for (int p = 0; done && p < pl.n; p++) cpt_gen_result_free(&done[p]);
     free(done);
     free(have);
-    cpt_gen_engine_free(&e);
+    cpt_engine_free(e);
     cpt_prompt_list_free(&pl);
     cpt_tokenizer_free(tok);
     cpt_model_free(m);

@@ -1,512 +1,442 @@
-/* The generation engine (rollout/engine.h): requests, slots, the admission of waiting samples (with shared
- * prefill) and one batched decode step at a time. */
-#include "rollout/engine.h"
-#include "rollout/gen_engine.h"
-
-#include <math.h>
+/* The generation engine (rollout/engine.h): slots, the KV pool's blocks (free stack, reference counts, shared
+ * prompt blocks, copy-on-write), admission, chunked prefill and decode steps, over model/decoder.h. */
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct req {
-    cpt_gen_req_head h; /* first: e->reqs holds these */
-    int32_t *prompt;
-    int n_prompt;
-    int max_new;
-    cpt_sample_params sp;
-    uint64_t seed;
-    cpt_gen_stops stops;
-    float *prompt_logits; /* [V] after the prompt's last token, once prefilled */
-    int prefilled;
-    int live; /* samples now in slots */
-} req;
+#include "rollout/engine.h"
 
 typedef struct slot {
-    req *r;  /* NULL: free */
+    gen_req *r; /* NULL: free */
     int sample;
-    cpt_rng rng;
+    int len;         /* positions in the cache */
     int32_t pending; /* the last generated token, not yet in the cache */
+    int nb;          /* blocks in the slot's table */
+    int need;        /* blocks reserved for it */
+    int wait_prefill; /* admitted with its request's prefill in the same round: shares the blocks after it */
 } slot;
 
 struct cpt_engine {
     cpt_model *m;
+    cpt_decoder *d;
+    cpt_decoder_io *io;
     const cpt_tokenizer *tok;
-    int V, n_slots;
-    cpt_kv_cache cache;
-    cpt_decode_work work;
-    cpt_sampler_work sw;
-    slot *slots;
-    cpt_gen_reqs reqs;
+    int V, n_slots, max_len, R; /* R: most rows of a decoder call */
+    /* the block pool */
+    int block_size, max_blocks, total_blocks;
+    int *refcnt, *free_stack, n_free, reserved;
+    int tables_dirty;
+    int *plog_free, n_plog_free; /* saved logits rows */
+    /* requests (submission order) and slots */
+    gen_req **reqs;
+    int n_reqs, cap_reqs;
     int64_t next_id;
-    float *logits; /* [slots, V] */
-    int32_t *toks;
-    int toks_cap;
-    cpt_decode_seg *segs; /* [slots] */
-    int *seg_slot;        /* [slots] */
-    int *new_slot;        /* [slots] */
-    int prefill_chunk;    /* most prompt tokens per decode call */
-    int *prog;            /* [slots] prompt tokens of each prefill segment done */
-    int *which;           /* [slots] the prefill segment of each piece of a call */
-    cpt_decode_seg *piece; /* [slots] */
-    int32_t *chunk;       /* [prefill_chunk] */
+    slot *slots;
+    int *new_slot, *pre_slot, *prog;
     char *tail;
     size_t tail_cap;
     cpt_engine_stats st;
 };
 
-static void samples_free(cpt_gen_sample *s, int n) {
-    for (int i = 0; s && i < n; i++) {
-        free(s[i].tokens);
-        free(s[i].logprobs);
+/* ---- blocks ---------------------------------------------------------------------------------------------- */
+
+static int blocks_for(const cpt_engine *e, int positions) { return (positions + e->block_size - 1) / e->block_size; }
+
+/* Blocks a sample of r may fill: its prompt and completion, counted without sharing. */
+static int need_of(const cpt_engine *e, const gen_req *r) {
+    int n = r->n_prompt + r->max_new;
+    return blocks_for(e, n < e->max_len ? n : e->max_len);
+}
+
+static int32_t *table(cpt_engine *e, int s) { return e->io->tables + (size_t)s * e->max_blocks; }
+
+static int block_alloc(cpt_engine *e, cpt_err *err) {
+    if (!e->n_free) return cpt_errf(err, "engine: KV pool exhausted (%d blocks); reservation bug", e->total_blocks);
+    int b = e->free_stack[--e->n_free];
+    e->refcnt[b] = 1;
+    return b;
+}
+
+static void block_decref(cpt_engine *e, int b) {
+    if (--e->refcnt[b] == 0) e->free_stack[e->n_free++] = b;
+}
+
+static void slot_release(cpt_engine *e, int s) {
+    slot *sl = &e->slots[s];
+    int32_t *tb = table(e, s);
+    for (int i = 0; i < sl->nb; i++) block_decref(e, tb[i]);
+    e->reserved -= sl->need;
+    memset(sl, 0, sizeof *sl);
+}
+
+static void req_release_prompt(cpt_engine *e, gen_req *r) {
+    if (!r->held) return;
+    for (int i = 0; i < r->n_pblocks; i++) block_decref(e, r->pblocks[i]);
+    e->reserved -= r->hold_res;
+    r->hold_res = 0;
+    r->held = 0;
+    r->n_pblocks = 0;
+    if (r->plog_row >= 0) e->plog_free[e->n_plog_free++] = r->plog_row;
+    r->plog_row = -1;
+}
+
+/* The slot's table gets the request's prompt blocks (shared: one more reference each). */
+static void share_prompt(cpt_engine *e, int s, gen_req *r) {
+    slot *sl = &e->slots[s];
+    int32_t *tb = table(e, s);
+    for (int i = 0; i < r->n_pblocks; i++) {
+        tb[i] = r->pblocks[i];
+        e->refcnt[r->pblocks[i]]++;
     }
-    free(s);
+    sl->nb = r->n_pblocks;
+    sl->len = r->n_prompt;
+    e->tables_dirty = 1;
+    e->st.shared_prefills++;
 }
 
-void cpt_gen_result_free(cpt_gen_result *r) {
-    samples_free(r->samples, r->n_samples);
-    memset(r, 0, sizeof *r);
-}
-
-/* ---- the request list both engines keep ---- */
-
-int cpt_gen_req_head_init(cpt_gen_req_head *h, int64_t id, const cpt_gen_request *g, cpt_err *err) {
-    memset(h, 0, sizeof *h);
-    h->id = id;
-    h->tag = g->tag;
-    h->n_samples = g->n_samples;
-    h->samples = calloc((size_t)g->n_samples, sizeof *h->samples);
-    h->cap = calloc((size_t)g->n_samples, sizeof *h->cap);
-    if (h->samples && h->cap) return 0;
-    cpt_gen_req_head_free(h);
-    return cpt_errf(err, "engine: out of memory for a request");
-}
-
-void cpt_gen_req_head_free(cpt_gen_req_head *h) {
-    samples_free(h->samples, h->n_samples);
-    free(h->cap);
-    h->samples = NULL;
-    h->cap = NULL;
-}
-
-int cpt_gen_reqs_push(cpt_gen_reqs *l, cpt_gen_req_head *h, cpt_err *err) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 16;
-        cpt_gen_req_head **p = realloc(l->r, sizeof *p * (size_t)cap);
-        if (!p) return cpt_errf(err, "engine: out of memory");
-        l->r = p;
-        l->cap = cap;
-    }
-    l->r[l->n++] = h;
-    return 0;
-}
-
-cpt_gen_req_head *cpt_gen_reqs_next_waiting(const cpt_gen_reqs *l) {
-    for (int i = 0; i < l->n; i++)
-        if (l->r[i]->next_sample < l->r[i]->n_samples) return l->r[i];
-    return NULL;
-}
-
-cpt_gen_req_head *cpt_gen_reqs_take(cpt_gen_reqs *l, cpt_gen_result *out) {
-    for (int i = 0; i < l->n; i++) {
-        cpt_gen_req_head *h = l->r[i];
-        if (h->done_samples < h->n_samples) continue;
-        memset(out, 0, sizeof *out);
-        out->tag = h->tag;
-        out->id = h->id;
-        out->n_samples = h->n_samples;
-        out->samples = h->samples;
-        h->samples = NULL;
-        memmove(l->r + i, l->r + i + 1, sizeof *l->r * (size_t)(l->n - i - 1));
-        l->n--;
-        return h;
-    }
-    return NULL;
-}
-
-int cpt_gen_reqs_idle(const cpt_gen_reqs *l) {
-    for (int i = 0; i < l->n; i++)
-        if (l->r[i]->done_samples < l->r[i]->n_samples) return 0;
-    return 1;
-}
-
-int cpt_gen_reqs_waiting(const cpt_gen_reqs *l) {
-    int n = 0;
-    for (int i = 0; i < l->n; i++) n += l->r[i]->n_samples - l->r[i]->next_sample;
-    return n;
-}
-
-void cpt_gen_reqs_free(cpt_gen_reqs *l) {
-    free(l->r);
-    memset(l, 0, sizeof *l);
-}
-
-/* ---- the CPU engine ---- */
-
-static void req_free(req *r) {
-    if (!r) return;
-    free(r->prompt);
-    cpt_gen_stops_free(&r->stops);
-    free(r->prompt_logits);
-    cpt_gen_req_head_free(&r->h);
-    free(r);
-}
-
-int cpt_sample_params_check(const cpt_sample_params *sp, cpt_err *err) {
-    if (!(sp->temperature >= 0.0f && sp->temperature <= 100.0f))
-        return cpt_errf(err, "sampling: temperature %g must be in [0, 100]", sp->temperature);
-    if (sp->top_k < 0) return cpt_errf(err, "sampling: top_k %d must be >= 0", sp->top_k);
-    if (!(sp->top_p > 0.0f && sp->top_p <= 1.0f)) return cpt_errf(err, "sampling: top_p %g must be in (0, 1]", sp->top_p);
-    if (!(sp->min_p >= 0.0f && sp->min_p < 1.0f)) return cpt_errf(err, "sampling: min_p %g must be in [0, 1)", sp->min_p);
-    return 0;
-}
-
-cpt_engine *cpt_engine_new(cpt_model *m, const cpt_engine_opts *o, cpt_err *err) {
-    cpt_engine *e = calloc(1, sizeof *e);
-    if (!e) {
-        cpt_errf(err, "engine: out of memory");
-        return NULL;
-    }
-    const cpt_model_config *c = cpt_model_cfg(m);
-    e->m = m;
-    e->tok = o ? o->tok : NULL;
-    e->V = c->vocab_size;
-    e->n_slots = o && o->slots > 0 ? o->slots : 8;
-    int max_len = o && o->max_len > 0 ? o->max_len : c->max_position_embeddings;
-    if (max_len < 2) max_len = 2;
-    if (cpt_kv_cache_init(&e->cache, c, e->n_slots, max_len, err)) goto fail;
-    e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
-    e->logits = malloc(sizeof(float) * (size_t)e->n_slots * (size_t)e->V);
-    e->segs = malloc(sizeof *e->segs * (size_t)e->n_slots);
-    e->seg_slot = malloc(sizeof *e->seg_slot * (size_t)e->n_slots);
-    e->new_slot = malloc(sizeof *e->new_slot * (size_t)e->n_slots);
-    e->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 2048;
-    if (e->prefill_chunk < e->n_slots) e->prefill_chunk = e->n_slots;
-    e->prog = malloc(sizeof *e->prog * (size_t)e->n_slots);
-    e->which = malloc(sizeof *e->which * (size_t)e->n_slots);
-    e->piece = malloc(sizeof *e->piece * (size_t)e->n_slots);
-    e->chunk = malloc(sizeof *e->chunk * (size_t)e->prefill_chunk);
-    if (!e->slots || !e->logits || !e->segs || !e->seg_slot || !e->new_slot || !e->prog || !e->which || !e->piece || !e->chunk || cpt_sampler_work_init(&e->sw, e->V)) {
-        cpt_errf(err, "engine: out of memory for %d slots", e->n_slots);
-        goto fail;
-    }
-    return e;
-fail:
-    cpt_engine_free(e);
-    return NULL;
-}
-
-void cpt_engine_clear(cpt_engine *e) {
-    for (int i = 0; i < e->reqs.n; i++) req_free((req *)e->reqs.r[i]);
-    e->reqs.n = 0;
-    for (int s = 0; s < e->n_slots; s++) {
-        e->slots[s].r = NULL;
-        cpt_kv_cache_reset(&e->cache, s);
-    }
-}
-
-void cpt_engine_free(cpt_engine *e) {
-    if (!e) return;
-    if (e->slots) cpt_engine_clear(e);
-    cpt_gen_reqs_free(&e->reqs);
-    cpt_kv_cache_free(&e->cache);
-    cpt_decode_work_free(&e->work);
-    cpt_sampler_work_free(&e->sw);
-    free(e->slots);
-    free(e->logits);
-    free(e->toks);
-    free(e->segs);
-    free(e->seg_slot);
-    free(e->new_slot);
-    free(e->prog);
-    free(e->which);
-    free(e->piece);
-    free(e->chunk);
-    free(e->tail);
-    free(e);
-}
-
-int cpt_gen_request_check(const cpt_gen_request *g, int V, int max_len, int have_tok, cpt_err *err) {
-    if (!g->prompt || g->n_prompt < 1) return cpt_errf(err, "request: empty prompt");
-    if (g->n_prompt > max_len)
-        return cpt_errf(err, "request: prompt of %d tokens exceeds the context of %d", g->n_prompt, max_len);
-    for (int i = 0; i < g->n_prompt; i++)
-        if (g->prompt[i] < 0 || g->prompt[i] >= V)
-            return cpt_errf(err, "request: prompt token %d at %d is outside the vocabulary [0, %d)", g->prompt[i], i, V);
-    if (g->n_samples < 1 || g->n_samples > CPT_MAX_SAMPLES)
-        return cpt_errf(err, "request: n_samples %d must be in [1, %d]", g->n_samples, CPT_MAX_SAMPLES);
-    if (g->max_new_tokens < 1) return cpt_errf(err, "request: max_new_tokens %d must be >= 1", g->max_new_tokens);
-    if (cpt_sample_params_check(&g->sp, err)) return -1;
-    if (g->n_stop_strs > 0 && !have_tok) return cpt_errf(err, "request: stop strings need a tokenizer");
-    if (g->n_stop_ids < 0 || g->n_stop_strs < 0) return cpt_errf(err, "request: negative stop list length");
-    return 0;
-}
-
-int cpt_gen_stops_copy(cpt_gen_stops *s, const cpt_gen_request *g, cpt_err *err) {
-    s->ids = malloc(sizeof(int32_t) * (size_t)(g->n_stop_ids + 1));
-    s->strs = calloc((size_t)g->n_stop_strs + 1, sizeof(char *));
-    s->lens = calloc((size_t)g->n_stop_strs + 1, sizeof(size_t));
-    if (!s->ids || !s->strs || !s->lens) {
-        cpt_gen_stops_free(s);
-        return cpt_errf(err, "engine: out of memory for a request");
-    }
-    if (g->n_stop_ids) memcpy(s->ids, g->stop_ids, sizeof(int32_t) * (size_t)g->n_stop_ids);
-    s->n_ids = g->n_stop_ids;
-    for (int i = 0; i < g->n_stop_strs; i++) {
-        size_t n = strlen(g->stop_strs[i]);
-        if (n == 0) {
-            cpt_gen_stops_free(s);
-            return cpt_errf(err, "request: stop string %d is empty", i);
-        }
-        s->strs[i] = malloc(n + 1);
-        if (!s->strs[i]) {
-            cpt_gen_stops_free(s);
-            return cpt_errf(err, "engine: out of memory");
-        }
-        memcpy(s->strs[i], g->stop_strs[i], n + 1);
-        s->lens[i] = n;
-        if (n > s->max_len) s->max_len = n;
-        s->n_strs = i + 1;
+/* Room for the position the slot writes next: a fresh block at a block boundary, or a private copy of a shared,
+ * partly filled last block (copy-on-write: the decoder copies it before the step's forward). */
+static int ensure_block(cpt_engine *e, int s, cpt_err *err) {
+    slot *sl = &e->slots[s];
+    int32_t *tb = table(e, s);
+    int bi = sl->len / e->block_size;
+    if (bi >= e->max_blocks) return cpt_errf(err, "engine: slot %d past the context of %d", s, e->max_len);
+    if (bi == sl->nb) {
+        int b = block_alloc(e, err);
+        if (b < 0) return -1;
+        tb[sl->nb++] = b;
+        e->tables_dirty = 1;
+    } else if (e->refcnt[tb[bi]] > 1) {
+        int b = block_alloc(e, err);
+        if (b < 0 || cpt_decoder_copy_block(e->d, tb[bi], b, err)) return -1;
+        block_decref(e, tb[bi]);
+        tb[bi] = b;
+        e->tables_dirty = 1;
     }
     return 0;
 }
 
-void cpt_gen_stops_free(cpt_gen_stops *s) {
-    free(s->ids);
-    for (int i = 0; s->strs && i < s->n_strs; i++) free(s->strs[i]);
-    free(s->strs);
-    free(s->lens);
-    memset(s, 0, sizeof *s);
+static void tables_sync(cpt_engine *e) {
+    if (!e->tables_dirty) return;
+    cpt_decoder_tables_changed(e->d);
+    e->tables_dirty = 0;
 }
 
-int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err) {
-    if (cpt_gen_request_check(g, e->V, e->cache.max_len, e->tok != NULL, err)) return -1;
-    req *r = calloc(1, sizeof *r);
-    if (!r) return cpt_errf(err, "engine: out of memory");
-    if (cpt_gen_req_head_init(&r->h, e->next_id, g, err)) {
-        free(r);
-        return -1;
-    }
-    r->n_prompt = g->n_prompt;
-    /* the context bounds the completion: n_prompt + n_generated - 1 positions are fed */
-    int room = e->cache.max_len - g->n_prompt + 1;
-    r->max_new = g->max_new_tokens < room ? g->max_new_tokens : room;
-    r->sp = g->sp;
-    r->seed = g->seed;
-    r->prompt = malloc(sizeof(int32_t) * (size_t)g->n_prompt);
-    r->prompt_logits = malloc(sizeof(float) * (size_t)e->V);
-    if (!r->prompt || !r->prompt_logits) {
-        req_free(r);
-        return cpt_errf(err, "engine: out of memory for a request");
-    }
-    if (cpt_gen_stops_copy(&r->stops, g, err) || cpt_gen_reqs_push(&e->reqs, &r->h, err)) {
-        req_free(r);
-        return -1;
-    }
-    memcpy(r->prompt, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
-    return e->next_id++;
+/* ---- samples --------------------------------------------------------------------------------------------- */
+
+static void fill_row(cpt_sample_row *row, const gen_req *r, int logits_row, int sample, int step) {
+    memset(row, 0, sizeof *row);
+    row->seed = r->seed;
+    row->logits_row = logits_row;
+    row->top_k = r->sp.top_k;
+    row->temperature = r->sp.temperature;
+    row->top_p = r->sp.top_p;
+    row->min_p = r->sp.min_p;
+    row->sample = (uint32_t)sample;
+    row->step = (uint32_t)step;
 }
 
-/* ---- per-token bookkeeping -------------------------------------------------------------------------------- */
-
-int cpt_gen_sample_append(cpt_gen_sample *s, int *cap, int32_t tok, float lp, cpt_err *err) {
-    if (s->n_tokens == *cap) {
-        int c = *cap ? 2 * *cap : 32;
-        int32_t *t = realloc(s->tokens, sizeof(int32_t) * (size_t)c);
-        if (t) s->tokens = t;
-        float *l = realloc(s->logprobs, sizeof(float) * (size_t)c);
-        if (l) s->logprobs = l;
-        if (!t || !l) return cpt_errf(err, "engine: out of memory for a completion");
-        *cap = c;
-    }
-    s->tokens[s->n_tokens] = tok;
-    s->logprobs[s->n_tokens] = lp;
-    s->n_tokens++;
-    return 0;
-}
-
-int cpt_gen_stops_hit(const cpt_gen_stops *st, const cpt_tokenizer *tok, const cpt_gen_sample *s, char **tail,
-                      size_t *tail_cap) {
-    if (s->n_tokens < 1) return 0;
-    for (int i = 0; i < st->n_ids; i++)
-        if (s->tokens[s->n_tokens - 1] == st->ids[i]) return 1;
-    if (!st->n_strs) return 0;
-    size_t total = 0, n;
-    int k = s->n_tokens;
-    while (k > 0 && total < st->max_len) {
-        const char *b = cpt_tokenizer_id_bytes(tok, s->tokens[k - 1], &n);
-        total += b ? n : 0;
-        k--;
-    }
-    if (total + 1 > *tail_cap) {
-        char *p = realloc(*tail, total + 64);
-        if (!p) return 0;
-        *tail = p;
-        *tail_cap = total + 64;
-    }
-    size_t at = 0;
-    for (int i = k; i < s->n_tokens; i++) {
-        const char *b = cpt_tokenizer_id_bytes(tok, s->tokens[i], &n);
-        if (b && n) memcpy(*tail + at, b, n), at += n;
-    }
-    for (int i = 0; i < st->n_strs; i++)
-        if (st->lens[i] <= at && memcmp(*tail + at - st->lens[i], st->strs[i], st->lens[i]) == 0) return 1;
-    return 0;
-}
-
-/* Samples the next token of the slot from logits, records it, and ends the sample when a stop rule fires.
- * Returns 1 when the slot became free, 0 when it goes on, -1 on error. */
-static int advance(cpt_engine *e, int si, const float *logits, cpt_err *err) {
+/* Records the slot's new token; ends the sample on a stop rule. 1: the slot became free, 0: goes on, -1: error. */
+static int advance(cpt_engine *e, int si, int32_t tok, float lp, cpt_err *err) {
     slot *sl = &e->slots[si];
-    req *r = sl->r;
-    float lp = 0;
-    int32_t tok = cpt_sample(logits, &r->sp, &sl->rng, &e->sw, &lp);
-    if (cpt_gen_sample_append(&r->h.samples[sl->sample], &r->h.cap[sl->sample], tok, lp, err)) return -1;
+    gen_req *r = sl->r;
+    if (tok < 0 || tok >= e->V) return cpt_errf(err, "engine: sampled token %d outside [0, %d)", tok, e->V);
+    if (cpt_gen_req_append(r, sl->sample, tok, lp, err)) return -1;
     e->st.generated_tokens++;
-    cpt_gen_sample *s = &r->h.samples[sl->sample];
-    int stop = cpt_gen_stops_hit(&r->stops, e->tok, s, &e->tail, &e->tail_cap);
+    cpt_gen_sample *s = &r->samples[sl->sample];
+    int stop = cpt_gen_req_stopped(r, sl->sample, e->tok, &e->tail, &e->tail_cap);
     if (stop || s->n_tokens >= r->max_new) {
         s->finish = stop ? CPT_FINISH_STOP : CPT_FINISH_LENGTH;
-        r->h.done_samples++;
+        r->done_samples++;
         r->live--;
-        sl->r = NULL;
-        cpt_kv_cache_reset(&e->cache, si);
+        slot_release(e, si);
         return 1;
     }
     sl->pending = tok;
     return 0;
 }
 
-static int ensure_toks(cpt_engine *e, int n, cpt_err *err) {
-    if (n <= e->toks_cap) return 0;
-    int32_t *p = realloc(e->toks, sizeof(int32_t) * (size_t)n);
-    if (!p) return cpt_errf(err, "engine: out of memory for %d prefill tokens", n);
-    e->toks = p;
-    e->toks_cap = n;
+/* ---- admission and prefill ------------------------------------------------------------------------------- */
+
+static gen_req *next_waiting(const cpt_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->next_sample < e->reqs[i]->n_samples) return e->reqs[i];
+    return NULL;
+}
+
+/* Runs the prompts of the slots pre_slot[0..n) (their blocks already in their tables) in calls of at most R rows;
+ * each prompt's last logits go to its request's saved row; then the request takes its references to the blocks. */
+static int prefill(cpt_engine *e, int n, cpt_err *err) {
+    cpt_decoder_io *io = e->io;
+    for (int k = 0; k < n; k++) e->prog[k] = 0;
+    for (;;) {
+        int nt = 0, no = 0;
+        for (int k = 0; k < n && nt < e->R; k++) {
+            int s = e->pre_slot[k];
+            gen_req *r = e->slots[s].r;
+            int left = r->n_prompt - e->prog[k];
+            if (left <= 0) continue;
+            int take = left < e->R - nt ? left : e->R - nt;
+            for (int j = 0; j < take; j++) {
+                io->tok[nt + j] = r->prompt[e->prog[k] + j];
+                io->pos[nt + j] = e->prog[k] + j;
+                io->tab[nt + j] = s;
+            }
+            e->prog[k] += take;
+            nt += take;
+            if (e->prog[k] == r->n_prompt) {
+                io->out[no] = nt - 1;
+                io->save_to[no++] = r->plog_row;
+            }
+        }
+        if (!nt) break;
+        tables_sync(e);
+        if (cpt_decoder_prefill(e->d, nt, no, err)) return -1;
+        e->st.prefill_tokens += nt;
+    }
+    for (int k = 0; k < n; k++) {
+        int s = e->pre_slot[k];
+        slot *sl = &e->slots[s];
+        gen_req *r = sl->r;
+        int32_t *tb = table(e, s);
+        r->n_pblocks = sl->nb;
+        for (int i = 0; i < sl->nb; i++) {
+            r->pblocks[i] = tb[i];
+            e->refcnt[tb[i]]++;
+        }
+        r->prefilling = 0;
+        sl->len = r->n_prompt;
+        e->st.prefills++;
+    }
     return 0;
 }
 
-/* A slot of r other than `except` that holds r's prompt, or -1. */
-static int source_slot(const cpt_engine *e, const req *r, int except) {
-    for (int s = 0; s < e->n_slots; s++)
-        if (s != except && e->slots[s].r == r && e->cache.slots[s].len >= r->n_prompt) return s;
-    return -1;
-}
-
-static req *next_waiting(cpt_engine *e) { return (req *)cpt_gen_reqs_next_waiting(&e->reqs); }
-
-/* Runs the n prefill segments in e->segs (over e->toks) at most prefill_chunk tokens per decode call (long prompts
- * continue in the next call through the cache), and saves each prompt's last logits in its request. */
-static int prefill(cpt_engine *e, int n, cpt_err *err) {
-    for (int k = 0; k < n; k++) e->prog[k] = 0;
-    for (;;) {
-        int np = 0, nt = 0;
-        for (int k = 0; k < n && nt < e->prefill_chunk; k++) {
-            int left = e->segs[k].count - e->prog[k];
-            if (left <= 0) continue;
-            int take = left < e->prefill_chunk - nt ? left : e->prefill_chunk - nt;
-            memcpy(e->chunk + nt, e->toks + e->segs[k].start + e->prog[k], sizeof(int32_t) * (size_t)take);
-            e->piece[np] = (cpt_decode_seg){e->segs[k].slot, nt, take};
-            e->which[np++] = k;
-            nt += take;
-        }
-        if (!np) return 0;
-        if (cpt_model_decode(e->m, &e->cache, e->chunk, nt, e->piece, np, e->logits, NULL, &e->work, err)) return -1;
-        for (int j = 0; j < np; j++) {
-            int k = e->which[j];
-            e->prog[k] += e->piece[j].count;
-            if (e->prog[k] == e->segs[k].count) {
-                req *r = e->slots[e->segs[k].slot].r;
-                memcpy(r->prompt_logits, e->logits + (size_t)j * e->V, sizeof(float) * (size_t)e->V);
-                r->prefilled = 1;
-            }
-        }
+/* Takes slot s for the next sample of r (its reservation already counted). */
+static int admit_one(cpt_engine *e, int s, gen_req *r, int need, int hold, int *n_pre, cpt_err *err) {
+    slot *sl = &e->slots[s];
+    memset(sl, 0, sizeof *sl);
+    sl->r = r;
+    sl->sample = r->next_sample++;
+    sl->need = need;
+    r->live++;
+    if (r->held) {
+        if (r->prefilling) sl->wait_prefill = 1;
+        else share_prompt(e, s, r);
+        return 0;
     }
+    /* the request's first sample: its slot gets fresh blocks for the prompt and runs the prefill */
+    r->held = 1;
+    r->hold_res = hold;
+    r->prefilling = 1;
+    r->plog_row = e->plog_free[--e->n_plog_free];
+    int nb = blocks_for(e, r->n_prompt);
+    int32_t *tb = table(e, s);
+    for (int i = 0; i < nb; i++) {
+        int b = block_alloc(e, err);
+        if (b < 0) return -1;
+        tb[i] = b;
+        sl->nb++;
+    }
+    e->tables_dirty = 1;
+    e->pre_slot[(*n_pre)++] = s;
+    return 0;
 }
 
-/* Fills free slots with waiting samples: one batched prefill for the prompts that no slot holds, prefix copies
- * for the others, then each new sample's first token from its prompt's logits. Repeats while a sample finishing
+/* Fills free slots with waiting samples while the pool can hold their completions: one batched prefill for the
+ * new prompts, then each new sample's first token from its prompt's saved logits. Repeats while a sample finishing
  * on its first token frees a slot again. */
 static int admit(cpt_engine *e, cpt_err *err) {
     for (;;) {
-        int n_new = 0, n_pre = 0, n_tok = 0;
-        int *new_slot = e->new_slot;
+        int n_new = 0, n_pre = 0;
         for (int s = 0; s < e->n_slots; s++) {
             if (e->slots[s].r) continue;
-            req *r = next_waiting(e);
+            gen_req *r = next_waiting(e);
             if (!r) break;
-            slot *sl = &e->slots[s];
-            sl->r = r;
-            sl->sample = r->h.next_sample++;
-            cpt_rng_seed(&sl->rng, r->seed, (uint64_t)sl->sample);
-            cpt_kv_cache_reset(&e->cache, s);
-            r->live++;
-            new_slot[n_new++] = s;
-            /* the first new slot of a request without a live holder of its prompt runs the prefill */
-            int has_src = source_slot(e, r, s) >= 0;
-            int in_batch = 0;
-            for (int k = 0; k < n_pre; k++) in_batch |= e->slots[e->seg_slot[k]].r == r;
-            if (!has_src && !in_batch) {
-                if (ensure_toks(e, n_tok + r->n_prompt, err)) return -1;
-                memcpy(e->toks + n_tok, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
-                e->segs[n_pre] = (cpt_decode_seg){s, n_tok, r->n_prompt};
-                e->seg_slot[n_pre++] = s;
-                n_tok += r->n_prompt;
-            }
+            int hold = r->held || r->n_samples == 1 ? 0 : blocks_for(e, r->n_prompt);
+            int need = need_of(e, r);
+            if (e->reserved + need + hold > e->total_blocks) break; /* wait for blocks to free */
+            if (!r->held && e->n_plog_free == 0) break;
+            e->reserved += need + hold;
+            if (admit_one(e, s, r, need, hold, &n_pre, err)) return -1;
+            e->new_slot[n_new++] = s;
         }
         if (!n_new) return 0;
         if (n_pre && prefill(e, n_pre, err)) return -1;
-        if (n_pre) {
-            e->st.prefills += n_pre;
-            e->st.prefill_tokens += n_tok;
-        }
         for (int k = 0; k < n_new; k++) {
-            int s = new_slot[k];
-            req *r = e->slots[s].r;
-            if (e->cache.slots[s].len == 0) {
-                int src = source_slot(e, r, s);
-                if (src < 0) return cpt_errf(err, "engine: no slot holds the prompt of request %lld", (long long)r->h.id);
-                if (cpt_kv_cache_copy_prefix(&e->cache, s, src, r->n_prompt, err)) return -1;
-                e->st.shared_prefills++;
+            slot *sl = &e->slots[e->new_slot[k]];
+            if (sl->wait_prefill) {
+                share_prompt(e, e->new_slot[k], sl->r);
+                sl->wait_prefill = 0;
             }
+            fill_row(&e->io->rows[k], sl->r, sl->r->plog_row, sl->sample, 0);
         }
+        if (cpt_decoder_sample_saved(e->d, n_new, err)) return -1;
         int freed = 0;
         for (int k = 0; k < n_new; k++) {
-            int s = new_slot[k];
-            int rc = advance(e, s, e->slots[s].r->prompt_logits, err);
+            int rc = advance(e, e->new_slot[k], e->io->out_tok[k], e->io->out_lp[k], err);
             if (rc < 0) return -1;
             freed += rc;
         }
+        for (int i = 0; i < e->n_reqs; i++)
+            if (e->reqs[i]->held && e->reqs[i]->next_sample == e->reqs[i]->n_samples) req_release_prompt(e, e->reqs[i]);
         if (!freed) return 0;
     }
 }
 
+/* ---- steps ------------------------------------------------------------------------------------------------- */
+
 int cpt_engine_step(cpt_engine *e, cpt_err *err) {
     if (admit(e, err)) return -1;
+    cpt_decoder_io *io = e->io;
     int n = 0;
+    int *act = e->new_slot;
     for (int s = 0; s < e->n_slots; s++) {
         if (!e->slots[s].r) continue;
-        e->segs[n] = (cpt_decode_seg){s, n, 1};
-        e->seg_slot[n] = s;
-        n++;
+        if (ensure_block(e, s, err)) return -1;
+        act[n++] = s;
     }
     if (!n) return 0;
-    if (ensure_toks(e, e->n_slots, err)) return -1;
-    for (int k = 0; k < n; k++) e->toks[k] = e->slots[e->seg_slot[k]].pending;
-    if (cpt_model_decode(e->m, &e->cache, e->toks, n, e->segs, n, e->logits, NULL, &e->work, err)) return -1;
+    for (int k = 0; k < n; k++) {
+        slot *sl = &e->slots[act[k]];
+        io->tok[k] = sl->pending;
+        io->pos[k] = sl->len;
+        io->tab[k] = act[k];
+        fill_row(&io->rows[k], sl->r, k, sl->sample, sl->r->samples[sl->sample].n_tokens);
+    }
+    tables_sync(e);
+    if (cpt_decoder_step(e->d, n, err)) return -1;
     e->st.decode_steps++;
     e->st.slot_steps += n;
     int active = n;
     for (int k = 0; k < n; k++) {
-        int rc = advance(e, e->seg_slot[k], e->logits + (size_t)k * e->V, err);
+        e->slots[act[k]].len++;
+        int rc = advance(e, act[k], io->out_tok[k], io->out_lp[k], err);
         if (rc < 0) return -1;
         active -= rc;
     }
     return active;
 }
 
+/* ---- creation and the request interface -------------------------------------------------------------------- */
+
+cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const cpt_decoder_tuning *tuning,
+                                 cpt_err *err) {
+    const cpt_model_config *c = cpt_model_cfg(m);
+    cpt_engine_opts none = {0};
+    if (!o) o = &none;
+    if (o->slots < 0 || o->max_len < 0 || o->prefill_chunk < 0 || o->block_size < 0 || o->kv_blocks < 0) {
+        cpt_errf(err, "engine: slots %d, max_len %d, prefill_chunk %d, block_size %d, kv_blocks %d: none may be "
+                      "negative", o->slots, o->max_len, o->prefill_chunk, o->block_size, o->kv_blocks);
+        return NULL;
+    }
+    cpt_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        cpt_errf(err, "engine: out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->tok = o->tok;
+    e->V = c->vocab_size;
+    e->n_slots = o->slots > 0 ? o->slots : 8;
+    e->max_len = o->max_len > 0 ? o->max_len : c->max_position_embeddings;
+    if (e->max_len < 2) e->max_len = 2;
+    int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 2048;
+    e->R = chunk > e->n_slots ? chunk : e->n_slots;
+    cpt_decoder_opts dop = {.n_tables = e->n_slots, .max_len = e->max_len, .block_size = o->block_size,
+                            .n_blocks = o->kv_blocks, .max_rows = e->R, .saved_rows = e->n_slots + 1};
+    if (!(e->d = cpt_decoder_new(m, &dop, tuning, err))) goto fail;
+    e->io = cpt_decoder_io_of(e->d);
+    e->block_size = cpt_decoder_block_size(e->d);
+    e->max_blocks = cpt_decoder_max_blocks(e->d);
+    e->total_blocks = cpt_decoder_blocks(e->d);
+    if (e->total_blocks < e->max_blocks) {
+        cpt_errf(err, "engine: a KV pool of %d blocks cannot hold one context of %d positions (%d blocks of %d)",
+                 e->total_blocks, e->max_len, e->max_blocks, e->block_size);
+        goto fail;
+    }
+    e->refcnt = calloc((size_t)e->total_blocks, sizeof *e->refcnt);
+    e->free_stack = malloc(sizeof *e->free_stack * (size_t)e->total_blocks);
+    e->plog_free = malloc(sizeof *e->plog_free * (size_t)(e->n_slots + 1));
+    e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
+    e->new_slot = malloc(sizeof(int) * (size_t)e->n_slots);
+    e->pre_slot = malloc(sizeof(int) * (size_t)e->n_slots);
+    e->prog = malloc(sizeof(int) * (size_t)e->n_slots);
+    if (!e->refcnt || !e->free_stack || !e->plog_free || !e->slots || !e->new_slot || !e->pre_slot || !e->prog) {
+        cpt_errf(err, "engine: out of memory for %d slots", e->n_slots);
+        goto fail;
+    }
+    for (int b = e->total_blocks - 1; b >= 0; b--) e->free_stack[e->n_free++] = b; /* block 0 first */
+    for (int i = e->n_slots; i >= 0; i--) e->plog_free[e->n_plog_free++] = i;
+    e->tables_dirty = 1;
+    return e;
+fail:
+    cpt_engine_free(e);
+    return NULL;
+}
+
+cpt_engine *cpt_engine_new(cpt_model *m, const cpt_engine_opts *o, cpt_err *err) {
+    return cpt_engine_new_tuned(m, o, NULL, err);
+}
+
+void cpt_engine_clear(cpt_engine *e) {
+    for (int s = 0; e->slots && s < e->n_slots; s++)
+        if (e->slots[s].r) slot_release(e, s);
+    for (int i = 0; i < e->n_reqs; i++) {
+        req_release_prompt(e, e->reqs[i]);
+        cpt_gen_req_free(e->reqs[i]);
+    }
+    e->n_reqs = 0;
+}
+
+void cpt_engine_free(cpt_engine *e) {
+    if (!e) return;
+    if (e->refcnt && e->plog_free) cpt_engine_clear(e);
+    free(e->reqs);
+    cpt_decoder_free(e->d);
+    free(e->refcnt);
+    free(e->free_stack);
+    free(e->plog_free);
+    free(e->slots);
+    free(e->new_slot);
+    free(e->pre_slot);
+    free(e->prog);
+    free(e->tail);
+    free(e);
+}
+
+int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *g, cpt_err *err) {
+    gen_req *r = cpt_gen_req_new(g, e->next_id, e->V, e->max_len, e->tok != NULL, err);
+    if (!r) return -1;
+    int need = need_of(e, r) + (g->n_samples > 1 ? blocks_for(e, r->n_prompt) : 0);
+    if (need > e->total_blocks) {
+        cpt_gen_req_free(r);
+        return cpt_errf(err, "request: needs %d KV blocks, the pool has %d", need, e->total_blocks);
+    }
+    if (e->n_reqs == e->cap_reqs) {
+        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+        gen_req **p = realloc(e->reqs, sizeof *p * (size_t)cap);
+        if (!p) {
+            cpt_gen_req_free(r);
+            return cpt_errf(err, "engine: out of memory");
+        }
+        e->reqs = p;
+        e->cap_reqs = cap;
+    }
+    e->reqs[e->n_reqs++] = r;
+    return e->next_id++;
+}
+
 int cpt_engine_take(cpt_engine *e, cpt_gen_result *out) {
-    req *r = (req *)cpt_gen_reqs_take(&e->reqs, out);
-    req_free(r);
-    return r != NULL;
+    for (int i = 0; i < e->n_reqs; i++) {
+        gen_req *r = e->reqs[i];
+        if (r->done_samples < r->n_samples) continue;
+        cpt_gen_req_result(r, out);
+        req_release_prompt(e, r);
+        cpt_gen_req_free(r);
+        memmove(e->reqs + i, e->reqs + i + 1, sizeof *e->reqs * (size_t)(e->n_reqs - i - 1));
+        e->n_reqs--;
+        return 1;
+    }
+    return 0;
 }
 
 int cpt_engine_active(const cpt_engine *e) {
@@ -514,13 +444,48 @@ int cpt_engine_active(const cpt_engine *e) {
     for (int s = 0; s < e->n_slots; s++) n += e->slots[s].r != NULL;
     return n;
 }
-int cpt_engine_idle(const cpt_engine *e) { return cpt_gen_reqs_idle(&e->reqs); }
-int cpt_engine_pending(const cpt_engine *e) { return e->reqs.n; }
-int cpt_engine_waiting(const cpt_engine *e) { return cpt_gen_reqs_waiting(&e->reqs); }
+
+int cpt_engine_idle(const cpt_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->done_samples < e->reqs[i]->n_samples) return 0;
+    return 1;
+}
+
+int cpt_engine_waiting(const cpt_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->n_samples - e->reqs[i]->next_sample;
+    return n;
+}
+
+int cpt_engine_pending(const cpt_engine *e) { return e->n_reqs; }
 int cpt_engine_slots(const cpt_engine *e) { return e->n_slots; }
 const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e) { return &e->st; }
+int cpt_engine_kv_blocks(const cpt_engine *e) { return e->total_blocks; }
+int cpt_engine_kv_free_blocks(const cpt_engine *e) { return e->n_free; }
+cpt_decoder *cpt_engine_decoder(cpt_engine *e) { return e->d; }
 
 int cpt_engine_generate(cpt_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results, cpt_err *err) {
-    cpt_gen_engine g = {e, NULL};
-    return cpt_gen_engine_generate(&g, reqs, n, results, err);
+    int64_t first = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t id = cpt_engine_submit(e, &reqs[i], err);
+        if (id < 0) return -1;
+        if (i == 0) first = id;
+        memset(&results[i], 0, sizeof results[i]);
+    }
+    int got = 0;
+    while (got < n) {
+        if (cpt_engine_idle(e) && !cpt_engine_pending(e)) return cpt_errf(err, "engine: requests lost");
+        if (cpt_engine_step(e, err) < 0) return -1;
+        cpt_gen_result r;
+        while (cpt_engine_take(e, &r)) {
+            int64_t k = r.id - first;
+            if (k < 0 || k >= n) {
+                cpt_gen_result_free(&r); /* a request submitted before this call: not ours to return */
+                continue;
+            }
+            results[k] = r;
+            got++;
+        }
+    }
+    return 0;
 }

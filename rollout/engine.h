@@ -1,64 +1,43 @@
-/* The generation engine: prefill + KV-cache decode over a fixed number of slots with continuous batching.
+/* The generation engine: requests, slots, a paged KV cache's blocks and continuous batching, over the decoder of
+ * the model's placement (model/decoder.h: the CPU's fp32 or the GPU's bf16). The engine schedules; the decoder
+ * runs the model and draws the tokens.
  *
  * A request is a prompt with n samples. Each sample occupies one slot from its first generated token to its last;
- * when a sample finishes, its slot is refilled at once from the waiting samples (FIFO). The samples of one prompt
- * share its prefill: the prompt runs through the model once, and each sample's slot gets a copy of the prompt's
- * K/V (from any slot of the same request still holding it; only if none is left is the prompt run again) and
- * draws its first token from the saved logits of the prompt's last position.
+ * when a sample finishes, its slot is refilled at once from the waiting samples (FIFO). The KV cache is a pool of
+ * blocks of block_size positions with a block table per slot and reference counts: the prompt of a request runs
+ * through the model once (in chunks of at most prefill_chunk rows), its blocks are shared by all its samples, and
+ * the request holds them until its last sample is admitted; a sample appending to a shared, partly filled block
+ * copies it first (copy-on-write). A sample is admitted only when the pool can hold its whole completion (prompt +
+ * max_new_tokens, counted without sharing), so no step runs out of blocks; a request that could never fit is
+ * refused at submit. Each sample's first token is drawn from the saved logits of its prompt's last position.
  *
- * Determinism: sample j of a request draws from its own rng seeded (seed, j), and the per-token computation does
- * not depend on what else is in the batch, so the same request and seed give the same tokens whatever the batch
- * composition, slot count or arrival order.
+ * Determinism: token t of sample j of a request is drawn with the randomness of (seed, j, t) (kernels/kernels.h),
+ * and the CPU decoder computes a row alike whatever else is in its call, so on the CPU the same request and seed
+ * give the same tokens whatever the batch, slot count, block size or arrival order. (On the GPU, see the CUDA
+ * decoder for what is bitwise.)
  *
  * Stops: a token in stop_ids (callers put EOS there), or the completion's bytes ending with a stop string (the
  * raw token bytes of the tokenizer; the tokens that complete it are kept), finish = stop; max_new_tokens
  * generated (or the context full), finish = length. Every generated token has its behaviour logprob (see
- * rollout/sampling.h for the distribution). */
+ * kernels/kernels.h for the distribution). */
 #ifndef CPT_ROLLOUT_ENGINE_H
 #define CPT_ROLLOUT_ENGINE_H
 
 #include <stdint.h>
 
 #include "core/tokenizer.h"
-#include "model/kv_cache.h"
-#include "queue/schema.h"
-#include "rollout/sampling.h"
+#include "model/decoder.h"
+#include "rollout/gen_request.h"
 
-typedef struct cpt_gen_request {
-    const int32_t *prompt;
-    int n_prompt;
-    int n_samples;
-    cpt_sample_params sp;
-    uint64_t seed;
-    int max_new_tokens;
-    const int32_t *stop_ids;
-    int n_stop_ids;
-    const char *const *stop_strs;
-    int n_stop_strs;
-    uint64_t tag; /* the caller's, returned with the result (e.g. a weight version or an index) */
-} cpt_gen_request;
-
-typedef struct cpt_gen_sample {
-    int n_tokens;
-    int32_t *tokens;
-    float *logprobs;
-    cpt_finish finish;
-} cpt_gen_sample;
-
-/* A finished request: all its samples. Free with cpt_gen_result_free. */
-typedef struct cpt_gen_result {
-    uint64_t tag;
-    int n_samples;
-    cpt_gen_sample *samples;
-    int64_t id; /* the id cpt_engine_submit returned */
-} cpt_gen_result;
-void cpt_gen_result_free(cpt_gen_result *r);
-
+/* What a user tunes. */
 typedef struct cpt_engine_opts {
     int slots;   /* concurrent sequences; 0: 8 */
     int max_len; /* context per slot; 0: the model's max_position_embeddings */
     const cpt_tokenizer *tok; /* needed only for stop strings */
-    int prefill_chunk; /* most prompt tokens per forward call (bounds activation memory); 0: 2048 */
+    int prefill_chunk; /* most prompt rows per forward call (bounds activation memory); 0: 2048 */
+    int block_size;    /* positions per KV block; 0: 16 */
+    int kv_blocks;     /* blocks in the pool; 0: every slot's full context (the GPU caps it by free memory; the CPU
+                        * allocates a block's memory when it is first written) */
 } cpt_engine_opts;
 
 typedef struct cpt_engine_stats {
@@ -68,10 +47,15 @@ typedef struct cpt_engine_stats {
 
 typedef struct cpt_engine cpt_engine;
 
+/* On the model's placement: the CPU, or the GPU after cpt_model_use_cuda_infer. */
 cpt_engine *cpt_engine_new(cpt_model *m, const cpt_engine_opts *o, cpt_err *err);
+/* The same with the decoder's private tuning (tests and benches; NULL: the product's choice). */
+cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const cpt_decoder_tuning *tuning,
+                                 cpt_err *err);
 void cpt_engine_free(cpt_engine *e);
 /* Copies the request (prompt, stop lists) and queues its samples. Returns its id (>= 0) or -1 on bad input
- * (empty prompt, token outside the vocabulary, prompt longer than the context, bad sampling parameters). */
+ * (empty prompt, token outside the vocabulary, prompt longer than the context, bad sampling parameters, more KV
+ * blocks than the pool has). */
 int64_t cpt_engine_submit(cpt_engine *e, const cpt_gen_request *r, cpt_err *err);
 /* Admits waiting samples into free slots (prefill as needed), then decodes one token for every active slot.
  * Returns the number of active slots after the step, or -1 on error. */
@@ -87,71 +71,14 @@ int cpt_engine_slots(const cpt_engine *e);
 const cpt_engine_stats *cpt_engine_get_stats(const cpt_engine *e);
 /* Drops every request (waiting, running, finished but not taken) and empties the slots: after a weight change. */
 void cpt_engine_clear(cpt_engine *e);
+/* The KV pool: blocks in it, blocks free now (equal when idle: nothing leaks). */
+int cpt_engine_kv_blocks(const cpt_engine *e);
+int cpt_engine_kv_free_blocks(const cpt_engine *e);
+/* The decoder underneath (benches: cpt_decoder_graphs, cpt_decoder_replay_s). */
+cpt_decoder *cpt_engine_decoder(cpt_engine *e);
 
-/* Convenience: submits reqs[0..n), steps until all are done, and fills results[i] for reqs[i]. */
+/* Convenience: submits reqs[0..n), steps until all are done, and fills results[i] for reqs[i]; results of
+ * requests submitted before this call are freed, not returned. */
 int cpt_engine_generate(cpt_engine *e, const cpt_gen_request *reqs, int n, cpt_gen_result *results, cpt_err *err);
-
-/* Checks sampling parameters (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1)). */
-int cpt_sample_params_check(const cpt_sample_params *sp, cpt_err *err);
-
-/* ---- per-request bookkeeping shared with rollout/cuda_engine.c ---- */
-
-/* What both engines keep of a request: the first member of their own request struct (so a pointer to theirs is a
- * pointer to this), held in a cpt_gen_reqs list in submission order. */
-typedef struct cpt_gen_req_head {
-    int64_t id;
-    uint64_t tag;
-    int n_samples;
-    int next_sample;         /* the next sample to admit */
-    int done_samples;        /* finished samples */
-    cpt_gen_sample *samples; /* [n_samples] */
-    int *cap;                /* [n_samples] capacity of each sample's arrays (cpt_gen_sample_append) */
-} cpt_gen_req_head;
-
-/* Id, tag and n_samples from g, the samples allocated empty; -1 out of memory (h then freed). */
-int cpt_gen_req_head_init(cpt_gen_req_head *h, int64_t id, const cpt_gen_request *g, cpt_err *err);
-void cpt_gen_req_head_free(cpt_gen_req_head *h); /* the samples it still holds */
-
-typedef struct cpt_gen_reqs {
-    cpt_gen_req_head **r;
-    int n, cap;
-} cpt_gen_reqs;
-
-int cpt_gen_reqs_push(cpt_gen_reqs *l, cpt_gen_req_head *h, cpt_err *err);
-/* The first request with samples left to admit, or NULL. */
-cpt_gen_req_head *cpt_gen_reqs_next_waiting(const cpt_gen_reqs *l);
-/* The first request whose samples are all finished: its results moved into out, removed from the list and
- * returned (its engine frees it); NULL when none is. */
-cpt_gen_req_head *cpt_gen_reqs_take(cpt_gen_reqs *l, cpt_gen_result *out);
-int cpt_gen_reqs_idle(const cpt_gen_reqs *l);    /* 1: no request has unfinished samples */
-int cpt_gen_reqs_waiting(const cpt_gen_reqs *l); /* samples not yet admitted */
-void cpt_gen_reqs_free(cpt_gen_reqs *l);         /* the list only: the engine frees its requests first */
-
-/* ---- per-sample bookkeeping shared with rollout/cuda_engine.c ---- */
-
-/* Appends token tok with behaviour logprob lp to s, growing its arrays (capacity in *cap, doubling from 32). */
-int cpt_gen_sample_append(cpt_gen_sample *s, int *cap, int32_t tok, float lp, cpt_err *err);
-/* The checks both engines make of a request: a prompt of 1..max_len tokens in [0, V), n_samples in [1,
- * CPT_MAX_SAMPLES], max_new_tokens >= 1, the sampling parameters, stop lists (stop strings need a tokenizer:
- * have_tok). 0, or -1 with err naming the field. */
-int cpt_gen_request_check(const cpt_gen_request *g, int V, int max_len, int have_tok, cpt_err *err);
-
-/* A request's stop rules, the engine's own copies. */
-typedef struct cpt_gen_stops {
-    int32_t *ids;
-    int n_ids;
-    char **strs;
-    size_t *lens, max_len; /* byte lengths, the longest */
-    int n_strs;
-} cpt_gen_stops;
-/* Copies g's stop ids and strings into s (zeroed by the caller). -1 with err set (an empty stop string, out of
- * memory), s then freed. */
-int cpt_gen_stops_copy(cpt_gen_stops *s, const cpt_gen_request *g, cpt_err *err);
-void cpt_gen_stops_free(cpt_gen_stops *s);
-/* 1 when the sample's last token (already appended) is a stop id, or the bytes of its tokens end with a stop string:
- * only the last tokens are decoded, enough to cover the longest. *tail / *tail_cap is the caller's scratch
- * buffer. */
-int cpt_gen_stops_hit(const cpt_gen_stops *s, const cpt_tokenizer *tok, const cpt_gen_sample *smp, char **tail,
-                      size_t *tail_cap);
 
 #endif

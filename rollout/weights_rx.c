@@ -131,7 +131,7 @@ static int verify(cpt_cuda_ctx *ctx, const void *dev, size_t bytes, uint64_t wan
     return 0;
 }
 
-static int nccl_receive(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
+static int nccl_receive(cpt_weights_rx *rx, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
     cpt_weights_ann a;
     uint64_t sum;
     if (parse_checked(wm, m, &a, &sum, err)) return -1;
@@ -146,7 +146,7 @@ static int nccl_receive(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, c
     int rank = ep.epoch == a.epoch ? cpt_wg_rank(&ep, rx->me) : -1;
     cpt_wg_epoch_free(&ep);
     if (rank < 0) return 0; /* not in this epoch: the trainer opens one with us at its next version */
-    cpt_cuda_ctx *ctx = cpt_cuda_engine_cuda_ctx(ge);
+    cpt_cuda_ctx *ctx = cpt_model_cuda_ctx(m);
     double timeout = cpt_cfg_float(rx->cfg, "weights.nccl_timeout_s");
     if (!rx->comm) {
         char where[128];
@@ -175,7 +175,7 @@ broken:
     return -1;
 }
 
-static int ipc_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
+static int ipc_load(cpt_weights_rx *rx, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
     cpt_weights_ann a;
     uint64_t sum;
     if (parse_checked(wm, m, &a, &sum, err)) return -1;
@@ -183,7 +183,7 @@ static int ipc_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const
     if (gethostname(host, sizeof host - 1) == 0 && strcmp(host, a.host))
         return cpt_errf(err, "cuda_ipc: the trainer runs on host %s, this worker on %s (IPC handles only open on the "
                              "same host; use weights.transport = nccl or file)", a.host, host);
-    cpt_cuda_ctx *ctx = cpt_cuda_engine_cuda_ctx(ge);
+    cpt_cuda_ctx *ctx = cpt_model_cuda_ctx(m);
     int s = a.slot;
     if (!rx->opened[s] || memcmp(rx->opened_handle[s], a.handle, sizeof a.handle)) {
         cpt_cuda_ipc_close(rx->opened[s]);
@@ -195,7 +195,7 @@ static int ipc_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const
     int64_t lease = (int64_t)(cpt_cfg_float(rx->cfg, "weights.ipc_lease_s") * 1000);
     int in = cpt_ipc_book_enter(rx->q->redis, rx->q->run, s, wm->version, rx->me, cpt_wg_now_ms(), lease, err);
     if (in <= 0) return in; /* 0: superseded while we looked */
-    int rc = cpt_cuda_engine_load_weights_bf16(ge, m, rx->opened[s], err);
+    int rc = cpt_model_load_weights_bf16_device(m, rx->opened[s], err);
     if (!rc) rc = verify(ctx, rx->opened[s], wm->bytes, sum, err);
     cpt_err e2;
     if (cpt_ipc_book_leave(rx->q->redis, rx->q->run, s, rx->me, rc ? 0 : wm->version, &e2) && !rc) {
@@ -206,26 +206,27 @@ static int ipc_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const
 }
 #endif
 
-int cpt_weights_rx_poll(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
+int cpt_weights_rx_poll(cpt_weights_rx *rx, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
     if (rx->transport != CPT_WT_NCCL) return 0;
     if (cpt_now() - rx->t_reg >= cpt_cfg_float(rx->cfg, "weights.member_ttl_s") / 3) {
         if (cpt_wg_register(rx->q->redis, rx->q->run, rx->me, cpt_wg_now_ms(), err)) return -1;
         rx->t_reg = cpt_now();
     }
-    if (!wm || strcmp(wm->transport, "nccl") || !ge || !m) return 0;
+    if (!wm || strcmp(wm->transport, "nccl") || !m || !cpt_model_cuda_ctx(m)) return 0;
 #ifdef CPT_HAVE_CUDA
-    return nccl_receive(rx, ge, m, wm, err);
+    return nccl_receive(rx, m, wm, err);
 #else
     return cpt_errf(err, "built without CUDA");
 #endif
 }
 
-int cpt_weights_rx_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
-    if (!ge || !m) return cpt_errf(err, "transport %s needs the GPU engine (rollout.device = cuda)", wm->transport);
+int cpt_weights_rx_load(cpt_weights_rx *rx, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err) {
+    if (!m || !cpt_model_cuda_ctx(m))
+        return cpt_errf(err, "transport %s needs the model on the GPU (rollout.device = cuda)", wm->transport);
 #ifdef CPT_HAVE_CUDA
-    if (!strcmp(wm->transport, "cuda_ipc")) return ipc_load(rx, ge, m, wm, err);
+    if (!strcmp(wm->transport, "cuda_ipc")) return ipc_load(rx, m, wm, err);
     if (!rx->has_got || rx->got_version != wm->version || rx->got_epoch != wm->membership_epoch) return 0;
-    return cpt_cuda_engine_load_weights_bf16(ge, m, rx->staging, err) ? -1 : 1;
+    return cpt_model_load_weights_bf16_device(m, rx->staging, err) ? -1 : 1;
 #else
     (void)rx;
     return cpt_errf(err, "built without CUDA");

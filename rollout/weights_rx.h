@@ -3,7 +3,7 @@
  *
  *   cuda_ipc  load: enter the announced slot as a reader (trainer/weights_ipc_book.h; 0 when the version was
  *             superseded), open the slot's IPC handle once, copy device to device into the GPU engine
- *             (cpt_cuda_engine_load_weights_bf16), check the slot's sum64 against the announcement, leave (ack).
+ *             (cpt_model_load_weights_bf16_device), check the slot's sum64 against the announcement, leave (ack).
  *   nccl      poll (every weight poll, also while generating): keep the worker's membership fresh; when the
  *             announced epoch lists this worker, join its communicator (rank from the epoch's member order) and
  *             receive each announced version into a device staging buffer (between decode steps), sum64 checked;
@@ -18,7 +18,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "queue/stream.h"
-#include "rollout/cuda_engine.h"
+#include "model/model.h"
 
 typedef struct cpt_weights_rx cpt_weights_rx;
 
@@ -34,9 +34,9 @@ void cpt_weights_rx_free(cpt_weights_rx *rx);
 /* 1 when wm's transport is one this object loads (cuda_ipc, nccl). */
 int cpt_weights_rx_handles(const cpt_weights_rx *rx, const cpt_weights_msg *wm);
 /* Every weight poll; wm is the current announcement or NULL. Errors are warnings for the caller (-1, err set). */
-int cpt_weights_rx_poll(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err);
-/* 1 loaded into ge, 0 not available now (superseded, or not received in this worker's epoch: wait for the next
+int cpt_weights_rx_poll(cpt_weights_rx *rx, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err);
+/* 1 loaded into m (placed with cpt_model_use_cuda_infer), 0 not available now (superseded, or not received in this worker's epoch: wait for the next
  * announcement), -1 error (the version is refused). */
-int cpt_weights_rx_load(cpt_weights_rx *rx, cpt_cuda_engine *ge, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err);
+int cpt_weights_rx_load(cpt_weights_rx *rx, cpt_model *m, const cpt_weights_msg *wm, cpt_err *err);
 
 #endif

@@ -12,7 +12,7 @@
 #include "core/fs.h"
 #include "queue/conn.h"
 #include "queue/stream.h"
-#include "rollout/gen_engine.h"
+#include "rollout/engine.h"
 #include "rollout/model_source.h"
 #include "rollout/weights_rx.h"
 #include "trainer/sft.h"
@@ -35,7 +35,8 @@ typedef struct worker {
     cpt_queue *q;
     cpt_model *m;
     cpt_tokenizer *tok;
-    cpt_gen_engine eng; /* the CPU engine, or with rollout.device = cuda the GPU one (eng.gpu) */
+    cpt_engine *eng;     /* on the model's placement: the CPU, or the GPU with rollout.device = cuda */
+    int on_gpu;          /* rollout.device = cuda: the model is placed for inference before its engine is made */
     cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (rollout/weights_rx.h) */
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
@@ -140,12 +141,8 @@ static int make_engine(worker *w, cpt_err *err) {
                          .max_len = (int)cpt_cfg_int(w->cfg, "rollout.max_len"),
                          .prefill_chunk = (int)cpt_cfg_int(w->cfg, "rollout.prefill_chunk"),
                          .tok = w->tok};
-    if (!strcmp(cpt_cfg_str(w->cfg, "rollout.device"), "cuda")) {
-        cpt_cuda_engine_opts co = cpt_cuda_engine_defaults(o);
-        if (!(w->eng.gpu = cpt_cuda_engine_new(w->m, &co, err))) return -1;
-    } else if (!(w->eng.cpu = cpt_engine_new(w->m, &o, err))) {
-        return -1;
-    }
+    if (w->on_gpu && cpt_model_use_cuda_infer(w->m, 0, err)) return -1;
+    if (!(w->eng = cpt_engine_new(w->m, &o, err))) return -1;
     w->n_eos = cpt_cfg_bool(w->cfg, "rollout.stop_on_eos") ? cpt_rollout_eos_ids(w->m, w->tok, w->eos) : 0;
     return 0;
 }
@@ -165,17 +162,21 @@ static int load_wanted(worker *w, cpt_err *err) {
     if (ok && !gpu_tr && verify_checksum(wm, &lerr)) ok = 0;
     if (ok && !w->m) {
         w->m = model_for_weights(w, wm->location, &lerr);
-        if (!w->m || make_engine(w, &lerr)) ok = 0;
+        if (!w->m || make_engine(w, &lerr)) {
+            cpt_model_free(w->m); /* a model without its engine would be taken for a working one */
+            w->m = NULL;
+            ok = 0;
+        }
     }
     double t0 = cpt_now();
     if (ok && gpu_tr) {
-        int lrc = cpt_weights_rx_load(w->rx, w->eng.gpu, w->m, wm, &lerr);
+        int lrc = cpt_weights_rx_load(w->rx, w->m, wm, &lerr);
         if (lrc == 0) return 0; /* superseded or not received in our epoch: wait for the next announcement */
         if (lrc < 0) ok = 0;
     }
+    /* a placed model's device copy follows the host weights (cpt_model_load_weights uploads them) */
     if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
-    /* the GPU engine's bf16 copy follows the host weights; a failed upload leaves it half old, half new: fatal */
-    if (ok && !gpu_tr && w->eng.gpu && cpt_cuda_engine_load_weights(w->eng.gpu, w->m, err)) return -1;
+    if (ok) cpt_engine_clear(w->eng); /* nothing is generating: no request is dropped */
     if (!ok) {
         w->bad_version = wm->version;
         cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
@@ -197,7 +198,7 @@ static void poll_weights(worker *w) {
         cpt_warn("cpt-rollout %s: reading weights: %s", w->me, err.msg);
         return;
     }
-    if (w->rx && cpt_weights_rx_poll(w->rx, w->eng.gpu, w->m, rc == 1 ? &wm : NULL, &err))
+    if (w->rx && cpt_weights_rx_poll(w->rx, w->m, rc == 1 ? &wm : NULL, &err))
         cpt_warn("cpt-rollout %s: weight group: %s", w->me, err.msg);
     if (rc == 0) return;
     w->announced = wm.version;
@@ -249,7 +250,7 @@ static void start_flight(worker *w, int i) {
                          .max_new_tokens = (int)s->max_new_tokens, .stop_ids = stop_ids, .n_stop_ids = n_stop,
                          .stop_strs = (const char *const *)s->stop_strs, .n_stop_strs = (int)s->n_stop_strs};
     cpt_err err;
-    int64_t id = cpt_gen_engine_submit(&w->eng, &r, &err);
+    int64_t id = cpt_engine_submit(w->eng, &r, &err);
     if (id < 0) {
         dead_letter(w, i, err.msg);
         return;
@@ -277,7 +278,7 @@ static int refuse_prompt(worker *w, int i) {
 static void take_group(worker *w) {
     cpt_err err;
     cpt_queue_item it;
-    w->q->block_ms = cpt_gen_engine_idle(&w->eng) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
+    w->q->block_ms = !w->eng || cpt_engine_idle(w->eng) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
     int got = cpt_queue_next(w->q, CPT_STREAM_PROMPTS, "rollout", w->me, &it, &err);
     w->q->block_ms = w->block_ms;
     if (got < 0) {
@@ -371,6 +372,7 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     memset(w, 0, sizeof *w);
     w->bad_version = UINT64_MAX; /* no version has failed yet (version 0 is a real one) */
     w->cfg = cfg, w->me = worker_id, w->stop = stop, w->st = stats ? stats : &local;
+    w->on_gpu = !strcmp(cpt_cfg_str(cfg, "rollout.device"), "cuda");
     memset(w->st, 0, sizeof *w->st);
     const char *rd = getenv("CPT_RUN");
     snprintf(w->run_dir, sizeof w->run_dir, "%s", rd && *rd ? rd : cpt_cfg_str(cfg, "run.dir"));
@@ -411,11 +413,12 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         }
         if (w->has_want && gen == 0 && load_wanted(w, err)) goto done;
         if (now - t_hb >= hb_s) {
-            const cpt_engine_stats *es = cpt_gen_engine_stats(&w->eng);
+            static const cpt_engine_stats none;
+            const cpt_engine_stats *es = w->eng ? cpt_engine_get_stats(w->eng) : &none;
             double dt = t_hb > 0 ? now - t_hb : 0;
             long steps = es->decode_steps - hb_steps;
             heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
-                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_gen_engine_slots(&w->eng)) : 0);
+                      steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_engine_slots(w->eng)) : 0);
             hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
             t_hb = now;
         }
@@ -457,13 +460,14 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
                 f->t_touch = now;
             }
         }
-        if (!*stop && !w->has_want && !waiting && cpt_gen_engine_waiting(&w->eng) == 0 && cpt_gen_engine_active(&w->eng) < cpt_gen_engine_slots(&w->eng))
+        if (!*stop && !w->has_want && !waiting && cpt_engine_waiting(w->eng) == 0 &&
+            cpt_engine_active(w->eng) < cpt_engine_slots(w->eng))
             take_group(w);
-        else if (cpt_gen_engine_idle(&w->eng))
+        else if (cpt_engine_idle(w->eng))
             usleep(20000);
-        if (!cpt_gen_engine_idle(&w->eng) && cpt_gen_engine_step(&w->eng, err) < 0) goto done;
+        if (!cpt_engine_idle(w->eng) && cpt_engine_step(w->eng, err) < 0) goto done;
         cpt_gen_result res;
-        while (cpt_gen_engine_take(&w->eng, &res)) {
+        while (cpt_engine_take(w->eng, &res)) {
             finish_group(w, &res);
             cpt_gen_result_free(&res);
         }
@@ -489,7 +493,7 @@ done:
     free(w->fl);
     cpt_weights_rx_free(w->rx); /* leaves the nccl group: a new epoch without this worker */
     cpt_queue_close(w->q);
-    cpt_gen_engine_free(&w->eng);
+    cpt_engine_free(w->eng);
     cpt_model_free(w->m);
     cpt_tokenizer_free(w->tok);
     return rc;

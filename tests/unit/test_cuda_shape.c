@@ -1,7 +1,8 @@
 /* The model shapes the GPU takes (cpt_model_cuda_shape_check), checked without a GPU: exactly the head sizes the
  * CUDA attention kernels are built for pass, the others are refused with a message naming the supported ones, and
  * both placements (cpt_model_use_cuda for training, cpt_model_use_cuda_infer for generation) refuse such a model the
- * same way in every build, leaving the CPU model working. tests/gpu/test_cuda_model.c runs the supported sizes on a GPU. */
+ * same way in every build, leaving the CPU model working. tests/gpu/test_cuda_model.c runs the supported sizes on a
+ * GPU. */
 #include <stdio.h>
 #include <string.h>
 

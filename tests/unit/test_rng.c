@@ -1,4 +1,4 @@
-/* core/rng: known answers of the xoshiro256** core, determinism, independent streams, exact save/restore,
+/* core/rng: known answers of the xoshiro256** core and of Philox4x32-10, determinism, independent streams, exact save/restore,
  * rough uniformity and normal moments, unbiased bounded draws and permutations. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -179,8 +179,21 @@ static void test_permutation(void) {
     cpt_rng_permutation(&r, p, 0); /* no-op */
 }
 
+/* Philox4x32-10 against the known answers of Random123 (counter words c0..c3 = quad low, step, sample, quad high;
+ * key = seed low, seed high), the words kernels/cuda/sampling.cu draws. */
+static void test_philox(void) {
+    uint32_t o[4];
+    cpt_philox4x32(o, 0, 0, 0, 0);
+    CHECK(o[0] == 0x6627e8d5u && o[1] == 0xe169c58du && o[2] == 0xbc57ac4cu && o[3] == 0x9b00dbd8u);
+    cpt_philox4x32(o, UINT64_MAX, UINT32_MAX, UINT32_MAX, UINT64_MAX);
+    CHECK(o[0] == 0x408f276du && o[1] == 0x41c83b0eu && o[2] == 0xa20bc7c6u && o[3] == 0x6d5451fdu);
+    cpt_philox4x32(o, 0x299f31d0a4093822ull, 0x13198a2eu, 0x85a308d3u, 0x03707344243f6a88ull);
+    CHECK(o[0] == 0xd16cfe09u && o[1] == 0x94fdccebu && o[2] == 0x5001e420u && o[3] == 0x24126ea1u);
+}
+
 int main(void) {
     test_known_answers();
+    test_philox();
     test_determinism_and_streams();
     test_save_restore();
     test_uniformity();

@@ -1,9 +1,11 @@
-/* Sampling: greedy, determinism per seed, empirical frequencies against the intended distribution, each
- * truncation rule, and recorded logprobs equal to the distribution's own log-probabilities. */
+/* Sampling (kernels/cpu/sampling.c): greedy, determinism per (seed, sample, step), empirical frequencies against
+ * the intended distribution, each truncation rule, recorded logprobs equal to the distribution's own
+ * log-probabilities, and the draw of kernels/cuda/sampling.cu recomputed here from Philox words (Gumbel-max). */
 #include <math.h>
 #include <stdlib.h>
 
-#include "rollout/sampling.h"
+#include "core/rng.h"
+#include "kernels/kernels.h"
 #include "tests/check.h"
 
 #define V 6
@@ -15,58 +17,72 @@ static double logsumexp_scaled(const float *l, int n, double t) {
     return m + log(s);
 }
 
+/* The GPU's rule written out: argmax over tokens of (l - max) / T - log(-log u), u from word i % 4 of quad i / 4. */
+static int gumbel_reference(const float *l, int n, float t, uint64_t seed, uint32_t sample, uint32_t step) {
+    float mx = l[0], inv_t = 1.0f / t, best = -INFINITY;
+    for (int i = 1; i < n; i++) mx = fmaxf(mx, l[i]);
+    int pick = -1;
+    for (int i = 0; i < n; i++) {
+        uint32_t w[4];
+        cpt_philox4x32(w, seed, sample, step, (uint64_t)(i / 4));
+        float u = ((float)(w[i % 4] >> 8) + 0.5f) * (1.0f / 16777216.0f);
+        float g = (l[i] - mx) * inv_t - logf(-logf(u));
+        if (g > best) best = g, pick = i;
+    }
+    return pick;
+}
+
 int main(void) {
     float logits[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.9f};
     cpt_sampler_work w;
     CHECK(cpt_sampler_work_init(&w, V) == 0);
-    cpt_rng rng;
-    cpt_rng_seed(&rng, 7, 0);
     float lp;
 
     /* Greedy: the argmax with log_softmax at T = 1. */
     cpt_sample_params greedy = {0, 0, 1, 0};
-    CHECK_EQ_INT(cpt_sample(logits, &greedy, &rng, &w, &lp), 1);
+    CHECK_EQ_INT(cpt_k_sample(logits, &greedy, 7, 0, 0, &w, &lp), 1);
     CHECK_NEAR(lp, 3.0 - logsumexp_scaled(logits, V, 1.0), 1e-6);
 
-    /* Plain temperature: frequencies follow softmax(l / T); logprobs equal log_softmax(l / T). */
+    /* Plain temperature: frequencies over steps follow softmax(l / T); logprobs equal log_softmax(l / T); each
+     * draw is the Gumbel-max of the Philox words. */
     cpt_sample_params plain = {0.7f, 0, 1, 0};
     int counts[V] = {0};
     const int N = 200000;
     double lse = logsumexp_scaled(logits, V, 0.7);
-    int logprob_ok = 1;
+    int logprob_ok = 1, gumbel_ok = 1;
     for (int i = 0; i < N; i++) {
-        int32_t t = cpt_sample(logits, &plain, &rng, &w, &lp);
+        int32_t t = cpt_k_sample(logits, &plain, 7, 3, (uint32_t)i, &w, &lp);
         counts[t]++;
         if (fabs(lp - (logits[t] / 0.7 - lse)) > 1e-5) logprob_ok = 0;
+        if (i < 2000 && t != gumbel_reference(logits, V, 0.7f, 7, 3, (uint32_t)i)) gumbel_ok = 0;
     }
     CHECK(logprob_ok);
+    CHECK(gumbel_ok);
     for (int i = 0; i < V; i++) {
         double p = exp(logits[i] / 0.7 - lse);
         CHECK_MSG(fabs(counts[i] / (double)N - p) < 4 * sqrt(p * (1 - p) / N) + 1e-4, "token %d: %f vs %f", i,
                   counts[i] / (double)N, p);
     }
 
-    /* Same seed, same tokens; another seed, another sequence. */
-    cpt_rng a, b, c;
-    cpt_rng_seed(&a, 42, 3);
-    cpt_rng_seed(&b, 42, 3);
-    cpt_rng_seed(&c, 43, 3);
-    int same = 1, differ = 0;
-    for (int i = 0; i < 64; i++) {
-        int32_t ta = cpt_sample(logits, &plain, &a, &w, NULL), tb = cpt_sample(logits, &plain, &b, &w, NULL);
-        int32_t tc = cpt_sample(logits, &plain, &c, &w, NULL);
-        same &= ta == tb;
-        differ |= ta != tc;
+    /* The draw is keyed by (seed, sample, step) alone: repeating one gives the same token; another seed, sample
+     * or step gives another sequence. */
+    int same = 1, differ_seed = 0, differ_sample = 0;
+    for (uint32_t s = 0; s < 64; s++) {
+        int32_t a = cpt_k_sample(logits, &plain, 42, 1, s, &w, NULL);
+        same &= a == cpt_k_sample(logits, &plain, 42, 1, s, &w, NULL);
+        differ_seed |= a != cpt_k_sample(logits, &plain, 43, 1, s, &w, NULL);
+        differ_sample |= a != cpt_k_sample(logits, &plain, 42, 2, s, &w, NULL);
     }
     CHECK(same);
-    CHECK(differ);
+    CHECK(differ_seed);
+    CHECK(differ_sample);
 
     /* top-k 2: only tokens 1 and 5 (logits 3.0, 2.9), renormalised. */
     cpt_sample_params topk = {1.0f, 2, 1, 0};
     int seen[V] = {0};
     double z = exp(3.0) + exp(2.9);
     for (int i = 0; i < 20000; i++) {
-        int32_t t = cpt_sample(logits, &topk, &rng, &w, &lp);
+        int32_t t = cpt_k_sample(logits, &topk, 1, 0, (uint32_t)i, &w, &lp);
         seen[t]++;
         CHECK_NEAR(lp, logits[t] - log(z), 1e-5);
     }
@@ -78,7 +94,7 @@ int main(void) {
     double p1 = exp(3.0 - lse1), p5 = exp(2.9 - lse1);
     cpt_sample_params topp = {1.0f, 0, (float)(p1 + p5 + 1e-3), 0};
     int seen_p[V] = {0};
-    for (int i = 0; i < 20000; i++) seen_p[cpt_sample(logits, &topp, &rng, &w, &lp)]++;
+    for (int i = 0; i < 20000; i++) seen_p[cpt_k_sample(logits, &topp, 2, 0, (uint32_t)i, &w, &lp)]++;
     CHECK(seen_p[2] > 0 && seen_p[1] > 0 && seen_p[5] > 0);
     CHECK_EQ_INT(seen_p[0] + seen_p[3] + seen_p[4], 0);
 
@@ -87,7 +103,7 @@ int main(void) {
     int seen_m[V] = {0};
     double zm = exp(3.0) + exp(2.9) + exp(2.5);
     for (int i = 0; i < 20000; i++) {
-        int32_t t = cpt_sample(logits, &minp, &rng, &w, &lp);
+        int32_t t = cpt_k_sample(logits, &minp, 3, 0, (uint32_t)i, &w, &lp);
         seen_m[t]++;
         CHECK_NEAR(lp, logits[t] - log(zm), 1e-5);
     }
@@ -95,5 +111,23 @@ int main(void) {
     CHECK(seen_m[2] > 0);
 
     cpt_sampler_work_free(&w);
+
+    /* A vocabulary of 1000 with spread logits at two temperatures: the sampler skips tokens that cannot win, and
+     * still picks exactly the exhaustive Gumbel-max. */
+    enum { BIG = 1000 };
+    static float big[BIG];
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 9, 0);
+    for (int i = 0; i < BIG; i++) big[i] = (float)(4.0 * cpt_rng_normal(&rng));
+    cpt_sampler_work wb;
+    CHECK(cpt_sampler_work_init(&wb, BIG) == 0);
+    int agree = 1;
+    for (int t = 0; t < 2; t++) {
+        cpt_sample_params sp = {t ? 0.5f : 1.0f, 0, 1, 0};
+        for (uint32_t s = 0; s < 300; s++)
+            agree &= cpt_k_sample(big, &sp, 77, 5, s, &wb, NULL) == gumbel_reference(big, BIG, sp.temperature, 77, 5, s);
+    }
+    CHECK(agree);
+    cpt_sampler_work_free(&wb);
     return check_summary("test_sampling");
 }

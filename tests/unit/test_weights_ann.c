@@ -206,7 +206,7 @@ static void test_worker_checks(void) {
         CHECK(!cpt_weights_rx_handles(rx, &w)); /* the file transport stays in rollout/worker.c */
         snprintf(w.transport, sizeof w.transport, "cuda_ipc");
         CHECK(cpt_weights_rx_handles(rx, &w));
-        CHECK(cpt_weights_rx_poll(rx, NULL, NULL, &w, &err) == 0); /* not nccl: nothing to do */
+        CHECK(cpt_weights_rx_poll(rx, NULL, &w, &err) == 0); /* not nccl: nothing to do */
         cpt_weights_rx_free(rx);
         cpt_config_free(c);
     }
