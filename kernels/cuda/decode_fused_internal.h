@@ -46,7 +46,7 @@ static __device__ __forceinline__ void fg_stage_inputs(const cpt_cuda_fused_gemv
         if (n >= a.n) break;
         const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
         for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
-            uint4 raw = __ldcg(src + v); /* L2: in the step kernel another block wrote it since */
+            uint4 raw = __ldcg(src + v); /* through L2: written by the previous kernel */
             xs_raw[n * nvec + v] = raw;
             if constexpr (NORM) {
                 float f[8];
