@@ -130,7 +130,7 @@ static void check_fixture(const char *name) {
     OK(!cpu || !gpu);
     OK(cpt_model_use_cuda(gpu, 0, &err));
     /* the training placement makes no decoder, and cannot become the inference placement: messages, no fault */
-    cpt_decoder_opts dopt = {.n_tables = 1, .max_len = 16};
+    cpt_decoder_opts dopt = {.n_tables = 1, .max_len = 16, .max_rows = 1};
     cpt_err_clear(&err);
     cpt_decoder *dec = cpt_decoder_new(gpu, &dopt, NULL, &err);
     CHECK_MSG(!dec && strstr(err.msg, "placed for training"), "decoder on the training placement: %s", err.msg);
