@@ -44,5 +44,7 @@ int cpt_rng_restore(cpt_rng *rng, const uint64_t in[CPT_RNG_STATE_WORDS]);
  * words for key `seed` and counter (quad, step, sample, quad >> 32), the same words kernels/cuda/sampling.cu draws
  * on the GPU, so both devices see one random sequence per (seed, sample, step). */
 void cpt_philox4x32(uint32_t out[4], uint64_t seed, uint32_t sample, uint32_t step, uint64_t quad);
+/* The same for quads first .. first + n - 1 (out[i] for quad first + i), several at a time. */
+void cpt_philox4x32_run(uint32_t (*out)[4], uint64_t seed, uint32_t sample, uint32_t step, uint64_t first, int n);
 
 #endif

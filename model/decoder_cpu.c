@@ -100,7 +100,7 @@ static int ensure_samplers(cpu_decoder *c, cpt_err *err) {
  * softmax so no score buffer is needed. One (row, head) per iteration: deterministic. */
 static void paged_attention(const cpu_decoder *c, int layer, int N, int H, int KV, int D) {
     const cpt_decoder_io *io = &c->base.io;
-    const int QKV = (H + 2 * KV) * D, bs = c->base.block_size;
+    const int QKV = (H + 2 * KV) * D, bs = c->base.block_size, kv_dim = c->kv_dim;
     const float scale = 1.0f / sqrtf((float)D);
     const int group = H / KV;
     long work = 0; /* multiply-adds, to keep small steps off the thread pool */
@@ -112,22 +112,25 @@ static void paged_attention(const cpu_decoder *c, int layer, int N, int H, int K
         float *o = c->att + (size_t)i * H * D + (size_t)h * D;
         for (int d = 0; d < D; d++) o[d] = 0.0f;
         float mx = -INFINITY, l = 0.0f;
-        for (int j = 0; j <= io->pos[i]; j++) {
-            int32_t b = block_of(c, io->tab[i], j);
-            const float *k = k_at(c, b, layer, j % bs) + (size_t)kvh * D;
-            const float *v = v_at(c, b, layer, j % bs) + (size_t)kvh * D;
-            float s = 0.0f;
-            for (int d = 0; d < D; d++) s += q[d] * k[d];
-            s *= scale;
-            if (s > mx) {
-                float r = expf(mx - s); /* 0 on the first key */
-                l *= r;
-                for (int d = 0; d < D; d++) o[d] *= r;
-                mx = s;
+        const int32_t *tb = io->tables + (size_t)io->tab[i] * c->base.max_blocks;
+        for (int j0 = 0; j0 <= io->pos[i]; j0 += bs) { /* a block at a time: positions j0 .. j0 + n - 1 */
+            int n = io->pos[i] + 1 - j0 < bs ? io->pos[i] + 1 - j0 : bs;
+            const float *k = k_at(c, tb[j0 / bs], layer, 0) + (size_t)kvh * D;
+            const float *v = v_at(c, tb[j0 / bs], layer, 0) + (size_t)kvh * D;
+            for (int jj = 0; jj < n; jj++, k += kv_dim, v += kv_dim) {
+                float s = 0.0f;
+                for (int d = 0; d < D; d++) s += q[d] * k[d];
+                s *= scale;
+                if (s > mx) {
+                    float r = expf(mx - s); /* 0 on the first key */
+                    l *= r;
+                    for (int d = 0; d < D; d++) o[d] *= r;
+                    mx = s;
+                }
+                float p = expf(s - mx);
+                l += p;
+                for (int d = 0; d < D; d++) o[d] += p * v[d];
             }
-            float p = expf(s - mx);
-            l += p;
-            for (int d = 0; d < D; d++) o[d] += p * v[d];
         }
         float inv = 1.0f / l;
         for (int d = 0; d < D; d++) o[d] *= inv;

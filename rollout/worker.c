@@ -14,8 +14,8 @@
 #include "queue/stream.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
-#include "rollout/weights_rx.h"
-#include "trainer/sft.h"
+#include "weights/model_init.h"
+#include "weights/weights_rx.h"
 
 /* A prompt group taken from the queue: generating (req >= 0) or waiting for a newer weight version (req < 0). */
 typedef struct flight {
@@ -37,7 +37,7 @@ typedef struct worker {
     cpt_tokenizer *tok;
     cpt_engine *eng;     /* on the model's placement: the CPU, or the GPU with rollout.device = cuda */
     int on_gpu;          /* rollout.device = cuda: the model is placed for inference before its engine is made */
-    cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (rollout/weights_rx.h) */
+    cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (weights/weights_rx.h) */
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
@@ -133,7 +133,7 @@ static cpt_model *model_for_weights(worker *w, const char *location, cpt_err *er
         return NULL;
     }
     int32_t bos = w->tok ? cpt_tokenizer_bos_id(w->tok) : -1, eos = w->tok ? cpt_tokenizer_eos_id(w->tok) : -1;
-    return cpt_trainer_model_from_config(w->cfg, V, bos, eos, err);
+    return cpt_model_from_config(w->cfg, V, bos, eos, err);
 }
 
 static int make_engine(worker *w, cpt_err *err) {
@@ -174,8 +174,14 @@ static int load_wanted(worker *w, cpt_err *err) {
         if (lrc == 0) return 0; /* superseded or not received in our epoch: wait for the next announcement */
         if (lrc < 0) ok = 0;
     }
-    /* a placed model's device copy follows the host weights (cpt_model_load_weights uploads them) */
-    if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) ok = 0;
+    if (ok && !gpu_tr && cpt_model_load_weights(w->m, wm->location, &lerr)) {
+        /* on the GPU the load also uploads the device copy, which a failure may leave half old, half new: fatal */
+        if (w->on_gpu) {
+            *err = lerr;
+            return cpt_err_prefix(err, "weights v%llu", (unsigned long long)wm->version);
+        }
+        ok = 0;
+    }
     if (ok) cpt_engine_clear(w->eng); /* nothing is generating: no request is dropped */
     if (!ok) {
         w->bad_version = wm->version;

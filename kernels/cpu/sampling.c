@@ -10,8 +10,10 @@
 /* A token's draw is g = z - log(E), E = -log u, z its scaled logit; since E >= 1 - u, g <= z - log(1 - u), so a token
  * with p / (1 - u) below e^best (p = e^z) cannot win and is skipped without its two logarithms. SKIP_MARGIN keeps
  * float rounding on the safe side: only tokens clearly below the best are skipped, so the result is the exhaustive
- * argmax. */
+ * argmax. Before its uniform is even drawn, a token is skipped when no uniform could make it win: the noise
+ * -log(-log u) of a 24-bit u is below 17.33, and p < e^best * e^-17.5 (NOISE_FLOOR) leaves a margin. */
 #define SKIP_MARGIN 1.001f
+#define NOISE_FLOOR 2.5e-8f
 
 int cpt_sampler_work_init(cpt_sampler_work *w, int vocab) {
     w->vocab = vocab;
@@ -52,19 +54,37 @@ static void sort_desc(int32_t *idx, int n, const float *prob) {
 static uint64_t fixq(float p) { return (uint64_t)(p * 1099511627776.0f); } /* p in units of 2^-40, truncated */
 static float u01(uint32_t x) { return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f); }
 
+#define RUN_QUADS 8 /* quads drawn together (cpt_philox4x32_run) */
+
 typedef struct draw {
     uint64_t seed;
     uint32_t sample, step;
-    int64_t quad; /* the quad whose words are in u */
-    uint32_t u[4];
+    int64_t first; /* the first quad whose words are in u */
+    uint32_t u[RUN_QUADS][4];
 } draw;
 
 static float uniform(draw *d, int i) {
-    if (i / 4 != d->quad) {
-        d->quad = i / 4;
-        cpt_philox4x32(d->u, d->seed, d->sample, d->step, (uint64_t)d->quad);
+    int64_t q = i / 4;
+    if (q < d->first || q >= d->first + RUN_QUADS) {
+        d->first = q - q % RUN_QUADS;
+        cpt_philox4x32_run(d->u, d->seed, d->sample, d->step, (uint64_t)d->first, RUN_QUADS);
     }
-    return u01(d->u[i % 4]);
+    return u01(d->u[q - d->first][i % 4]);
+}
+
+typedef struct best_draw {
+    float g, e; /* the best draw so far and e^g */
+    int pick;
+} best_draw;
+
+/* Token i (probability p, uniform u) against the best draw so far. */
+static inline void consider(best_draw *b, const float *logits, float mx, float inv_t, float p, int i, float u) {
+    if (p * SKIP_MARGIN < b->e * (1.0f - u)) return;
+    float g = (logits[i] - mx) * inv_t - logf(-logf(u));
+    if (g > b->g || (g == b->g && i < b->pick)) { /* larger g, then lower id: the GPU's reduction rule */
+        b->g = g, b->pick = i;
+        b->e = expf(g);
+    }
 }
 
 int32_t cpt_k_sample(const float *logits, const cpt_sample_params *sp, uint64_t seed, uint32_t sample, uint32_t step,
@@ -102,23 +122,36 @@ int32_t cpt_k_sample(const float *logits, const cpt_sample_params *sp, uint64_t 
             n = m;
         }
     }
-    draw d = {.seed = seed, .sample = sample, .step = step, .quad = -1};
-    float best_g = -INFINITY, best_e = 0.0f; /* best_e = e^best_g */
-    int pick = V;
+    best_draw b = {-INFINITY, 0.0f, V};
     double kept = 0;
-    for (int k = 0; k < n; k++) {
-        int i = sorted ? w->idx[k] : k;
-        if (p[i] < floor_p) continue;
-        kept += (double)p[i];
-        float u = uniform(&d, i);
-        if (p[i] * SKIP_MARGIN < best_e * (1.0f - u)) continue;
-        float g = (logits[i] - mx) * inv_t - logf(-logf(u));
-        if (g > best_g || (g == best_g && i < pick)) { /* larger g, then lower id: the GPU's reduction rule */
-            best_g = g, pick = i;
-            best_e = expf(best_g);
+    if (sorted) {
+        draw d = {.seed = seed, .sample = sample, .step = step, .first = -RUN_QUADS};
+        for (int k = 0; k < n; k++) {
+            int i = w->idx[k];
+            if (p[i] < floor_p) continue;
+            kept += (double)p[i];
+            if (p[i] >= b.e * NOISE_FLOOR) consider(&b, logits, mx, inv_t, p[i], i, uniform(&d, i));
+        }
+    } else {
+        /* every token in id order, a run of RUN_QUADS quads at a time: a run none of whose tokens can win is not
+         * drawn at all */
+        uint32_t u[RUN_QUADS][4];
+        for (int i0 = 0; i0 < V; i0 += 4 * RUN_QUADS) {
+            int i1 = V - i0 < 4 * RUN_QUADS ? V : i0 + 4 * RUN_QUADS, any = 0;
+            float lo = b.e * NOISE_FLOOR;
+            for (int i = i0; i < i1; i++) {
+                if (p[i] < floor_p) continue;
+                kept += (double)p[i];
+                any |= p[i] >= lo;
+            }
+            if (!any) continue;
+            cpt_philox4x32_run(u, seed, sample, step, (uint64_t)(i0 / 4), (i1 - i0 + 3) / 4);
+            for (int i = i0; i < i1; i++)
+                if (p[i] >= floor_p && p[i] >= b.e * NOISE_FLOOR)
+                    consider(&b, logits, mx, inv_t, p[i], i, u01(u[(i - i0) / 4][i % 4]));
         }
     }
-    int32_t tok = pick < V ? pick : best;
+    int32_t tok = b.pick < V ? b.pick : best;
     if (logprob) *logprob = (float)(((double)logits[tok] - mx) / sp->temperature - log(kept));
     return tok;
 }

@@ -6,8 +6,8 @@
 #   tests/gpu/generate_device.sh DIR [OLD_DIR]      DIR, OLD_DIR: tests/gpu/device_all.sh build folders
 # Prints per case the tokens that agree with the fixture before the first difference (bf16 may part from fp32
 # where the fixture's top-2 margin is small; "margin" is printed), and "same as old" / "DIFFERS from old".
-# Exit status 1 when a generate call fails, the first token differs from the fixture, or the output differs from
-# OLD_DIR's.
+# Exit status 1 when a generate call fails, the first token differs from the fixture where its top-2 margin is at
+# least 0.05, or the output differs from OLD_DIR's.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 dir=$1 old=${2:-}
@@ -37,8 +37,10 @@ for model, cases in fx["models"].items():
             continue
         ids, want = out["ids"], c["tokens"]
         agree = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
-        line = f"{model} case {i}: {agree}/{len(want)} tokens agree with transformers (margin {c.get('margin')})"
-        if agree == 0:
+        line = f"{model} case {i}: {agree}/{len(want)} tokens agree with transformers (first-token margin {(c.get('margin') or [None])[0]})"
+        # bf16 against fp32: a first token whose top-2 margin is clear must agree (small margins may flip)
+        m0 = (c.get("margin") or [1.0])[0]
+        if agree == 0 and m0 >= 0.05:
             bad += 1
         if old:
             o = gen(old, model, prompt)

@@ -2,6 +2,7 @@
  * rough uniformity and normal moments, unbiased bounded draws and permutations. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "tests/check.h"
@@ -189,6 +190,15 @@ static void test_philox(void) {
     CHECK(o[0] == 0x408f276du && o[1] == 0x41c83b0eu && o[2] == 0xa20bc7c6u && o[3] == 0x6d5451fdu);
     cpt_philox4x32(o, 0x299f31d0a4093822ull, 0x13198a2eu, 0x85a308d3u, 0x03707344243f6a88ull);
     CHECK(o[0] == 0xd16cfe09u && o[1] == 0x94fdccebu && o[2] == 0x5001e420u && o[3] == 0x24126ea1u);
+    /* a run of quads (several counters side by side) equals one call per quad, across the 32-bit carry */
+    uint32_t run[19][4];
+    cpt_philox4x32_run(run, 0x1234567890abcdefull, 7, 9, 0xfffffff8ull, 19);
+    int same = 1;
+    for (int i = 0; i < 19; i++) {
+        cpt_philox4x32(o, 0x1234567890abcdefull, 7, 9, 0xfffffff8ull + (uint64_t)i);
+        same &= !memcmp(o, run[i], sizeof o);
+    }
+    CHECK(same);
 }
 
 int main(void) {
