@@ -1,5 +1,5 @@
-/* Config: the declared key table (X-macro over every module's config_keys.def), loading a TOML file plus overrides
- * into resolved values, typed getters, TOML dump, stable hash and the generated markdown reference. */
+/* Config: loading a TOML file plus overrides against a table of declared keys (given by the caller) into resolved
+ * values, typed getters, TOML dump, stable hash and the generated markdown reference. */
 #include "core/config.h"
 
 #include <math.h>
@@ -8,33 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config_table.h"
 #include "core/fs.h"
 #include "core/redact.h"
 #include "core/toml.h"
-
-/* Every module's keys, in this order (the order of docs/config.md). */
-const cpt_key_decl cpt_config_keys[] = {
-#define CPT_KEY_MODULE "core"
-#include "core/config_keys.def"
-#undef CPT_KEY_MODULE
-#define CPT_KEY_MODULE "trainer"
-#include "trainer/config_keys.def"
-#undef CPT_KEY_MODULE
-#define CPT_KEY_MODULE "rollout"
-#include "rollout/config_keys.def"
-#undef CPT_KEY_MODULE
-#define CPT_KEY_MODULE "reward"
-#include "reward/config_keys.def"
-#undef CPT_KEY_MODULE
-#define CPT_KEY_MODULE "queue"
-#include "queue/config_keys.def"
-#undef CPT_KEY_MODULE
-#define CPT_KEY_MODULE "scheduler"
-#include "scheduler/config_keys.def"
-#undef CPT_KEY_MODULE
-};
-const size_t cpt_config_n_keys = sizeof cpt_config_keys / sizeof cpt_config_keys[0];
 
 typedef struct value {
     int set;  /* set by the file or an override */
@@ -321,16 +297,12 @@ fail:
     return NULL;
 }
 
-cpt_config *cpt_config_load_text(const char *text, size_t len, const char *name, int n_overrides,
-                                 char *const *overrides, cpt_err *err) {
-    return cpt_config_load_table(cpt_config_keys, cpt_config_n_keys, text, len, name, n_overrides, overrides, err);
-}
-
-cpt_config *cpt_config_load(const char *path, int n_overrides, char *const *overrides, cpt_err *err) {
+cpt_config *cpt_config_load_file(const cpt_key_table *t, const char *path, int n_overrides, char *const *overrides,
+                                 cpt_err *err) {
     char *text = NULL;
     size_t len = 0;
     if (path && !(text = cpt_read_file(path, &len, err))) return NULL;
-    cpt_config *cfg = cpt_config_load_text(text, len, path, n_overrides, overrides, err);
+    cpt_config *cfg = cpt_config_load_table(t->keys, t->n, text, len, path, n_overrides, overrides, err);
     free(text);
     return cfg;
 }
@@ -397,7 +369,7 @@ int cpt_cfg_is_set(const cpt_config *cfg, const char *key) {
     return cfg->v[k].set;
 }
 
-int cpt_config_has_key(const char *key) { return find_key(cpt_config_keys, cpt_config_n_keys, key) >= 0; }
+int cpt_config_table_has_key(const cpt_key_table *t, const char *key) { return find_key(t->keys, t->n, key) >= 0; }
 
 /* ---- dump, hash, docs ---- */
 
@@ -521,8 +493,6 @@ static int md_cell(cpt_strbuf *b, const char *s) {
     return 0;
 }
 
-char *cpt_config_docs_markdown(void) { return cpt_config_docs_markdown_table(cpt_config_keys, cpt_config_n_keys); }
-
 char *cpt_config_docs_markdown_table(const cpt_key_decl *keys, size_t n_keys) {
     /* Modules in order of first appearance (the include order of the .def files). */
     const char *modules[64];
@@ -589,8 +559,6 @@ char *cpt_config_docs_markdown_table(const cpt_key_decl *keys, size_t n_keys) {
 }
 
 /* Consistency of the declared table itself: used by the unit test. Returns -1 with a message naming the key. */
-int cpt_config_check_table(cpt_err *err) { return cpt_config_check_keys(cpt_config_keys, cpt_config_n_keys, err); }
-
 int cpt_config_check_keys(const cpt_key_decl *keys, size_t n_keys, cpt_err *err) {
     for (size_t k = 0; k < n_keys; k++) {
         const cpt_key_decl *d = &keys[k];

@@ -110,6 +110,15 @@ void cpt_model_zero_grad(cpt_model *m);
  * with a message saying so. */
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
+/* The inference placement (the rollout's generation, model/cuda_decoder.c): only a bf16 copy of the weights on
+ * CUDA device `device`, no gradients; cpt_decoder_new runs there, forward and backward refuse. cpt_model_sync_to_device
+ * (and cpt_model_load_weights) upload the host weights again. */
+int cpt_model_use_cuda_infer(cpt_model *m, int device, cpt_err *err);
+/* Weights from bf16 already on the model's device, m's parameters in cpt_model_param order back to back (a cuda_ipc
+ * or nccl weight version); the host values are not read. */
+int cpt_model_load_weights_bf16_device(cpt_model *m, const void *dev_bf16, cpt_err *err);
+/* The cpt_cuda_ctx * of a CUDA placement (kernels/cuda/cuda_ops.h), for weight receivers; NULL on the CPU. */
+void *cpt_model_cuda_ctx(cpt_model *m);
 /* Whether the CUDA kernels take the model's shape (model/cuda_shape.c): 0, or -1 with err saying what is not and
  * what is ("head_dim 24 is not supported on the GPU (supported: 8, ...)"). engine: the GPU generation engine's
  * limits too (rollout.device = cuda), else the trainer's (train.device = cuda). In every build: placement, the

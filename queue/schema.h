@@ -115,8 +115,8 @@ typedef struct cpt_rollout_group {
 typedef struct cpt_weights_msg {
     char run[CPT_RUN_ID_MAX];
     uint64_t version;
-    char transport[16];             /* "file" | "nccl" | "cuda_ipc" (trainer/weights_ann.h) */
-    char location[CPT_MAX_LOCATION]; /* file path, or the nccl / cuda_ipc line of trainer/weights_ann.h */
+    char transport[16];             /* "file" | "nccl" | "cuda_ipc" (weights/weights_ann.h) */
+    char location[CPT_MAX_LOCATION]; /* file path, or the nccl / cuda_ipc line of weights/weights_ann.h */
     uint64_t bytes;
     char checksum[160];             /* e.g. "xxh64:..." or "sha256:..." */
     uint64_t membership_epoch;

@@ -11,7 +11,7 @@
  *   mean_reward  mean reward over all samples
  *   pass@k       mean over prompts of the unbiased estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021), with n
  *                = K samples of which c are correct; reported for k = 1, 2, 4, ... < K and k = K.
- * cpt eval (reward/cmd_eval.c) prints these; the online trainer calls cpt_eval_run for the val/ metrics. */
+ * cpt eval (cli/cmd_eval.c) prints these; the online trainer calls cpt_eval_run for the val/ metrics. */
 #ifndef CPT_REWARD_EVAL_H
 #define CPT_REWARD_EVAL_H
 

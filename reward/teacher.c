@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "trainer/checkpoint.h"
+#include "weights/checkpoint_dir.h"
 
 int cpt_model_dir_resolve(const char *path, char *out, size_t cap, cpt_err *err) {
     if (!path || !*path) return cpt_errf(err, "no model path given");

@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
-#include "trainer/checkpoint.h"
+#include "weights/checkpoint_dir.h"
 
 cpt_model *cpt_rollout_load_model(const char *arg, char *hf_dir_out, size_t cap, cpt_err *err) {
     char p[CPT_CKPT_PATH_MAX + 64], dir[CPT_CKPT_PATH_MAX + 16];

@@ -14,8 +14,8 @@
 #include "queue/stream.h"
 #include "rollout/gen_engine.h"
 #include "rollout/model_source.h"
-#include "rollout/weights_rx.h"
-#include "trainer/sft.h"
+#include "weights/model_init.h"
+#include "weights/weights_rx.h"
 
 /* A prompt group taken from the queue: generating (req >= 0) or waiting for a newer weight version (req < 0). */
 typedef struct flight {
@@ -36,7 +36,7 @@ typedef struct worker {
     cpt_model *m;
     cpt_tokenizer *tok;
     cpt_gen_engine eng; /* the CPU engine, or with rollout.device = cuda the GPU one (eng.gpu) */
-    cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (rollout/weights_rx.h) */
+    cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (weights/weights_rx.h) */
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
@@ -132,7 +132,7 @@ static cpt_model *model_for_weights(worker *w, const char *location, cpt_err *er
         return NULL;
     }
     int32_t bos = w->tok ? cpt_tokenizer_bos_id(w->tok) : -1, eos = w->tok ? cpt_tokenizer_eos_id(w->tok) : -1;
-    return cpt_trainer_model_from_config(w->cfg, V, bos, eos, err);
+    return cpt_model_from_config(w->cfg, V, bos, eos, err);
 }
 
 static int make_engine(worker *w, cpt_err *err) {
@@ -148,6 +148,15 @@ static int make_engine(worker *w, cpt_err *err) {
     }
     w->n_eos = cpt_cfg_bool(w->cfg, "rollout.stop_on_eos") ? cpt_rollout_eos_ids(w->m, w->tok, w->eos) : 0;
     return 0;
+}
+
+/* The GPU engine as the weight receiver's sink (weights/weights_rx.h); engine NULL on the CPU. */
+static void *engine_cuda_ctx(void *e) { return cpt_cuda_engine_cuda_ctx(e); }
+static int engine_load_bf16(void *e, cpt_model *m, const void *dev_bf16, cpt_err *err) {
+    return cpt_cuda_engine_load_weights_bf16(e, m, dev_bf16, err);
+}
+static cpt_weights_sink gpu_sink(worker *w) {
+    return (cpt_weights_sink){.engine = w->eng.gpu, .cuda_ctx = engine_cuda_ctx, .load_bf16 = engine_load_bf16};
 }
 
 /* Loads w->want (nothing is generating). A version that fails is logged and skipped; -1 only for errors that
@@ -169,7 +178,8 @@ static int load_wanted(worker *w, cpt_err *err) {
     }
     double t0 = cpt_now();
     if (ok && gpu_tr) {
-        int lrc = cpt_weights_rx_load(w->rx, w->eng.gpu, w->m, wm, &lerr);
+        cpt_weights_sink sink = gpu_sink(w);
+        int lrc = cpt_weights_rx_load(w->rx, &sink, w->m, wm, &lerr);
         if (lrc == 0) return 0; /* superseded or not received in our epoch: wait for the next announcement */
         if (lrc < 0) ok = 0;
     }
@@ -197,7 +207,8 @@ static void poll_weights(worker *w) {
         cpt_warn("cpt-rollout %s: reading weights: %s", w->me, err.msg);
         return;
     }
-    if (w->rx && cpt_weights_rx_poll(w->rx, w->eng.gpu, w->m, rc == 1 ? &wm : NULL, &err))
+    cpt_weights_sink sink = gpu_sink(w);
+    if (w->rx && cpt_weights_rx_poll(w->rx, &sink, w->m, rc == 1 ? &wm : NULL, &err))
         cpt_warn("cpt-rollout %s: weight group: %s", w->me, err.msg);
     if (rc == 0) return;
     w->announced = wm.version;

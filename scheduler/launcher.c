@@ -16,7 +16,7 @@
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
 #include "scheduler/run_lock.h"
-#include "trainer/checkpoint.h"
+#include "weights/checkpoint_dir.h"
 
 static const char *role_names[2] = {"rollout", "reward"};
 
@@ -62,7 +62,7 @@ static int load_config(cpt_launcher *L, cpt_err *err) {
     if (!ov) return cpt_errf(err, "out of memory");
     for (int i = 0; i < L->n_user; i++) ov[i] = L->user_overrides[i];
     for (int i = 0; i < L->n_extra; i++) ov[L->n_user + i] = L->extra[i];
-    cpt_config *cfg = cpt_config_load(L->src_path, n, ov, err);
+    cpt_config *cfg = cpt_config_load_file(L->keys, L->src_path, n, ov, err);
     free(ov);
     if (!cfg) return -1;
     if (L->cfg) cpt_config_free(L->cfg);
@@ -183,11 +183,12 @@ static int check_resumable(cpt_launcher *L, int from_scratch, cpt_err *err) {
                     "was started", L->run_dir, e.msg);
 }
 
-int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
-                         char *const *overrides, const char *resume_dir, int from_scratch, cpt_err *err) {
+int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table *keys, const char *config_path,
+                         int n_overrides, char *const *overrides, const char *resume_dir, int from_scratch, cpt_err *err) {
     memset(L, 0, sizeof *L);
     L->lock_fd = -1;
     L->exec = exec;
+    L->keys = keys;
     L->user_overrides = overrides;
     L->n_user = n_overrides;
     cpt_sup_init(&L->sup);

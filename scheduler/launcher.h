@@ -36,6 +36,7 @@ typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
 
 typedef struct cpt_launcher {
     cpt_executor exec;
+    const cpt_key_table *keys; /* the declared config keys (cli/config_keys.h) */
     cpt_config *cfg;
     char src_path[4200];    /* the config file loaded: CONFIG, or RUN_DIR/config.toml on --resume */
     char *const *user_overrides;
@@ -68,12 +69,12 @@ typedef struct cpt_launcher {
 
 enum { CPT_ROLE_ROLLOUT = 0, CPT_ROLE_REWARD = 1 };
 
-/* Loads the config (config_path + overrides), or RUN_DIR/config.toml when resume_dir is given, takes the run
+/* Loads the config (config_path + overrides, against keys), or RUN_DIR/config.toml when resume_dir is given, takes the run
  * directory's lock (run_lock.h) before writing anything into it, and prepares it. run.dir is the folder's real path
  * whatever config.toml recorded (a copied run directory resumes as itself). A resume refuses a folder with no valid
  * checkpoint unless from_scratch. */
-int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const char *config_path, int n_overrides,
-                         char *const *overrides, const char *resume_dir, int from_scratch, cpt_err *err);
+int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table *keys, const char *config_path,
+                         int n_overrides, char *const *overrides, const char *resume_dir, int from_scratch, cpt_err *err);
 
 /* Starts everything and supervises until the trainer finishes, fails for good, or a stop is requested.
  * Returns the exit status for the command: 0 finished, CPT_EXIT_STOPPED stopped after a checkpoint, 1 failed. */

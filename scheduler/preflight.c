@@ -1,5 +1,5 @@
 #include "scheduler/preflight.h"
-#include "trainer/weights_tx.h"
+#include "weights/weights_tx.h"
 
 #include <dirent.h>
 #include <stdarg.h>

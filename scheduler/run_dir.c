@@ -7,14 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
-int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, cpt_err *err) {
+int cpt_run_dir_open(const char *run_dir, const cpt_key_table *keys, cpt_config **cfg, cpt_redis **redis, cpt_err *err) {
     *cfg = NULL;
     *redis = NULL;
     if (!run_dir) run_dir = getenv("CPT_RUN");
     if (!run_dir || !*run_dir) return cpt_errf(err, "which run? pass --run RUN_DIR or set CPT_RUN");
     char path[4200];
     snprintf(path, sizeof path, "%s/config.toml", run_dir);
-    *cfg = cpt_config_load(path, 0, NULL, err);
+    *cfg = cpt_config_load_file(keys, path, 0, NULL, err);
     if (!*cfg) return cpt_err_prefix(err, "%s: not a run directory", run_dir);
     char url[1024];
     snprintf(url, sizeof url, "%s", cpt_cfg_str(*cfg, "queue.url"));

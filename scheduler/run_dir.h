@@ -6,8 +6,8 @@
 #include "core/config.h"
 #include "queue/redis.h"
 
-/* run_dir NULL: $CPT_RUN. Loads RUN_DIR/config.toml and connects to the run's Redis. */
-int cpt_run_dir_open(const char *run_dir, cpt_config **cfg, cpt_redis **redis, cpt_err *err);
+/* run_dir NULL: $CPT_RUN. Loads RUN_DIR/config.toml (against keys) and connects to the run's Redis. */
+int cpt_run_dir_open(const char *run_dir, const cpt_key_table *keys, cpt_config **cfg, cpt_redis **redis, cpt_err *err);
 
 /* The folder of the cpt programs the launcher starts: $CPT_BIN when set (the sbatch scripts set it too), else the
  * folder holding this program. */

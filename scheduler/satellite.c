@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,52 +13,6 @@
 extern char **environ;
 
 static const char *role_name(int role) { return role == 0 ? "rollout" : "reward"; }
-
-/* The batch script of every satellite. It stays a plain sh script so a user can read what a satellite does. */
-static const char satellite_script[] =
-    "#!/bin/sh\n"
-    "# A satellite worker of a cpt run, submitted by cpt-sched (scheduler/satellite.h); rewritten at each start.\n"
-    "# satellite.sh MAIN_JOB CHECK_S PROGRAM ARGS...: runs the worker; TERM, USR1 or INT drain it (TERM: it finishes\n"
-    "# or returns what it holds); it drains by itself once the main job is no longer running.\n"
-    "main=$1 every=$2\n"
-    "shift 2\n"
-    "echo \"satellite: job ${SLURM_JOB_ID:-?} on $(hostname) for main job $main: $*\"\n"
-    "# main_state: the main job's state (fails when squeue does not answer); main_live STATE: it still runs.\n"
-    "main_state() { st=$(squeue -h -t all -j \"$main\" -o %T 2>/dev/null) && [ -n \"$st\" ] && echo \"$st\"; }\n"
-    "main_live() { case \"$1\" in RUNNING|CONFIGURING|SUSPENDED) return 0 ;; esac; return 1; }\n"
-    "# A main job already over (the satellite waited in the queue past its end): no worker to start, nothing to drain.\n"
-    "# Checked before the start because a TERM that reaches a worker before its handler is set kills it instead.\n"
-    "if st=$(main_state) && ! main_live \"$st\"; then\n"
-    "  echo \"satellite: main job $main is $st; the worker is not started\"\n"
-    "  exit 0\n"
-    "fi\n"
-    "\"$@\" &\n"
-    "w=$!\n"
-    "stopped=0\n"
-    "drain() {\n"
-    "  [ \"$stopped\" = 1 ] && return\n"
-    "  stopped=1\n"
-    "  echo \"satellite: draining ($1)\"\n"
-    "  kill -TERM \"$w\" 2>/dev/null\n"
-    "}\n"
-    "trap 'drain signal' TERM USR1 INT\n"
-    "misses=0\n"
-    "while kill -0 \"$w\" 2>/dev/null; do\n"
-    "  if st=$(main_state); then\n"
-    "    misses=0\n"
-    "    main_live \"$st\" || drain \"main job $main is $st\"\n"
-    "  else\n"
-    "    misses=$((misses + 1))\n"
-    "    [ \"$misses\" -ge 3 ] && drain \"main job $main is gone\"\n"
-    "  fi\n"
-    "  sleep \"$every\" & s=$!\n"
-    "  wait \"$s\" 2>/dev/null\n"
-    "  kill \"$s\" 2>/dev/null\n"
-    "done\n"
-    "wait \"$w\"\n"
-    "rc=$?\n"
-    "echo \"satellite: worker exited with status $rc\"\n"
-    "exit $rc\n";
 
 /* Runs argv (PATH lookup) with envp (NULL: ours); its stdout goes to out (NUL-terminated, truncated to cap), its
  * stderr to ours. Returns the exit status, or -1 when it could not run. */
@@ -117,7 +70,7 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     snprintf(S->run_dir, sizeof S->run_dir, "%s", run_dir);
     const char *job = getenv("SLURM_JOB_ID");
     snprintf(S->main_job, sizeof S->main_job, "%s", job ? job : "");
-    snprintf(S->script, sizeof S->script, "%s/satellite.sh", run_dir);
+    snprintf(S->script, sizeof S->script, "%s/" CPT_SAT_SCRIPT, bin_dir);
     snprintf(S->program[0], sizeof S->program[0], "%s/cpt-rollout", bin_dir);
     snprintf(S->program[1], sizeof S->program[1], "%s/cpt-reward", bin_dir);
     snprintf(S->config_path, sizeof S->config_path, "%s", config_path);
@@ -139,8 +92,9 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     const char *rc = getenv("SLURM_RESTART_COUNT");
     S->restart = rc ? atoi(rc) : 0;
     for (int r = 0; r < 2; r++) S->backoff[r] = 5.0;
-    if (cpt_write_file_atomic(S->script, satellite_script, sizeof satellite_script - 1, err)) return -1;
-    if (chmod(S->script, 0700) != 0) return cpt_errno(err, "chmod %s", S->script);
+    if (access(S->script, R_OK) != 0)
+        return cpt_errno(err, "satellite script %s (installed beside the cpt programs: rebuild or reinstall cpt)",
+                         S->script);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /* Satellite jobs: workers of a cpt-sched run that live in their own Slurm jobs, for scale-out beyond the
  * allocation. One job per worker (one task), so scale-down drains exactly the workers it removes.
  *
- * A satellite is `sbatch RUN_DIR/satellite.sh MAIN_JOB CHECK_S PROGRAM CONFIG --worker-id ID queue.url=...`:
+ * A satellite is `sbatch BIN_DIR/cpt-satellite.sh MAIN_JOB CHECK_S PROGRAM CONFIG --worker-id ID queue.url=...`, the
+ * script (scheduler/cpt-satellite.sh) installed beside the cpt programs:
  *   - job name cpt-sat-<run>-<role>, comment cpt-main:<main job id>, output RUN_DIR/logs/<worker>.log;
  *   - the script runs the worker in the job's batch step, forwards TERM/USR1/INT to it as TERM (the worker drains:
  *     it finishes or returns what it holds, nothing is lost), and drains it by itself when the main job is no
@@ -17,6 +18,9 @@
 
 #include "core/config.h"
 #include "core/error.h"
+
+/* The satellite batch script's file name, in the folder of the cpt programs. */
+#define CPT_SAT_SCRIPT "cpt-satellite.sh"
 
 typedef struct cpt_satellite {
     char job[32];        /* Slurm job id */
@@ -34,7 +38,7 @@ typedef struct cpt_satellites {
     int n, cap;
     int max;                     /* slurm.max_satellites */
     char run_name[128], run_dir[2048], main_job[32];
-    char script[2100];           /* RUN_DIR/satellite.sh */
+    char script[2100];           /* BIN_DIR/cpt-satellite.sh */
     char program[2][2300];       /* cpt-rollout, cpt-reward */
     char config_path[2100];
     char queue_url[700];         /* empty: the config's queue.url is used as is */
@@ -48,7 +52,8 @@ typedef struct cpt_satellites {
     double next_submit_at[2], backoff[2]; /* after a satellite ended on its own */
 } cpt_satellites;
 
-/* Reads slurm.* from cfg, writes RUN_DIR/satellite.sh. queue_url: the TCP URL satellites use (NULL or "": the
+/* Reads slurm.* from cfg and finds the satellite script in bin_dir (the folder of the cpt programs; an error names
+ * the path when it is missing). queue_url: the TCP URL satellites use (NULL or "": the
  * config's queue.url). Leaves nothing submitted. */
 int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, const char *bin_dir,
                  const char *config_path, const char *queue_url, const char *password_file, cpt_err *err);

@@ -10,7 +10,8 @@
  * Saving writes everything into step-N.tmp-PID/, fsyncs each file and the folder, renames it to step-N/, fsyncs
  * checkpoints/, then replaces checkpoints/latest (a one-line file naming "step-N") atomically, and finally removes
  * all but the newest keep_last step folders. Loading verifies the manifest (sizes and checksums of every file); a
- * corrupt or partial checkpoint is refused with an error naming the file, and the next older good one is used. */
+ * corrupt or partial checkpoint is refused with an error naming the file, and the next older good one is used.
+ * Reading the folders (verify, find the newest, resolve an argument) is weights/checkpoint_dir.h. */
 #ifndef CPT_TRAINER_CHECKPOINT_H
 #define CPT_TRAINER_CHECKPOINT_H
 
@@ -22,9 +23,9 @@
 #include "model/model.h"
 #include "queue/schema.h"
 #include "trainer/optim.h"
+#include "weights/checkpoint_dir.h" /* verify, find, resolve: the folder format */
 
 #define CPT_CKPT_MAX_RNGS 8
-#define CPT_CKPT_PATH_MAX 4096
 #define CPT_CKPT_MAX_TOTALS 16
 
 /* Group ids are the queue's: (epoch, index), see queue/schema.h. */
@@ -87,18 +88,6 @@ int cpt_ckpt_check_writable(const char *run_dir, cpt_err *err);
 
 /* Writes RUN_DIR/checkpoints/step-<state->step>/ as described above. out_dir (may be NULL) gets its path. */
 int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err);
-
-/* Checks manifest.json of a step folder: every file listed exists with its size and checksum, and the required
- * files are listed. The error names the file and what is wrong. */
-int cpt_ckpt_verify(const char *ckpt_dir, cpt_err *err);
-
-/* The newest good checkpoint of a run: the one `latest` names if it verifies, else the newest older step folder
- * that verifies (each refusal is logged as a warning with its reason). Returns 1 and the path in out, 0 when the
- * run has no checkpoint at all, -1 when checkpoints exist but none verifies (err says why). */
-int cpt_ckpt_find_latest(const char *run_dir, char *out, size_t out_cap, cpt_err *err);
-
-/* Resolves a CHECKPOINT argument: a step folder, a run's checkpoints/ folder or a run folder (-> newest good). */
-int cpt_ckpt_resolve(const char *arg, char *out, size_t out_cap, cpt_err *err);
 
 /* Loads a verified checkpoint into an existing model (same shapes), optimizer (may be NULL) and state. */
 int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_train_state *state, cpt_err *err);

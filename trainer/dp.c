@@ -7,11 +7,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/bootstrap.h"
 #include "core/fs.h"
 #include "model/cuda_model.h"
 #include "model/model.h"
 #include "queue/redis.h"
-#include "scheduler/bootstrap.h"
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/nccl_dp.h"
 #endif

@@ -2,7 +2,7 @@
  * averaged over the ranks with NCCL all-reduces that overlap the backward pass.
  *
  * Setup, in this order:
- *   cpt_dp_new      rank and world size from scheduler/bootstrap.h ("auto": PMIx under `srun --mpi=pmix`, else
+ *   cpt_dp_new      rank and world size from core/bootstrap.h ("auto": PMIx under `srun --mpi=pmix`, else
  *                   the file transport with CPT_RANK / CPT_WORLD_SIZE), or "redis" (ranks from the same variables,
  *                   the NCCL unique id published by rank 0 under a Redis key, for runs on several hosts outside
  *                   srun); rank 0 draws the unique id and shares it. No CUDA is touched yet.

@@ -8,7 +8,7 @@
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
-#include "trainer/sft.h"
+#include "weights/model_init.h"
 
 int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
     const char *tp = cpt_cfg_str(o->cfg, "tokenizer.path");
@@ -27,7 +27,7 @@ int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
 
 cpt_model *cpt_offline_new_model(const cpt_offline *o, cpt_err *err) {
     int vocab = cpt_tokenizer_vocab_size(o->tok);
-    cpt_model *m = cpt_trainer_model_from_config(o->cfg, vocab, cpt_tokenizer_bos_id(o->tok),
+    cpt_model *m = cpt_model_from_config(o->cfg, vocab, cpt_tokenizer_bos_id(o->tok),
                                                  cpt_tokenizer_eos_id(o->tok), err);
     if (m && cpt_model_cfg(m)->vocab_size < vocab) {
         cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)", cpt_model_cfg(m)->vocab_size,

@@ -42,7 +42,7 @@ typedef struct cpt_offline {
 
 /* tokenizer.path (else model.path) and data.chat_template ("none": no template). */
 int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err);
-/* The model of model.init (trainer/sft.h's cpt_trainer_model_from_config), checked to cover the tokenizer's
+/* The model of model.init (weights/model_init.h), checked to cover the tokenizer's
  * vocabulary; not placed on a device. */
 cpt_model *cpt_offline_new_model(const cpt_offline *o, cpt_err *err);
 /* The param list of o->model, AdamW from optim.beta1/beta2/eps/weight_decay, and the optim.lr schedule. */

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/exit_status.h"
 #include "core/chat_template.h"
 #include "core/dataset.h"
+#include "core/exit_status.h"
 #include "core/fs.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
@@ -23,9 +23,9 @@
 #include "trainer/online_dead.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
-#include "trainer/sft.h"
-#include "trainer/weights_pub.h"
-#include "trainer/weights_tx.h"
+#include "weights/model_init.h"
+#include "weights/weights_pub.h"
+#include "weights/weights_tx.h"
 
 /* Whole-run counters kept in the checkpoint's trainer state, so a restart adds to them. */
 enum { T_TRAINED, T_STALE, T_DUPLICATES, T_UNKNOWN, T_REISSUED, T_DYNAMIC, T_FAILED, T_SKIPPED, N_TOTALS };
@@ -53,7 +53,7 @@ typedef struct online_ctx {
     cpt_model *policy, *ref, *critic;
     cpt_online_learner L;
     cpt_queue *q;
-    cpt_weights_tx *tx; /* weights.transport (trainer/weights_tx.h) */
+    cpt_weights_tx *tx; /* weights.transport (weights/weights_tx.h) */
     cpt_online_book book;
     cpt_dead_reader dead; /* failed groups: bounded re-issue, then skip */
     cpt_queue_item *held; /* accepted scored groups waiting to be trained on */
@@ -113,19 +113,19 @@ static int setup_data(online_ctx *c, cpt_err *err) {
 static int setup_models(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
     int V = cpt_tokenizer_vocab_size(c->tok), bos = cpt_tokenizer_bos_id(c->tok), eos = cpt_tokenizer_eos_id(c->tok);
-    c->policy = cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+    c->policy = cpt_model_from_config(cfg, V, bos, eos, err);
     if (!c->policy) return -1;
     if (cpt_model_cfg(c->policy)->vocab_size < V)
         return cpt_errf(err, "the model's vocabulary (%d) is smaller than the tokenizer's (%d)",
                         cpt_model_cfg(c->policy)->vocab_size, V);
     if (cpt_objective_needs_ref(&c->oc)) {
         /* The reference is the initial policy, frozen: loaded again from the config, never from a checkpoint. */
-        c->ref = cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+        c->ref = cpt_model_from_config(cfg, V, bos, eos, err);
         if (!c->ref) return cpt_err_prefix(err, "reference model");
     }
     if (c->oc.type == CPT_OBJ_PPO) {
         const char *cp = cpt_cfg_str(cfg, "critic.path");
-        c->critic = *cp ? cpt_model_load(cp, err) : cpt_trainer_model_from_config(cfg, V, bos, eos, err);
+        c->critic = *cp ? cpt_model_load(cp, err) : cpt_model_from_config(cfg, V, bos, eos, err);
         if (!c->critic) return cpt_err_prefix(err, "critic %s", *cp ? cp : "(the policy's initial weights)");
         if (!cpt_model_has_value_head(c->critic) &&
             cpt_model_add_value_head(c->critic, (uint64_t)cpt_cfg_int(cfg, "run.seed") + 17, err))

@@ -5,7 +5,7 @@
  * answer) to cpt:{run}:prompts; takes scored groups from cpt:{run}:scored (consumer group "trainer"); drops groups
  * too stale for async.max_staleness and issues them again; trains each group exactly once by id
  * (trainer/online_book.h); runs the objective and AdamW (trainer/online_step.h); publishes weight version v+1 through
- * the file transport (trainer/weights_pub.h); checkpoints with the data cursor and outstanding ids; and logs
+ * the file transport (weights/weights_pub.h); checkpoints with the data cursor and outstanding ids; and logs
  * RUN_DIR/metrics.jsonl. docs/online.md describes it from the outside.
  *
  * async.mode = sync issues exactly the groups of the next step with min_version = the current version and waits for

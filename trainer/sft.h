@@ -22,8 +22,4 @@ typedef struct cpt_sft_result {
 /* Runs the job described by cfg. */
 int cpt_sft_run(const cpt_config *cfg, cpt_sft_result *res, cpt_err *err);
 
-/* The model a config asks for: model.init = "load" reads model.path; "random" builds one from the model.* keys
- * (vocab: model.vocab_size, else vocab_size; bos/eos ids from the tokenizer, -1: none), initialised from run.seed. */
-cpt_model *cpt_trainer_model_from_config(const cpt_config *cfg, int vocab_size, int bos_id, int eos_id, cpt_err *err);
-
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "core/toml.h"
 

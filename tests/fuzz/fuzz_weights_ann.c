@@ -1,4 +1,4 @@
-/* Fuzzes the cuda_ipc / nccl announcement line (trainer/weights_ann.h), which arrives from Redis in the weights
+/* Fuzzes the cuda_ipc / nccl announcement line (weights/weights_ann.h), which arrives from Redis in the weights
  * message's location field: byte 0 picks the transport the message claims (even: nccl, odd: cuda_ipc), the rest
  * is the line. Any bytes give an announcement or a clear error, never a crash; an accepted line formats back to
  * one that parses to the same announcement. The sum64 checksum string parser gets the same bytes. */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "queue/schema.h"
-#include "trainer/weights_ann.h"
+#include "weights/weights_ann.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > CPT_MAX_LOCATION) return 0;

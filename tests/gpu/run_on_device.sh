@@ -24,7 +24,7 @@ build() {
         # shellcheck disable=SC2046
         gcc -std=c11 -O2 -g -Wall -Wextra -Werror -Wno-format-truncation -D_GNU_SOURCE -DCPT_HAVE_CUDA=1 -fopenmp -I. \
             -o "$dir/$name" "$src" "$bdir/libcpt_lib.a" "$bdir/libcpt_cuda.a" \
-            $(pkg-config --libs hiredis msgpack jansson libpcre2-8 libutf8proc pmix) \
+            $(pkg-config --libs hiredis msgpack jansson libpcre2-8 libutf8proc pmix openssl) \
             -L/usr/local/cuda/lib64 -lcudart_static -lstdc++ -lpthread -ldl -lrt -lm
         # everything but the C library and the loader (the GPU machine has its own, newer ones)
         for lib in $(ldd "$dir/$name" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt)\.so|ld-linux'); do

@@ -21,7 +21,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/nccl_dp.h"
 #include "kernels/cuda/weights_ipc.h"
-#include "trainer/weights_ann.h"
+#include "weights/weights_ann.h"
 
 static int fails = 0;
 #define EXPECT(c, ...)                                                     \

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/config_keys.h"
 #include "core/checksum.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
@@ -29,7 +30,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/online.h"
 #include "trainer/online_book.h"
-#include "trainer/sft.h"
+#include "weights/model_init.h"
 
 static volatile sig_atomic_t child_stop;
 static void on_term(int sig) { child_stop = sig; }
@@ -317,7 +318,7 @@ static void player_init(player *p, test_redis *R, const char *cfg_path, const ch
     if (!p->cfg) { fprintf(stderr, "%s\n", err.msg); exit(1); }
     p->tok = cpt_tokenizer_load(cpt_cfg_str(p->cfg, "tokenizer.path"), &err);
     if (!p->tok) { fprintf(stderr, "%s\n", err.msg); exit(1); }
-    p->m = cpt_trainer_model_from_config(p->cfg, cpt_tokenizer_vocab_size(p->tok), -1, -1, &err);
+    p->m = cpt_model_from_config(p->cfg, cpt_tokenizer_vocab_size(p->tok), -1, -1, &err);
     if (!p->m) { fprintf(stderr, "%s\n", err.msg); exit(1); }
     p->q = test_queue_open(R, run, 1024, 60000);
     CHECK_EQ_INT(cpt_queue_create_group(p->q, CPT_STREAM_PROMPTS, "rollout", &err), 0);
@@ -375,7 +376,7 @@ static void test_sync_and_resume(test_redis *R) {
     /* the rewarded completion became likelier than under the initial weights (v0 = the same random init) */
     double good6 = completion_logprob(&p, p.first_prompt, p.n_first_prompt, p.good, 4, NULL);
     double bad6 = completion_logprob(&p, p.first_prompt, p.n_first_prompt, p.bad, 4, NULL);
-    cpt_model *m0 = cpt_trainer_model_from_config(p.cfg, cpt_tokenizer_vocab_size(p.tok), -1, -1, &err);
+    cpt_model *m0 = cpt_model_from_config(p.cfg, cpt_tokenizer_vocab_size(p.tok), -1, -1, &err);
     cpt_model *keep = p.m;
     p.m = m0;
     double good0 = completion_logprob(&p, p.first_prompt, p.n_first_prompt, p.good, 4, NULL);

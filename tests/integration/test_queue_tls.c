@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/config_keys.h"
 #include "queue/conn.h"
 #include "queue/tls.h"
 #include "tests/check.h"

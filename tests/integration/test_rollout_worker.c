@@ -16,7 +16,7 @@
 #include "model/model.h"
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
-#include "trainer/weights_pub.h"
+#include "weights/weights_pub.h"
 
 #define RUN "rt"
 static test_redis T;

@@ -1,8 +1,8 @@
 /* The Redis protocols of the GPU weight transports, on a real redis-server (no GPU):
- * - nccl membership and epochs (trainer/weights_group.h): register, live set sorted (deterministic ranks), a
+ * - nccl membership and epochs (weights/weights_group.h): register, live set sorted (deterministic ranks), a
  *   crash = heartbeat expiry, a leave, a new epoch per change (old epoch hash gone: a stale worker sees it), the
  *   unique id and first version stored with it.
- * - cuda_ipc slot bookkeeping (trainer/weights_ipc_book.h): a reader blocks the writer's claim, a claimed slot
+ * - cuda_ipc slot bookkeeping (weights/weights_ipc_book.h): a reader blocks the writer's claim, a claimed slot
  *   refuses readers, a reader of an old version is refused, an expired lease stops blocking, acks recorded. */
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +10,8 @@
 
 #include "check.h"
 #include "integration/redis_helper.h"
-#include "trainer/weights_group.h"
-#include "trainer/weights_ipc_book.h"
+#include "weights/weights_group.h"
+#include "weights/weights_ipc_book.h"
 
 static void test_membership(cpt_redis *r) {
     cpt_err err;

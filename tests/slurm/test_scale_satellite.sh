@@ -112,7 +112,7 @@ grep -q "cpt: satellite rollout-sat0-r1 (job $sat2) drained" "$T/job.log" || fai
 summary=$(check_groups "$R" $STEPS $G) || fail "exactly-once: $summary"
 # A satellite that starts after its main job is over does not start its worker (a TERM sent before the worker set
 # its handler would kill it instead of draining it).
-late=$(sbatch --parsable --output="$T/late.log" "$R/satellite.sh" "$job" 1 sh -c "touch '$T/late.ran'")
+late=$(sbatch --parsable --output="$T/late.log" "$BUILD/cpt-satellite.sh" "$job" 1 sh -c "touch '$T/late.ran'")
 wait_job_done "$late" 60
 grep -q "satellite: main job $job is COMPLETED; the worker is not started" "$T/late.log" || { cat "$T/late.log"; fail "late"; }
 [ ! -e "$T/late.ran" ] || fail "the late satellite started its worker"
@@ -120,7 +120,7 @@ grep -q "satellite: main job $job is COMPLETED; the worker is not started" "$T/l
 main2=$(sbatch --parsable --output=/dev/null --wrap 'sleep 8')
 for _ in $(seq 1 60); do [ "$(job_field "$main2" JobState)" = RUNNING ] && break; sleep 0.5; done
 [ "$(job_field "$main2" JobState)" = RUNNING ] || fail "job $main2 did not start"
-orphan=$(sbatch --parsable --output="$T/orphan.log" "$R/satellite.sh" "$main2" 1 \
+orphan=$(sbatch --parsable --output="$T/orphan.log" "$BUILD/cpt-satellite.sh" "$main2" 1 \
          sh -c 'trap "echo worker drained; exit 0" TERM; while :; do sleep 0.2; done')
 wait_job_done "$orphan" 60
 grep -q "satellite: draining (main job $main2 is COMPLETED)" "$T/orphan.log" || { cat "$T/orphan.log"; fail "orphan"; }

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "cli/config_keys.h"
 #include "core/config.h"
-#include "core/config_table.h"
 #include "core/fs.h"
 #include "tests/check.h"
 

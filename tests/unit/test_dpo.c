@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_keys.h"
 #include "core/chat_template.h"
 #include "core/config.h"
 #include "core/fs.h"
@@ -15,7 +16,7 @@
 #include "tests/check.h"
 #include "trainer/dpo.h"
 #include "trainer/dpo_data.h"
-#include "trainer/sft.h"
+#include "weights/model_init.h"
 
 static char dir[64];
 
@@ -64,7 +65,7 @@ static void test_reference(void) {
     cpt_dpo_data d;
     CHECK_MSG(cpt_dpo_data_load(path, cfg, &o, &d, &err) == 0, "%s", err.msg);
     CHECK_EQ_INT((int)d.n, 6);
-    cpt_model *m = cpt_trainer_model_from_config(cfg, cpt_tokenizer_vocab_size(tok), -1, -1, &err);
+    cpt_model *m = cpt_model_from_config(cfg, cpt_tokenizer_vocab_size(tok), -1, -1, &err);
     CHECK(m != NULL);
     CHECK_EQ_INT(cpt_dpo_data_reference(&d, m, 128, &err), 0);
     int vocab = cpt_model_cfg(m)->vocab_size;

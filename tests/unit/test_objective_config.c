@@ -2,7 +2,7 @@
  * table of its own (algo.type + objective_keys.def), so it holds whether or not the main table includes the file. */
 #include <string.h>
 
-#include "core/config_table.h"
+#include "core/config.h"
 #include "tests/check.h"
 #include "trainer/objective.h"
 

@@ -1,4 +1,4 @@
-/* Weight versions over the file transport (trainer/weights_pub.h): the file a worker loads gives back exactly the
+/* Weight versions over the file transport (weights/weights_pub.h): the file a worker loads gives back exactly the
  * trainer's weights, the announcement describes it (size, xxh64), config.json sits beside it, pruning keeps the
  * newest versions and removes leftover temp folders of dead writers, and a failed write leaves no vN file. */
 #include <math.h>
@@ -10,7 +10,7 @@
 #include "core/fs.h"
 #include "model/model.h"
 #include "tests/check.h"
-#include "trainer/weights_pub.h"
+#include "weights/weights_pub.h"
 
 static cpt_model *tiny(uint64_t seed) {
     cpt_model_config mc = {.arch = CPT_ARCH_QWEN2, .vocab_size = 20, .hidden_size = 16, .intermediate_size = 24,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "core/fs.h"
 #include "queue/conn.h"

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "reward/reward.h"
 #include "tests/check.h"

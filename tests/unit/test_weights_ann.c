@@ -1,15 +1,16 @@
-/* cuda_ipc / nccl announcements (trainer/weights_ann.h): format and strict parse round trip, the message through the
+/* cuda_ipc / nccl announcements (weights/weights_ann.h): format and strict parse round trip, the message through the
  * queue codec, the layout digest, sum64 against an independent recomputation, and the start checks of
- * weights.transport (trainer/weights_tx.h). No GPU. */
+ * weights.transport (weights/weights_tx.h). No GPU. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/config_keys.h"
 #include "core/config.h"
 #include "check.h"
 #include "tiny_model.h"
-#include "trainer/weights_ann.h"
-#include "trainer/weights_tx.h"
-#include "rollout/weights_rx.h"
+#include "weights/weights_ann.h"
+#include "weights/weights_tx.h"
+#include "weights/weights_rx.h"
 
 static void test_ipc_round_trip(void) {
     cpt_weights_ann a = {.transport = CPT_WT_CUDA_IPC, .slot = 1, .device = 3, .pid = 4242,

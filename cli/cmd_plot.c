@@ -1,0 +1,257 @@
+/* cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...]: renders series of RUN_DIR/metrics.jsonl with gnuplot.
+ *
+ * Without --out: RUN_DIR/plots/overview.png (every chosen key, one panel each) and RUN_DIR/plots/<key>.png per key
+ * (a '/' in a key becomes '_'). With --out: only the overview, to FILE.png. Default keys: reward/mean, train/loss,
+ * loss/policy, kl, entropy, response_len/mean, those present. The series are read with cpt_metrics_read_series,
+ * so a resumed run's re-logged steps show once. PNGs are written to a temporary name and renamed: a reader never
+ * sees half an image. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/metrics.h"
+
+#define MAX_KEYS 32
+
+static const char *default_keys[] = {"reward/mean", "train/loss", "loss/policy", "kl", "entropy", "response_len/mean"};
+
+typedef struct plot_series {
+    char key[128];
+    char data_path[4200];
+    size_t n;
+} plot_series;
+
+/* A key as a file name: anything but [A-Za-z0-9._-] becomes '_'. */
+static void key_file_name(const char *key, char *out, size_t cap) {
+    size_t j = 0;
+    for (size_t i = 0; key[i] && j + 1 < cap; i++) {
+        char c = key[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+                 c == '_';
+        if (j == 0 && c == '.') ok = 0; /* no hidden files */
+        out[j++] = ok ? c : '_';
+    }
+    out[j] = '\0';
+}
+
+/* A gnuplot single-quoted string: a quote is doubled, and control characters are dropped. */
+static void put_quoted(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'') fputs("''", f);
+        else if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static int write_series(const char *metrics, const char *key, const char *path, size_t *n, cpt_err *err) {
+    cpt_metrics_series s;
+    if (cpt_metrics_read_series(metrics, key, &s, err) != 0) return -1;
+    *n = s.n;
+    size_t finite = 0;
+    for (size_t i = 0; i < s.n; i++) finite += isfinite(s.values[i]) != 0;
+    if (finite == 0) {
+        cpt_metrics_series_free(&s);
+        return cpt_errf(err, "%s: %s: no numeric values to plot (all null)", metrics, key);
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cpt_metrics_series_free(&s);
+        return cpt_errno(err, "%s", path);
+    }
+    for (size_t i = 0; i < s.n; i++) {
+        if (isfinite(s.values[i])) fprintf(f, "%lld %.17g\n", (long long)s.steps[i], s.values[i]);
+        else fprintf(f, "%lld NaN\n", (long long)s.steps[i]);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        cpt_metrics_series_free(&s);
+        return cpt_errno(err, "%s", path);
+    }
+    cpt_metrics_series_free(&s);
+    return 0;
+}
+
+static void panel(FILE *f, const plot_series *s) {
+    fputs("set title ", f);
+    put_quoted(f, s->key);
+    fputs(" noenhanced\nplot ", f);
+    put_quoted(f, s->data_path);
+    fputs(" using 1:2 with linespoints pt 7 ps 0.4 lw 2 notitle\n", f);
+}
+
+/* One PNG: a single panel, or a grid of them. */
+static void script_png(FILE *f, const char *png, const plot_series *s, int n, const char *run_dir) {
+    int cols = n == 1 ? 1 : 2, rows = (n + cols - 1) / cols;
+    fprintf(f, "set terminal png size %d,%d\nset output ", 640 * cols, 400 * rows);
+    put_quoted(f, png);
+    fputs("\nset grid\nset xlabel 'step'\nset key off\n", f);
+    if (n > 1) {
+        fprintf(f, "set multiplot layout %d,%d title ", rows, cols);
+        put_quoted(f, run_dir);
+        fputs(" noenhanced\n", f);
+    }
+    for (int i = 0; i < n; i++) panel(f, &s[i]);
+    if (n > 1) fputs("unset multiplot\n", f);
+    fputs("set output\n", f);
+}
+
+static int run_gnuplot(const char *script, const char *log, cpt_err *err) {
+    pid_t pid = fork();
+    if (pid < 0) return cpt_errno(err, "fork for gnuplot");
+    if (pid == 0) {
+        FILE *lf = freopen(log, "w", stderr);
+        (void)lf;
+        execlp("gnuplot", "gnuplot", script, (char *)NULL);
+        fprintf(stderr, "cannot run gnuplot: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return cpt_errno(err, "waiting for gnuplot");
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        return cpt_errf(err, "gnuplot is not installed (apt-get install gnuplot-nox)");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char *text = cpt_read_file(log, NULL, NULL);
+        cpt_errf(err, "gnuplot failed: %s", text ? text : "(no message)");
+        free(text);
+        return -1;
+    }
+    return 0;
+}
+
+/* Renders one PNG through a temporary name. */
+static int render(const char *tmp_dir, const char *png, const plot_series *s, int n, const char *run_dir, cpt_err *err) {
+    char script[4300], log[4300], tmp_png[4300];
+    snprintf(script, sizeof script, "%s/plot.gp", tmp_dir);
+    snprintf(log, sizeof log, "%s/gnuplot.log", tmp_dir);
+    snprintf(tmp_png, sizeof tmp_png, "%s.tmp%ld", png, (long)getpid());
+    FILE *f = fopen(script, "w");
+    if (!f) return cpt_errno(err, "%s", script);
+    script_png(f, tmp_png, s, n, run_dir);
+    if (fclose(f) != 0) return cpt_errno(err, "%s", script);
+    if (run_gnuplot(script, log, err) != 0) {
+        unlink(tmp_png);
+        return -1;
+    }
+    if (rename(tmp_png, png) != 0) {
+        int e = errno;
+        unlink(tmp_png);
+        errno = e;
+        return cpt_errno(err, "%s", png);
+    }
+    return 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...]\n");
+    return 2;
+}
+
+int cmd_plot(int argc, char **argv) {
+    const char *run_dir = NULL, *out = NULL, *keys_arg = NULL;
+    umask(077); /* plots go into the run directory, which is its owner's only */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys_arg = argv[++i];
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...]\n");
+            return 0;
+        } else if (argv[i][0] == '-' || run_dir) return usage();
+        else run_dir = argv[i];
+    }
+    if (!run_dir) return usage();
+    cpt_err err;
+    cpt_err_clear(&err);
+    char metrics[4200];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run_dir);
+    if (!cpt_path_exists(metrics)) {
+        fprintf(stderr, "cpt plot: %s: no metrics yet (is this a run directory?)\n", metrics);
+        return 1;
+    }
+    /* Which keys: the ones asked for (each must be present), or the defaults that are present. */
+    char **present = NULL;
+    size_t n_present = 0;
+    if (cpt_metrics_read_keys(metrics, &present, &n_present, &err) != 0) {
+        fprintf(stderr, "cpt plot: %s\n", err.msg);
+        return 1;
+    }
+    const char *wanted[MAX_KEYS];
+    int n_wanted = 0, explicit_keys = keys_arg != NULL;
+    char *keys_copy = keys_arg ? strdup(keys_arg) : NULL;
+    if (keys_arg) {
+        char *save = NULL;
+        for (char *k = strtok_r(keys_copy, ",", &save); k && n_wanted < MAX_KEYS; k = strtok_r(NULL, ",", &save))
+            wanted[n_wanted++] = k;
+    } else {
+        for (size_t i = 0; i < sizeof default_keys / sizeof default_keys[0]; i++) wanted[n_wanted++] = default_keys[i];
+    }
+    plot_series series[MAX_KEYS];
+    int n = 0, status = 0;
+    for (int i = 0; i < n_wanted; i++) {
+        int found = 0;
+        for (size_t j = 0; j < n_present; j++) found |= !strcmp(present[j], wanted[i]);
+        if (!found) {
+            if (explicit_keys) {
+                fprintf(stderr, "cpt plot: %s: no numeric key '%s' (keys:", metrics, wanted[i]);
+                for (size_t j = 0; j < n_present; j++) fprintf(stderr, " %s", present[j]);
+                fprintf(stderr, ")\n");
+                status = 1;
+            }
+            continue;
+        }
+        snprintf(series[n].key, sizeof series[n].key, "%s", wanted[i]);
+        n++;
+    }
+    cpt_metrics_keys_free(present, n_present);
+    free(keys_copy);
+    if (status) return status;
+    if (n == 0) {
+        fprintf(stderr, "cpt plot: %s: none of the default keys is present; name some with --keys\n", metrics);
+        return 1;
+    }
+    char tmpl[] = "/tmp/cpt-plot-XXXXXX";
+    char *tmp_dir = mkdtemp(tmpl);
+    if (!tmp_dir) {
+        perror("cpt plot: mkdtemp");
+        return 1;
+    }
+    for (int i = 0; i < n && !status; i++) {
+        char fname[256];
+        key_file_name(series[i].key, fname, sizeof fname);
+        snprintf(series[i].data_path, sizeof series[i].data_path, "%s/%s.dat", tmp_dir, fname);
+        if (write_series(metrics, series[i].key, series[i].data_path, &series[i].n, &err) != 0) status = 1;
+    }
+    char plots[4200], png[4400];
+    if (!status && out) {
+        if (render(tmp_dir, out, series, n, run_dir, &err) != 0) status = 1;
+        else printf("%s\n", out);
+    } else if (!status) {
+        snprintf(plots, sizeof plots, "%s/plots", run_dir);
+        if (cpt_mkdir_p(plots, 0700, &err) != 0) status = 1;
+        snprintf(png, sizeof png, "%s/overview.png", plots);
+        if (!status && render(tmp_dir, png, series, n, run_dir, &err) != 0) status = 1;
+        if (!status) printf("%s\n", png);
+        for (int i = 0; i < n && !status; i++) {
+            char fname[256];
+            key_file_name(series[i].key, fname, sizeof fname);
+            snprintf(png, sizeof png, "%s/%s.png", plots, fname);
+            if (render(tmp_dir, png, &series[i], 1, run_dir, &err) != 0) status = 1;
+            else printf("%s\n", png);
+        }
+    }
+    if (status) fprintf(stderr, "cpt plot: %s\n", err.msg);
+    else
+        for (int i = 0; i < n; i++) fprintf(stderr, "cpt plot: %s: %zu points\n", series[i].key, series[i].n);
+    cpt_err e2;
+    cpt_remove_tree(tmp_dir, &e2);
+    return status;
+}

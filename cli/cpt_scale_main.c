@@ -1,0 +1,4 @@
+/* cpt-scale: see cli/commands.h. */
+#include "cli/commands.h"
+
+int main(int argc, char **argv) { return cmd_scale(argc, argv); }
