@@ -1,12 +1,12 @@
-/* GPU decode throughput of the cuda engine (rollout/cuda_engine.h) on Qwen2.5-shaped random models.
+/* GPU decode throughput of the engine (rollout/engine.h) on the CUDA decoder (model/cuda_decoder.c), Qwen2.5-shaped
+ * random models.
  *
  *   decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] [--no-graphs] [--defaults]
- *                [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--fused-staged|--fused-ring|--no-fused] [--stage-kb N] [--ring-blocks N] [--no-pdl] [--persistent 1|2]
- *                [--split-few N] [--skip qkv,attn,o,gateup,down,lm] [--bw 4.3e12]
+ *                [--bw 4.3e12]
  *
- * --defaults: what the rollout worker runs (cpt_cuda_engine_defaults); the options after it change it.
- * --skip: leave those parts out of the fused forward (wrong tokens; a part's cost in the stream is the step time
- * without it against with it).
+ * --defaults: accepted for the command lines of earlier binaries (the kernels are the decoder's own choice now).
+ * The RESULT line keeps the fields of earlier binaries, the engine options' values filled with the product's
+ * (gemv 4, attn_v2 4, fused 4, pdl 1, the rest 0), so old and new logs compare line by line.
  *
  * For each shape and batch B: B requests of random prompts, greedy, exactly --new tokens each (no stop ids), in an
  * engine with B slots; one untimed run first (graph capture, cuBLASLt heuristics), then a timed one. Reports the
@@ -19,7 +19,8 @@
 #include <time.h>
 
 #include "core/rng.h"
-#include "rollout/cuda_engine.h"
+#include "model/decoder.h"
+#include "rollout/engine.h"
 
 static double now(void) {
     struct timespec ts;
@@ -54,14 +55,14 @@ static double kv_bytes_per_pos(const cpt_model_config *c) {
 }
 
 /* One generation of B requests; returns 0 and fills the times. */
-static int run(cpt_cuda_engine *e, int B, int prompt, int n_new, int V, uint64_t seed, double *t_first, double *t_total,
+static int run(cpt_engine *e, int B, int prompt, int n_new, int V, uint64_t seed, double *t_first, double *t_total,
                long *tok_first, long *tok_total) {
     cpt_rng rng;
     cpt_rng_seed(&rng, seed, 0);
     int32_t *p = malloc(sizeof(int32_t) * (size_t)prompt * B);
     for (long i = 0; i < (long)prompt * B; i++) p[i] = (int32_t)cpt_rng_below(&rng, (uint64_t)V);
     cpt_err err = {0};
-    long gen0 = cpt_cuda_engine_get_stats(e)->generated_tokens;
+    long gen0 = cpt_engine_get_stats(e)->generated_tokens;
     double t0 = now();
     for (int b = 0; b < B; b++) {
         cpt_gen_request r;
@@ -72,53 +73,34 @@ static int run(cpt_cuda_engine *e, int B, int prompt, int n_new, int V, uint64_t
         r.sp = (cpt_sample_params){0.0f, 0, 1.0f, 0.0f};
         r.seed = (uint64_t)b;
         r.max_new_tokens = n_new;
-        if (cpt_cuda_engine_submit(e, &r, &err) < 0) {
+        if (cpt_engine_submit(e, &r, &err) < 0) {
             fprintf(stderr, "submit: %s\n", err.msg);
             return -1;
         }
     }
     int first = 1;
-    while (!cpt_cuda_engine_idle(e)) {
-        if (cpt_cuda_engine_step(e, &err) < 0) {
+    while (!cpt_engine_idle(e)) {
+        if (cpt_engine_step(e, &err) < 0) {
             fprintf(stderr, "step: %s\n", err.msg);
             return -1;
         }
         if (first) {
             *t_first = now() - t0;
-            *tok_first = cpt_cuda_engine_get_stats(e)->generated_tokens - gen0;
+            *tok_first = cpt_engine_get_stats(e)->generated_tokens - gen0;
             first = 0;
         }
     }
     *t_total = now() - t0;
-    *tok_total = cpt_cuda_engine_get_stats(e)->generated_tokens - gen0;
+    *tok_total = cpt_engine_get_stats(e)->generated_tokens - gen0;
     cpt_gen_result res;
-    while (cpt_cuda_engine_take(e, &res)) cpt_gen_result_free(&res);
+    while (cpt_engine_take(e, &res)) cpt_gen_result_free(&res);
     free(p);
     return 0;
 }
 
-/* "qkv,attn,..." -> CPT_SKIP_* mask; -1 on an unknown name */
-static int parse_skip(const char *list) {
-    static const char *names[] = {"qkv", "attn", "o", "gateup", "down", "lm"};
-    int mask = 0;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        int k = 0;
-        while (k < 6 && strcmp(t, names[k])) k++;
-        if (k == 6) {
-            fprintf(stderr, "decode_bench: --skip: unknown part '%s' (qkv, attn, o, gateup, down, lm)\n", t);
-            return -1;
-        }
-        mask |= 1 << k;
-    }
-    return mask;
-}
-
 int main(int argc, char **argv) {
     const char *shapes = "0.5b,1.5b", *batches = "1,64,256";
-    int prompt = 256, n_new = 512, no_graphs = 0, gemv = 0, attn_v2 = 0, fused = 0, no_pdl = 0, persistent = 0, split_few = 0,
-        skip = 0, stage_kb = 0, ring_blocks = 0;
+    int prompt = 256, n_new = 512, no_graphs = 0;
     double bw = 4.3e12;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
@@ -127,33 +109,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) n_new = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-graphs")) no_graphs = 1;
-        else if (!strcmp(argv[i], "--defaults")) {
-            cpt_engine_opts none;
-            memset(&none, 0, sizeof none);
-            cpt_cuda_engine_opts d = cpt_cuda_engine_defaults(none);
-            gemv = d.gemv_rows, attn_v2 = d.attn_v2, fused = d.fused, no_pdl = d.no_pdl, persistent = d.persistent;
-        }
-        else if (!strcmp(argv[i], "--gemv") && i + 1 < argc) gemv = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--attn-v2")) attn_v2 = 1;
-        else if (!strcmp(argv[i], "--attn-v2-deep")) attn_v2 = 2;
-        else if (!strcmp(argv[i], "--attn-mma")) attn_v2 = 3;
-        else if (!strcmp(argv[i], "--attn-few")) attn_v2 = 4;
-        else if (!strcmp(argv[i], "--fused")) fused = 1;
-        else if (!strcmp(argv[i], "--no-fused")) fused = 0;
-        else if (!strcmp(argv[i], "--fused-deep")) fused = 2;
-        else if (!strcmp(argv[i], "--fused-staged")) fused = 3;
-        else if (!strcmp(argv[i], "--stage-kb") && i + 1 < argc) stage_kb = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--fused-ring")) fused = 4;
-        else if (!strcmp(argv[i], "--ring-blocks") && i + 1 < argc) ring_blocks = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-pdl")) no_pdl = 1;
-        else if (!strcmp(argv[i], "--persistent") && i + 1 < argc) persistent = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--split-few") && i + 1 < argc) split_few = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--skip") && i + 1 < argc) {
-            if ((skip = parse_skip(argv[++i])) < 0) return 2;
-        } else {
+        else if (!strcmp(argv[i], "--defaults")) continue;
+        else {
             fprintf(stderr, "usage: decode_bench [--shapes 0.5b,1.5b] [--batches 1,64,256] [--prompt 256] [--new 512] "
-                            "[--no-graphs] [--defaults] [--gemv N] [--attn-v2|--attn-v2-deep|--attn-mma|--attn-few] [--fused|--fused-deep|--fused-staged|--fused-ring|--no-fused] [--stage-kb N] [--ring-blocks N] [--no-pdl] [--persistent 1|2] [--split-few N] [--skip qkv,attn,o,gateup,down,lm] "
-                            "[--bw 4.3e12]\n");
+                            "[--no-graphs] [--defaults] [--bw 4.3e12]\n");
             return 2;
         }
     }
@@ -170,29 +129,21 @@ int main(int argc, char **argv) {
     snprintf(sh, sizeof sh, "%s", shapes);
     for (char *name = strtok(sh, ","); name; name = strtok(NULL, ",")) {
         cpt_model_config c = shape(name);
-        cpt_cuda_engine_opts o;
-        memset(&o, 0, sizeof o);
-        o.base.slots = maxb;
-        o.base.max_len = prompt + n_new;
-        o.no_graphs = no_graphs;
-        o.gemv_rows = gemv;
-        o.attn_v2 = attn_v2;
-        o.fused = fused;
-        o.stage_kb = stage_kb;
-        o.ring_blocks = ring_blocks;
-        o.no_pdl = no_pdl;
-        o.persistent = persistent;
-        o.split_few = split_few;
-        o.bench_skip = skip;
         cpt_err err = {0};
         double t0 = now();
-        cpt_cuda_engine *e = cpt_cuda_engine_new_random(&c, 42, 0.02f, &o, &err);
+        cpt_model *m = cpt_model_new_cuda_random(&c, 0, 42, 0.02f, &err);
+        cpt_engine_opts o = {0};
+        o.slots = maxb;
+        o.max_len = prompt + n_new;
+        cpt_decoder_tuning t = {.no_graphs = no_graphs};
+        cpt_engine *e = m ? cpt_engine_new_tuned(m, &o, &t, &err) : NULL;
         if (!e) {
             fprintf(stderr, "engine: %s\n", err.msg);
             return 1;
         }
+        cpt_decoder *dc = cpt_engine_decoder(e);
         printf("shape %s: engine with %d slots ready in %.1f s (KV pool %d blocks)\n", name, maxb, now() - t0,
-               cpt_cuda_engine_kv_blocks(e));
+               cpt_engine_kv_blocks(e));
         double W = weight_bytes(&c), kvp = kv_bytes_per_pos(&c);
         for (int k = 0; k < nb; k++) {
             int B = bl[k];
@@ -202,18 +153,23 @@ int main(int argc, char **argv) {
             if (run(e, B, prompt, n_new, c.vocab_size, 2000 + (uint64_t)B, &tf, &tt, &nf, &nt)) return 1;
             double dec = (nt - nf) / (tt - tf), e2e = nt / tt;
             /* the device's share of a step: the last step's graph replayed (no host work between) */
-            double gpu_s = no_graphs ? -1.0 : cpt_cuda_engine_replay_s(e, 50, &err);
+            double gpu_s = no_graphs ? -1.0 : cpt_decoder_replay_s(dc, 50, &err);
             /* the decode steps read contexts prompt+1 .. prompt+n_new-1: mean prompt + n_new / 2 */
             double step_bytes = W + B * kvp * (prompt + n_new / 2.0);
             double roof = B * bw / step_bytes;
+            /* the engine options of earlier binaries, at the product's values (see the top) */
+            const int gemv = 4, attn_v2 = 4, fused = 4, pdl = 1, persistent = 0, step_forwards = 0, split_few = 0,
+                      skip = 0, stage_kb = 0, ring_blocks = 0;
             printf("RESULT shape=%s batch=%d prompt=%d new=%d graphs=%d gemv=%d attn_v2=%d fused=%d pdl=%d prefill_s=%.4f decode_tok_s=%.1f "
                    "e2e_tok_s=%.1f step_ms=%.3f roofline_tok_s=%.1f roofline_pct=%.1f graphs_captured=%d gpu_step_ms=%.3f "
                    "persistent=%d step_kernel_forwards=%d split_few=%d skip=%d stage_kb=%d ring_blocks=%d\n",
-                   name, B, prompt, n_new, !no_graphs, gemv, attn_v2, fused, fused && !no_pdl, tf, dec, e2e, 1000.0 * B / dec, roof, 100.0 * dec / roof,
-                   cpt_cuda_engine_graphs(e), 1000.0 * gpu_s, persistent, cpt_cuda_engine_step_forwards(e), split_few, skip, stage_kb, ring_blocks);
+                   name, B, prompt, n_new, !no_graphs, gemv, attn_v2, fused, pdl, tf, dec, e2e, 1000.0 * B / dec, roof,
+                   100.0 * dec / roof, cpt_decoder_graphs(dc), 1000.0 * gpu_s, persistent, step_forwards, split_few,
+                   skip, stage_kb, ring_blocks);
             fflush(stdout);
         }
-        cpt_cuda_engine_free(e);
+        cpt_engine_free(e);
+        cpt_model_free(m);
     }
     return 0;
 }

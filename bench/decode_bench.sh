@@ -6,8 +6,7 @@
 #   bench/decode_bench.sh run [DIR] [--no-test] [--no-bench] [--no-torch]
 #                                                on the GPU machine: the test, the engine bench, transformers' generate
 #                                                (env: HF_NEW, HF_NEW_B1 new tokens, HF_CACHE dynamic|static, *_TIMEOUT,
-#                                                BENCH_SET base|new|b1|all, BENCH_V1=1 also the first attention kernel
-#                                                with cuBLASLt only)
+#                                                BENCH_SET base|b1)
 #   bench/decode_bench.sh profile [DIR]          on the GPU machine (Firecracker, where ncu reads counters): time of
 #                                                every kernel of 0.5B decode steps at batch 1 and 64, per-kernel summary
 #                                                (env PROFILE_ARGS, default --defaults; PROFILE_SHAPE 0.5b|1.5b;
@@ -36,45 +35,20 @@ run)
         timeout ${TEST_TIMEOUT:-150} "$dir/test_cuda_decode" 2>&1 | tee "$out/test_cuda_decode.log"
         rc=${PIPESTATUS[0]}
         echo "test_cuda_decode rc=$rc"
-        if [ $rc != 0 ]; then # a fault in the tensor-core attention would hide the rest: the rest alone
-            CPT_TEST_SKIP_MMA=1 timeout ${TEST_TIMEOUT:-150} "$dir/test_cuda_decode" > "$out/test_cuda_decode_nomma.log" 2>&1
-            echo "test_cuda_decode without the tensor-core attention rc=$? ($(grep -c 'CHECK failed' "$out/test_cuda_decode_nomma.log") failed checks)"
+        if [ $rc != 0 ]; then # a fault in a kernel test would hide the engine's checks: the kernel checks alone
+            CPT_TEST_KERNELS_ONLY=1 timeout ${TEST_TIMEOUT:-150} "$dir/test_cuda_decode" > "$out/test_cuda_decode_kernels.log" 2>&1
+            echo "test_cuda_decode kernel checks alone rc=$? ($(grep -c 'CHECK failed' "$out/test_cuda_decode_kernels.log") failed checks)"
         fi
     fi
-    # BENCH_SET base: the engine defaults (cpt_cuda_engine_defaults: the tensor-core attention, the few-rows kernel
-    # and the deep fused products at <= 4 rows, skinny products), then batches 1 and 4 with the defaults before the
-    # seventh session (the tensor-core attention there too, fused products of 4 vectors a lane), then the second
-    # attention kernel (the default before 2026-12-03) at 64 and 256; new: the persistent decode step at batch 1 and 4 (2 blocks a
-    # multiprocessor, then 1), attention v2 with 16 value loads in flight (attn_v2 = 2) at 64 and 256; b1: below;
-    # all (default): base and new
-    set=${BENCH_SET:-all}
-    if [ $bench = 1 ] && [ "$set" != new ] && [ "$set" != b1 ]; then
+    # BENCH_SET base (default): the decoder as the product runs it (the kernels are its own choice); b1: batches 1
+    # and 4 only. The old binaries' variants are gone (dev/cuda/README.md); --defaults stays for their command lines.
+    set=${BENCH_SET:-base}
+    if [ $bench = 1 ] && [ "$set" != b1 ]; then
         timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults 2>&1 | tee -a "$out/decode_bench.log"
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --attn-mma --fused --batches 1,4 2>&1 |
-            tee -a "$out/decode_bench.log"
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --attn-v2 --batches 64,256 2>&1 |
-            tee -a "$out/decode_bench.log"
-        [ "${BENCH_V1:-0}" = 1 ] && timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" 2>&1 | tee -a "$out/decode_bench.log"
     fi
-    if [ $bench = 1 ] && [ "$set" != base ] && [ "$set" != b1 ]; then
-        for p in 1 2; do
-            timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-mma --gemv 4 --fused --persistent $p --batches 1,4 2>&1 |
-                tee -a "$out/decode_bench.log"
-        done
-        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --attn-v2-deep --gemv 4 --fused --batches 64,256 2>&1 |
-            tee -a "$out/decode_bench.log"
-    fi
-    # b1: batches 1 and 4, the defaults and B1_VARIANTS (default: the few-rows attention), each whole and with one
-    # part left out (B1_SKIPS; --skip: that part's cost in the stream is the difference)
     if [ $bench = 1 ] && [ "$set" = b1 ]; then
-        for f in "" ${B1_VARIANTS:---attn-few}; do
-            for sk in ${B1_SKIPS:-none attn}; do
-                a=(--defaults ${f//+/ } --batches 1,4)
-                [ $sk != none ] && a+=(--skip $sk)
-                echo "== decode_bench ${a[*]}" | tee -a "$out/decode_bench.log"
-                timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" "${a[@]}" 2>&1 | tee -a "$out/decode_bench.log"
-            done
-        done
+        echo "== decode_bench --defaults --batches 1,4" | tee -a "$out/decode_bench.log"
+        timeout ${BENCH_TIMEOUT:-120} "$dir/decode_bench" --defaults --batches 1,4 2>&1 | tee -a "$out/decode_bench.log"
     fi
     if [ $torch = 1 ]; then
         PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/decode_torch.py --shapes ${HF_SHAPES:-1.5b,0.5b} --new ${HF_NEW:-512} --new-b1 ${HF_NEW_B1:-128} --cache ${HF_CACHE:-dynamic} 2>&1 | grep -v Warning |

@@ -1,10 +1,10 @@
 #!/bin/bash
-# Batch-1/4 decode of several builds and engine options side by side in one device call (A/B of a kernel change).
+# Batch-1/4 decode of several builds side by side in one device call (A/B of a kernel change, old and new binaries).
 #
 #   bench/decode_variants.sh DIR LABEL=SUBDIR:ARGS ...
 #
 # DIR holds lib/ and one decode_bench per SUBDIR (. for DIR itself); each LABEL runs SUBDIR/decode_bench --defaults
-# ARGS --batches ${BATCHES:-1,4} (ARGS: engine options, '+' for spaces), the whole list ${ROUNDS:-2} times in turn
+# ARGS --batches ${BATCHES:-1,4} (ARGS: decode_bench options, '+' for spaces), the whole list ${ROUNDS:-2} times in turn
 # (drift shows as a difference between rounds). One line a run: label, shape, batch, decode tok/s, % roofline,
 # graph-replay step ms. Logs in $OUT (default /tmp).
 set -uo pipefail

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/backend.h"
+#include "model/cuda_infer.h"
 #include "model/cuda_model.h"
 #include "model/model_internal.h"
 
@@ -28,6 +30,8 @@ void cpt_model_set_grads_ready(cpt_model *m, cpt_grads_ready_fn fn, void *ud) {
 }
 
 void cpt_model_set_recompute(cpt_model *m, int on) { m->recompute = on != 0; }
+
+int cpt_model_on_cuda(const cpt_model *m) { return m && m->cuda != NULL; }
 
 #ifndef CPT_HAVE_CUDA
 
@@ -40,33 +44,6 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
         return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
     return no_cuda(err);
 }
-int cpt_model_on_cuda(const cpt_model *m) {
-    (void)m;
-    return 0;
-}
-int cpt_model_use_cuda_infer(cpt_model *m, int device, cpt_err *err) {
-    if (cpt_model_cuda_shape_check(&m->cfg, 1, err))
-        return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
-    return no_cuda(err);
-}
-int cpt_model_load_weights_bf16_device(cpt_model *m, const void *dev_bf16, cpt_err *err) {
-    (void)m, (void)dev_bf16;
-    return no_cuda(err);
-}
-void *cpt_model_cuda_ctx(cpt_model *m) {
-    (void)m;
-    return NULL;
-}
-int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep, cpt_err *err) {
-    (void)m, (void)b, (void)out, (void)keep;
-    return no_cuda(err);
-}
-int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *dl, const float *de, const float *dv,
-                            cpt_err *err) {
-    (void)m, (void)b, (void)dl, (void)de, (void)dv;
-    return no_cuda(err);
-}
-void cpt_cuda_model_zero_grad(cpt_model *m) { (void)m; }
 int cpt_model_grads_settle(cpt_model *m, cpt_err *err) {
     (void)m, (void)err;
     return 0;
@@ -84,6 +61,35 @@ double *cpt_model_cuda_norm_slots(cpt_model *m) {
     (void)m;
     return NULL;
 }
+void *cpt_model_cuda_ctx(cpt_model *m) {
+    (void)m;
+    return NULL;
+}
+
+/* Never chosen in this build (placement fails first); defined so the table links everywhere. */
+static int cuda_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep, cpt_err *err) {
+    (void)m, (void)b, (void)out, (void)keep;
+    return no_cuda(err);
+}
+static int cuda_backward(cpt_model *m, const cpt_batch *b, const float *dl, const float *de, const float *dv,
+                         cpt_err *err) {
+    (void)m, (void)b, (void)dl, (void)de, (void)dv;
+    return no_cuda(err);
+}
+static void cuda_zero_grad(cpt_model *m) { (void)m; }
+static int cuda_sync_to_host(cpt_model *m, cpt_err *err) {
+    (void)m;
+    return no_cuda(err);
+}
+static int cuda_sync_to_device(cpt_model *m, cpt_err *err) {
+    (void)m;
+    return no_cuda(err);
+}
+static int cuda_wait(cpt_model *m, cpt_err *err) {
+    (void)m;
+    return no_cuda(err);
+}
+static void cuda_release(cpt_model *m) { (void)m; }
 
 #else
 
@@ -160,8 +166,6 @@ static void *take(carver *c, size_t bytes) {
     return c->base ? c->base + o : NULL;
 }
 
-int cpt_model_on_cuda(const cpt_model *m) { return m && m->cuda != NULL; }
-
 static int build_zero_runs(cpt_model *m, cpt_err *err);
 
 void cpt_cuda_model_free(cpt_cuda_model *cm) {
@@ -179,7 +183,7 @@ void cpt_cuda_model_free(cpt_cuda_model *cm) {
     free(cm);
 }
 
-int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
+static int cuda_sync_to_device(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     if (!cm) return 0;
     size_t n = m->numel;
@@ -189,7 +193,7 @@ int cpt_model_sync_to_device(cpt_model *m, cpt_err *err) {
     return cpt_cuda_sync(cm->ctx, err);
 }
 
-int cpt_model_wait(cpt_model *m, cpt_err *err) { return m->cuda ? cpt_cuda_sync(m->cuda->ctx, err) : 0; }
+static int cuda_wait(cpt_model *m, cpt_err *err) { return m->cuda ? cpt_cuda_sync(m->cuda->ctx, err) : 0; }
 
 int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
@@ -198,7 +202,7 @@ int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
     return 0;
 }
 
-int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
+static int cuda_sync_to_host(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     if (!cm) return 0;
     if (cpt_model_grads_settle(m, err) || cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err) ||
@@ -207,7 +211,14 @@ int cpt_model_sync_to_host(cpt_model *m, cpt_err *err) {
     return 0;
 }
 
+static void cuda_release(cpt_model *m) {
+    cpt_cuda_model_free(m->cuda);
+    m->cuda = NULL;
+}
+
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
+    if (m->cuda_infer)
+        return cpt_errf(err, "the model is placed for inference (cpt_model_use_cuda_infer): it cannot train on CUDA");
     if (m->cuda) {
         if (m->cuda->device == device) return 0;
         return cpt_errf(err, "the model is already on CUDA device %d (asked for %d)", m->cuda->device, device);
@@ -236,11 +247,12 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
         if (pass == 0 && !(cv.base = cm->pmem = cpt_cuda_malloc(cv.off, "the model's parameters", err))) goto fail;
     }
     m->cuda = cm;
-    if (build_zero_runs(m, err) || cpt_model_sync_to_device(m, err)) goto fail_placed;
+    if (build_zero_runs(m, err) || cuda_sync_to_device(m, err)) goto fail_placed;
     if (cpt_cuda_memset(cm->ctx, cm->g, 0, n * sizeof(float), err) ||
         cpt_cuda_memcpy_h2d(cm->ctx, cm->inv_freq, m->inv_freq, sizeof(float) * (size_t)(c->head_dim / 2), err))
         goto fail_placed;
     m->kept_tokens = -1;
+    m->be = &cpt_backend_cuda;
     return 0;
 fail_placed:
     m->cuda = NULL;
@@ -266,7 +278,9 @@ int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *
 
 double *cpt_model_cuda_norm_slots(cpt_model *m) { return m && m->cuda ? m->cuda->norm_slots : NULL; }
 
-void cpt_cuda_model_zero_grad(cpt_model *m) { m->cuda->zero_pending = 1; }
+void *cpt_model_cuda_ctx(cpt_model *m) { return m->cuda ? (void *)m->cuda->ctx : cpt_cuda_infer_ctx(m); }
+
+static void cuda_zero_grad(cpt_model *m) { m->cuda->zero_pending = 1; }
 
 int cpt_model_grads_settle(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m ? m->cuda : NULL;
@@ -508,7 +522,7 @@ static int upload_batch(cpt_model *m, const cpt_batch *b, int keep, cpt_err *err
     return cpt_cuda_memcpy_h2d(cm->ctx, cm->ints, h, count * sizeof(int32_t), err);
 }
 
-int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep, cpt_err *err) {
+static int cuda_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     cpt_cuda_ctx *ctx = cm->ctx;
     const cpt_model_config *c = &m->cfg;
@@ -633,8 +647,8 @@ static int ready(cpt_model *m, int64_t first_off, int64_t last_off, size_t last_
     return 0;
 }
 
-int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
-                            const float *d_values, cpt_err *err) {
+static int cuda_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
+                         const float *d_values, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     cpt_cuda_ctx *ctx = cm->ctx;
     const cpt_model_config *c = &m->cfg;
@@ -709,3 +723,24 @@ int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_log
 }
 
 #endif
+
+static cpt_decoder *cuda_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const cpt_decoder_tuning *t,
+                                     cpt_err *err) {
+    (void)m, (void)o, (void)t;
+    cpt_errf(err, "decoder: the model is placed for training (cpt_model_use_cuda); generation on the GPU needs the "
+                  "inference placement (cpt_model_use_cuda_infer)");
+    return NULL;
+}
+
+const cpt_model_backend cpt_backend_cuda = {
+    .name = "cuda",
+    .forward = cuda_forward,
+    .backward = cuda_backward,
+    .zero_grad = cuda_zero_grad,
+    .sync_to_host = cuda_sync_to_host,
+    .sync_to_device = cuda_sync_to_device,
+    .wait = cuda_wait,
+    .pull_weights = cpt_cuda_model_pull_weights,
+    .decoder_new = cuda_decoder_new,
+    .release = cuda_release,
+};

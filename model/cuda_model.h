@@ -1,6 +1,7 @@
-/* The device side of a model placed on a GPU with cpt_model_use_cuda (model/cuda_model.c). Internal: the model's
- * own files dispatch to it (forward.c, params.c) and trainer/optim.c reaches the device copies of parameters
- * through it. Every function here exists in a build without CUDA too, failing with a "built without CUDA" error. */
+/* The device side of a model placed on a GPU for training with cpt_model_use_cuda (model/cuda_model.c: its
+ * backend table cpt_backend_cuda, model/backend.h, carries forward, backward and the syncs). Internal: params.c
+ * refreshes host weights through it and trainer/optim.c reaches the device copies of parameters through it.
+ * Every function here exists in a build without CUDA too, failing with a "built without CUDA" error. */
 #ifndef CPT_MODEL_CUDA_MODEL_H
 #define CPT_MODEL_CUDA_MODEL_H
 
@@ -8,11 +9,6 @@
 
 typedef struct cpt_cuda_model cpt_cuda_model;
 
-int cpt_cuda_model_forward(cpt_model *m, const cpt_batch *b, cpt_forward_out *out, int keep_activations,
-                           cpt_err *err);
-int cpt_cuda_model_backward(cpt_model *m, const cpt_batch *b, const float *d_logprobs, const float *d_entropy,
-                            const float *d_values, cpt_err *err);
-void cpt_cuda_model_zero_grad(cpt_model *m);
 /* The weights only, device -> host (cpt_model_save_hf: each published weight version; the grads stay). */
 int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err);
 void cpt_cuda_model_free(cpt_cuda_model *cm);

@@ -117,6 +117,11 @@ int cpt_model_use_cuda_infer(cpt_model *m, int device, cpt_err *err);
 /* Weights from bf16 already on the model's device, m's parameters in cpt_model_param order back to back (a cuda_ipc
  * or nccl weight version); the host values are not read. */
 int cpt_model_load_weights_bf16_device(cpt_model *m, const void *dev_bf16, cpt_err *err);
+/* Benches: a model of config cfg without host weights, placed for inference on CUDA device `device` with random
+ * N(0, std) bf16 weights drawn there (norm weights 1, biases 0): a 7B shape without its fp32 host copy. It has no
+ * parameters (weight loads fail); cpt_model_free frees it. */
+cpt_model *cpt_model_new_cuda_random(const cpt_model_config *cfg, int device, uint64_t seed, float std,
+                                     cpt_err *err);
 /* The cpt_cuda_ctx * of a CUDA placement (kernels/cuda/cuda_ops.h), for weight receivers; NULL on the CPU. */
 void *cpt_model_cuda_ctx(cpt_model *m);
 /* Whether the CUDA kernels take the model's shape (model/cuda_shape.c): 0, or -1 with err saying what is not and

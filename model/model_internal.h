@@ -74,6 +74,7 @@ struct cpt_model {
     int kept_tokens; /* tokens of the last keep_activations forward; -1 when none */
     int kept_seqs;
     struct cpt_cuda_model *cuda; /* the device side after cpt_model_use_cuda (model/cuda_model.c), else NULL */
+    struct cpt_cuda_infer *cuda_infer; /* the device side after cpt_model_use_cuda_infer (model/cuda_infer.c) */
     cpt_grads_ready_fn grads_ready; /* cpt_model_set_grads_ready */
     void *grads_ready_ud;
     int recompute; /* CUDA training forward keeps only each layer input; the backward recomputes the layer */

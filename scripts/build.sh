@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# build.sh [release|sanitize|fuzz]: configures and builds into build/, build-sanitize/ or build-fuzz/.
+# build.sh [release|sanitize]: configures and builds into build/ or build-sanitize/.
+#   release   the normal build (CUDA where nvcc is found)
+#   sanitize  clang, CPU only, ASan+UBSan everywhere and libFuzzer harnesses: the unit and integration tests run
+#             under the sanitizers and the fuzzers replay their corpus and fuzz, from one build
+#             (`fuzz` is the same build under its former name)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-release}
 jobs=$(nproc)
 case "$kind" in
-  release)  dir=build;          flags=() ;;
-  sanitize) dir=build-sanitize; flags=(-DCPT_SANITIZE=ON -DCPT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug) ;;
-  fuzz)     dir=build-fuzz;     flags=(-DCPT_FUZZ=ON -DCPT_CUDA=OFF -DCMAKE_C_COMPILER=clang) ;;
-  *) echo "build.sh: unknown kind '$kind' (release|sanitize|fuzz)" >&2; exit 2 ;;
+  release)       dir=build;          flags=() ;;
+  sanitize|fuzz) dir=build-sanitize; flags=(-DCPT_FUZZ=ON -DCPT_CUDA=OFF -DCMAKE_C_COMPILER=clang
+                                           -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-O1 -g") ;;
+  *) echo "build.sh: unknown kind '$kind' (release|sanitize)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j "$jobs" -- --no-print-directory -s

@@ -141,7 +141,7 @@ typedef struct cpt_obj_metrics {
 } cpt_obj_metrics;
 
 /* A (name, value) view for logging: fills up to max entries of the metrics that apply to oc's type; returns the count.
- * Names follow DESIGN.md (loss/policy, kl, clip_frac, ...). */
+ * Names follow docs/algorithms.md "Metrics" (loss/policy, kl, clip_frac, ...). */
 int cpt_obj_metrics_list(const cpt_objective_config *oc, const cpt_obj_metrics *m, const char **names,
                          double *values, int max);
 

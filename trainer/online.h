@@ -1,4 +1,4 @@
-/* The online trainer (algo.type = grpo | ppo | opd): the trainer side of DESIGN.md "Online data flow".
+/* The online trainer (algo.type = grpo | ppo | opd): the trainer side of docs/architecture.md "Online data flow".
  *
  * It owns the data cursor over the shuffled rl_prompt dataset and issues prompt groups (chat-templated prompt ids,
  * rollout.group_size samples, sampling.* params, the minimum weight version, the record's extra JSON with its

@@ -1,4 +1,4 @@
-/* Weight versions over the file transport (DESIGN.md "Weight versions"): the trainer writes
+/* Weight versions over the file transport (docs/architecture.md "Weight versions"): the trainer writes
  * RUN_DIR/weights/vN.safetensors atomically (cpt_model_save_hf's tensor names and layout, F32, so a worker's
  * cpt_model_load_weights reads it), then announces it in the run's weights hash with its size and XXH64 checksum,
  * and deletes all but the newest `keep` version files. RUN_DIR/weights/config.json (the model's shape) sits beside

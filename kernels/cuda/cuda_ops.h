@@ -165,7 +165,7 @@ void cpt_cuda_sumsq(cpt_cuda_ctx *ctx, double *out, cpt_tensor x);
 /* x *= c in place (f32): gradient clipping. */
 void cpt_cuda_scale(cpt_cuda_ctx *ctx, cpt_tensor x, float c);
 
-/* ---- GPU decode (kernels/cuda/paged_attention.cu, sampling.cu, decode_ops.cu; used by rollout/cuda_engine.c) -- */
+/* ---- GPU decode (kernels/cuda/paged_attention.cu, sampling.cu, decode_ops.cu; used by model/cuda_decoder.c) -- */
 
 /* The paged bf16 KV cache: pool [layers][2 (K, V)][n_blocks][block_size][n_kv_heads][head_dim]. Position p of
  * block table t lives in block block_tables[t * max_blocks + p / block_size] at row p % block_size. Passed by
@@ -184,36 +184,30 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
                         const int32_t *tab, int n_rows, const void *q_norm, const void *k_norm, float eps,
                         const float *inv_freq, cpt_attn_shape s);
 /* out [n_rows, H * D] bf16 = attention of each row's queries (in qkv, after kv_append) over positions 0 .. pos[i]
- * of its table, scale 1/sqrt(D), GQA. n_splits > 1 splits row i's positions into chunks of split_len[i] (device
- * i32 [n_rows], so a graph replays with new lengths; ceil((pos[i] + 1) / split_len[i]) <= n_splits, the rest of
- * the grid's splits are empty) processed by separate blocks and merged in split order (deterministic). A row's
- * result depends only on its own positions and split_len[i], so a split length chosen from the row's own length
- * makes it independent of the other rows of the call (a row with one non-empty split is bitwise the n_splits == 1
- * result). partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: a multiple of 8 dividing 128
- * (8, 16, 32, 64, 128; cpt_cuda_paged_attention_v2 takes every cpt_cuda_head_dim_ok size). */
-size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits);
-void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
-                              const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                              int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s);
-/* The kernel behind cpt_cuda_paged_attention_v2 (the engine option attn_v2 is this + 1):
- * - CPT_ATTN_V2: restructured for memory-level parallelism (row offsets in shared memory, 8-byte V loads over many
- *   positions at once); head_dim a multiple of 8 up to 256 (every cpt_cuda_head_dim_ok size).
- * - CPT_ATTN_V2_DEEP: the same with 16 value loads in flight per thread before any is used (bitwise the same
- *   results; for large batches at head_dim 128, where a thread walks 32 positions a tile).
+ * of its table, scale 1/sqrt(D), GQA, by the kernel `kind`. n_splits > 1 splits row i's positions into chunks of
+ * split_len[i] (device i32 [n_rows], so a graph replays with new lengths; ceil((pos[i] + 1) / split_len[i]) <=
+ * n_splits, the rest of the grid's splits are empty) processed by separate blocks and merged in split order
+ * (deterministic). A row's result depends only on its own positions and split_len[i], so a split length chosen
+ * from the row's own length makes it independent of the other rows of the call (a row with one non-empty split is
+ * bitwise the n_splits == 1 result). partial needs cpt_cuda_paged_attention_partial_floats floats. head_dim: every
+ * cpt_cuda_head_dim_ok size. The kernels:
+ * - CPT_ATTN_V2: fp32 products arranged for memory-level parallelism (row offsets in shared memory, 8-byte V loads
+ *   over many positions at once); every head_dim.
  * - CPT_ATTN_MMA: the products on the tensor cores (mma.sync, P rounded to bf16 as in the training forward; within
- *   bf16 tolerance of the others, not bitwise); where cpt_cuda_paged_attention_mma_ok (head_dim 64 or 128, at most
- *   16 query heads per kv head), else CPT_ATTN_V2 runs.
+ *   bf16 tolerance of V2, not bitwise); where cpt_cuda_paged_attention_mma_ok (head_dim 64 or 128, at most 16 query
+ *   heads per kv head), else CPT_ATTN_V2 runs.
  * - CPT_ATTN_FEW: the tensor-core products arranged for latency (decode steps of a few rows,
  *   kernels/cuda/paged_attention_few.cu): each split's keys and values loaded before the wait for the previous
  *   kernel, the splits of a (row, kv head) one thread block cluster merged in distributed shared memory (partial and
  *   counters unused). Only through cpt_cuda_paged_attention_v2_append, where cpt_cuda_paged_attention_few_ok
  *   (head_dim 64 or 128, at most 16 query heads per kv head, at most CPT_PAGED_FEW_MAX_SPLITS splits), else
  *   CPT_ATTN_MMA runs. */
-typedef enum cpt_attn_kind { CPT_ATTN_V2 = 0, CPT_ATTN_V2_DEEP = 1, CPT_ATTN_MMA = 2, CPT_ATTN_FEW = 3 } cpt_attn_kind;
+size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head_dim, int n_splits);
+typedef enum cpt_attn_kind { CPT_ATTN_V2 = 0, CPT_ATTN_MMA = 1, CPT_ATTN_FEW = 2 } cpt_attn_kind;
 int cpt_cuda_paged_attention_mma_ok(cpt_attn_shape s);
 #define CPT_PAGED_FEW_MAX_SPLITS 8 /* a portable thread block cluster */
 int cpt_cuda_paged_attention_few_ok(cpt_attn_shape s, int n_splits);
-/* The same contract as cpt_cuda_paged_attention, by the kernel `kind`. counters (device, n_rows x n_kv_heads i32,
+/* The attention above. counters (device, n_rows x n_kv_heads i32,
  * zeroed once; may be NULL): the last split block of each (row, kv head) merges the splits itself (same order and
  * values as the merge kernel, one launch fewer) and leaves its counter at zero again. */
 void cpt_cuda_paged_attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
@@ -257,17 +251,10 @@ void cpt_cuda_matmul_skinny(cpt_cuda_ctx *ctx, void *out, const void *inp, const
  *                    [2 OC, K], cpt_cuda_swiglu_fwd's gate/up layout); norm_w set
  *   CPT_FUSED_F32    out fp32 [n, OC] (logits); norm_w set
  * rows (device, may be NULL: row i) picks the input row of output row i. K a multiple of 8 (cpt_cuda_fused_gemv_ok),
- * inp, w, norm_w 16-byte aligned. With cpt_cuda_set_pdl on, the launch overlaps the previous kernel's tail.
- * deep = 1: lanes hold 8 weight vectors per register set instead of 4 (fewer warps per output: another order of
- * the sums), so the 1.5B shape's down product fits one set. stage_kb > 0: the weights are staged through shared
- * memory by asynchronous copies, in chunks of consecutive output rows filling up to stage_kb KB a block with the
- * input rows (CPT_CUDA_FUSED_STAGE_KB), the first ones asked for before the wait for the previous kernel; results
- * bitwise those of deep = 1 (which runs where two chunks do not fit). ring > 0 (and stage_kb 0): every thread streams
- * its weight vectors through its own shared-memory slots, FR_VECS in flight, across outputs, the first ones asked
- * for before the wait; at most `ring` blocks a multiprocessor (CPT_CUDA_FUSED_RING_BLOCKS); results bitwise those
- * of deep = 1 (which runs where the slots do not fit). */
-#define CPT_CUDA_FUSED_STAGE_KB 56
-#define CPT_CUDA_FUSED_RING_BLOCKS 4
+ * inp, w, norm_w 16-byte aligned. With cpt_cuda_set_pdl on, the launch overlaps the previous kernel's tail. Every
+ * thread streams its weight vectors through its own shared-memory slots across outputs, the first ones asked for
+ * before the wait; where the slots do not fit, the register kernel with 8 weight vectors a lane runs (bitwise the
+ * same results). */
 #define CPT_CUDA_FUSED_MAX_ROWS 4
 typedef enum { CPT_FUSED_BF16, CPT_FUSED_RESID, CPT_FUSED_SWIGLU, CPT_FUSED_F32 } cpt_cuda_fused_out;
 typedef struct cpt_cuda_fused_gemv {
@@ -280,44 +267,9 @@ typedef struct cpt_cuda_fused_gemv {
     const void *w, *bias;
     int n;
     int64_t K, OC;
-    int deep;
-    int stage_kb;
-    int ring;
 } cpt_cuda_fused_gemv;
 int cpt_cuda_fused_gemv_ok(int64_t K);
 void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g);
-/* A whole decode step of 1..CPT_CUDA_FUSED_MAX_ROWS rows (one per table) in one persistent kernel
- * (kernels/cuda/decode_step.cu): for every layer the fused products and the tensor-core attention with the append
- * (CPT_ATTN_MMA), then the LM head, separated by grid barriers instead of kernel boundaries. The same arithmetic
- * as those kernels run one by one (bitwise the same logits). Launched cooperatively (every block resident).
- * layers: device array [n_layers] of the layers' weight pointers (bf16; NULL where absent). */
-typedef struct cpt_cuda_decode_layer {
-    void *ln1, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *bo, *ln2, *wgu, *wdown;
-} cpt_cuda_decode_layer;
-typedef struct cpt_cuda_decode_step {
-    int n; /* rows */
-    int n_layers, H, KV, D;
-    int64_t C, I, V; /* hidden (must be H x D), intermediate, vocabulary */
-    float eps;
-    const cpt_cuda_decode_layer *layers;
-    const void *norm, *lm;    /* final norm [C], LM head [V, C] */
-    void *x, *qkv, *att, *a;  /* bf16 [n, C] embedded (the residual stream), [n, (H + 2 KV) D], [n, H D], [n, I] */
-    float *logits;            /* [n, V] fp32 of rows last[0 .. n) */
-    const int32_t *last;
-    cpt_cuda_paged_kv kv;
-    const int32_t *pos, *tab, *split_len; /* as cpt_cuda_paged_attention_v2_append */
-    int n_splits;
-    float *partial;
-    int *counters;
-    const float *inv_freq;
-    unsigned *barrier;  /* a device counter of the grid barriers, zeroed by the call before the kernel */
-    int blocks_per_sm;  /* 1: the kernel compiled for 1 block a multiprocessor (no register spills); else 2 */
-} cpt_cuda_decode_step;
-/* 1 when a step kernel is compiled for these shapes: head_dim 64 or 128, at most 16 query heads a kv head, hidden =
- * heads x head_dim, sizes the fused products take, and the products' warps per output among the compiled sets
- * (the Qwen2.5 0.5B and 1.5B shapes, and the tests' model). */
-int cpt_cuda_decode_step_ok(const cpt_cuda_decode_step *s);
-void cpt_cuda_decode_step_run(cpt_cuda_ctx *ctx, const cpt_cuda_decode_step *s);
 /* Programmatic dependent launch for the kernels that support it (the fused products, kv append, paged attention
  * v2 and its combine, sampling): each may start while the previous kernel finishes. Off by default. */
 void cpt_cuda_set_pdl(cpt_cuda_ctx *ctx, int on);

@@ -60,21 +60,16 @@ void cpt_cuda_fused_gemv_run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv *g) {
     CKCHECK(g->mode == CPT_FUSED_BF16 || (g->mode == CPT_FUSED_RESID) == (g->norm_w == NULL), op,
             "mode %d %s a norm weight", (int)g->mode, g->norm_w ? "with" : "without");
     CKCHECK(!g->rows || g->mode != CPT_FUSED_RESID, op, "a row index with the residual epilogue");
-    if (g->stage_kb > 0 && fused_gemv_staged_launch(ctx, *g)) {
-        LAUNCH_OK("fused_gemv_staged_kernel");
-        return;
-    }
-    if (g->ring > 0 && g->stage_kb <= 0 && fused_gemv_ring_launch(ctx, *g)) {
+    if (fused_gemv_ring_launch(ctx, *g)) {
         LAUNCH_OK("fused_gemv_ring_kernel");
         return;
     }
-    /* deep: the deep kernel's warps per output. Where the 4-vector kernel has the same, its lanes walk the same
-     * vectors in the same order (bitwise the same results) with fewer registers and twice the blocks a
-     * multiprocessor; it runs for one row, and for rows longer than a register set (WPR 8) at any n: 2026-12-03,
-     * the 0.5B LM head (K = 896) 76 us against 100 at n = 1, the 1.5B down product (K = 8960) 1,654 against 1,547
-     * tok/s at batch 4; at n = 4 and K = 896 the deep kernel was faster (3,188 against 3,062 tok/s). */
-    const int nw = g->mode == CPT_FUSED_SWIGLU ? 2 : 1, wpr = pick_wpr(g->K, nw, g->deep ? FG_PF_DEEP : FG_PF);
-    const bool deep = g->deep && (wpr != pick_wpr(g->K, nw, FG_PF) || (g->n > 1 && wpr < 8));
+    /* Where the ring does not fit: the deep kernel's warps per output. Where the 4-vector kernel has the same, its
+     * lanes walk the same vectors in the same order (bitwise the same results) with fewer registers and twice the
+     * blocks a multiprocessor; it runs for one row, and for rows longer than a register set (WPR 8) at any n (it
+     * measured faster there; at n = 4 and K = 896 the deep kernel was). */
+    const int nw = g->mode == CPT_FUSED_SWIGLU ? 2 : 1, wpr = pick_wpr(g->K, nw, FG_PF_DEEP);
+    const bool deep = wpr != pick_wpr(g->K, nw, FG_PF) || (g->n > 1 && wpr < 8);
     fg_dispatch<launch_fg>(ctx, *g, wpr, deep);
     LAUNCH_OK("fused_gemv_kernel");
 }

@@ -1,10 +1,9 @@
-/* The body of the fused decode products (cpt_cuda_fused_gemv in cuda_ops.h), shared by their kernel
- * (decode_fused.cu) and the persistent decode step (decode_step.cu). .cu files only.
+/* The body of the fused decode products (cpt_cuda_fused_gemv in cuda_ops.h), shared by the register kernels
+ * (decode_fused.cu) and the ring kernel (decode_fused_ring.cu). .cu files only.
  *
  * A block walks the groups grp, grp + n_grid, ... of outputs. It loads its first weights, which never depend on
- * earlier work, then calls wait() (the kernel: pdl_wait, the step kernel: a grid barrier), then stages the input
- * rows (in xs_raw, n x K bf16 of dynamic shared memory) and computes. Activations are read through L2 (__ldcg): in
- * the step kernel other blocks wrote them after this block may have cached older values in L1. */
+ * earlier work, then calls wait() (pdl_wait), then stages the input rows (in xs_raw, n x K bf16 of dynamic shared
+ * memory) and computes. */
 #ifndef CPT_KERNELS_CUDA_DECODE_FUSED_INTERNAL_H
 #define CPT_KERNELS_CUDA_DECODE_FUSED_INTERNAL_H
 
@@ -13,9 +12,10 @@
 #define FG_THREADS 256
 #define FG_WARPS (FG_THREADS / 32)
 #define FG_PF 4 /* 16-byte weight vectors a lane holds per register set (per weight row: PFV / rows per output); the
-                 * deep kernels (cpt_cuda_fused_gemv.deep) hold FG_PF_DEEP */
+                 * deep kernels hold FG_PF_DEEP */
 #define FG_PF_DEEP 8
 #define FG_MAX_SMEM (200 * 1024) /* the staged input rows */
+#define FG_RING_BLOCKS 4 /* the ring kernel's blocks a multiprocessor (at most as many as fit) */
 #define FG_NORM_PF 2              /* norm weight vectors a thread loads before waiting (K <= 4096 needs no more) */
 
 /* The first norm weight vectors a thread takes (NORM): they never depend on the previous kernel, so they are
@@ -46,7 +46,7 @@ static __device__ __forceinline__ void fg_stage_inputs(const cpt_cuda_fused_gemv
         if (n >= a.n) break;
         const uint4 *src = (const uint4 *)((const __nv_bfloat16 *)a.inp + (int64_t)(a.rows ? a.rows[n] : n) * a.K);
         for (int64_t v = threadIdx.x; v < nvec; v += FG_THREADS) {
-            uint4 raw = __ldcg(src + v); /* L2: in the step kernel another block wrote it since */
+            uint4 raw = __ldcg(src + v); /* through L2: written by the previous kernel */
             xs_raw[n * nvec + v] = raw;
             if constexpr (NORM) {
                 float f[8];
@@ -282,9 +282,6 @@ static dim3 fg_grid(const cpt_cuda_ctx *ctx, Kern k, size_t smem, int64_t groups
 /* b rounded up to 128 bytes: where the weight buffers start after the input rows in shared memory */
 static __host__ __device__ __forceinline__ size_t fg_align(size_t b) { return (b + 127) & ~(size_t)127; }
 
-/* The products with the weights staged through shared memory (decode_fused_staged.cu): 0 when they do not fit
- * (the caller runs the deep kernel, whose results they equal bitwise). */
-int fused_gemv_staged_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);
 /* The products with each thread's weights streamed through its own shared-memory slots (decode_fused_ring.cu): 0
  * when they do not fit (the caller runs the deep kernel, whose results they equal bitwise). */
 int fused_gemv_ring_launch(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a);

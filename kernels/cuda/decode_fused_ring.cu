@@ -1,21 +1,17 @@
 /* The fused decode products with each thread's weights streamed through its own ring of shared memory slots
- * (cpt_cuda_fused_gemv with ring > 0).
+ * (cpt_cuda_fused_gemv; the register kernels of decode_fused.cu run where the slots do not fit).
  *
- * Why: per kernel, the register products (decode_fused.cu) stream at ~4 TB/s once running but pay 4-11 us of ramp
- * and tail (2026-12-03 ncu at 1.5B batch 1: the LM head 125 us for 467 MB, gate/up 21.0 for 55 MB, down 18.2 for
- * 27.5 MB: ~4 TB/s plus 7 and 11 us). A lane holds at most 8 weight vectors in registers and asks for the next
- * ones only when its output ends. Here a thread keeps FR_VECS 16-byte weight vectors in flight (cp.async into its
- * own slots: no registers held, no barrier between threads, since every thread reads only the slots it filled),
- * across outputs and groups; the first FR_VECS are asked for before the wait for the previous kernel.
+ * Why: per kernel, the register products stream at full bandwidth once running but pay several microseconds of ramp
+ * and tail, and a lane holds at most 8 weight vectors in registers and asks for the next ones only when its output
+ * ends. Here a thread keeps FR_VECS 16-byte weight vectors in flight (cp.async into its own slots: no registers
+ * held, no barrier between threads, since every thread reads only the slots it filled), across outputs and groups;
+ * the first FR_VECS are asked for before the wait for the previous kernel. FG_RING_BLOCKS blocks a multiprocessor of
+ * 8 slots each (64 registers, no spills) measured best: the warps in flight, not only the bytes, set the pace
+ * (docs/performance.md, "GPU decode").
  *
- * Measured (H200, 2026-12-03, decode tok/s at batch 1, 1.5B): 1 block a multiprocessor of 16 slots 457, 2 blocks
- * 713, 3 blocks 767, 4 blocks of 8 slots 765 (the default: 64 registers, no spills, 0.5B batch 4 +14% over the deep
- * kernel), 5 or 6 blocks (register spills) 723 / 686, against 598 for the deep register kernel: the warps in
- * flight, not only the bytes, set the pace.
- *
- * Layout and sums: those of the deep register kernel (cpt_cuda_fused_gemv.deep = 1): WPR warps an output, a lane
- * walks the row's 16-byte vectors first, first + 32 WPR, ..., the same dot, warp reduction and epilogue, so the
- * results are bitwise the deep kernel's. */
+ * Layout and sums: those of the deep register kernel: WPR warps an output, a lane walks the row's 16-byte vectors
+ * first, first + 32 WPR, ..., the same dot, warp reduction and epilogue, so the results are bitwise the deep
+ * kernel's. */
 #include "kernels/cuda/attention_internal.h"
 #include "kernels/cuda/decode_fused_internal.h"
 
@@ -27,7 +23,7 @@
 #endif
 
 /* a 16-byte weight vector into a slot, marked first to leave L2 (pol: evict_first): the weights are read once a
- * step, the activations and the KV cache again. Measured +1-3% decode tok/s at batches 1 and 4 (2026-12-03). */
+ * step, the activations and the KV cache again (a few percent of decode tok/s at batches 1 and 4). */
 static __device__ __forceinline__ void fr_copy16(void *dst, const void *src, uint64_t pol) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                  "l"(pol));
@@ -112,8 +108,8 @@ template <int MAXN, int WPR, int MODE, bool NORM> struct launch_fr {
     static void run(cpt_cuda_ctx *ctx, const cpt_cuda_fused_gemv &a, size_t smem) {
         auto k = fused_gemv_ring_kernel<MAXN, WPR, MODE, NORM>;
         CUDA_OK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        /* `ring` blocks a multiprocessor, at most as many as can be resident (no second wave) */
-        launch_k(ctx, k, fg_grid(ctx, k, smem, (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), a.ring),
+        /* FG_RING_BLOCKS blocks a multiprocessor, at most as many as can be resident (no second wave) */
+        launch_k(ctx, k, fg_grid(ctx, k, smem, (a.OC + FG_WARPS / WPR - 1) / (FG_WARPS / WPR), FG_RING_BLOCKS),
                  dim3(FG_THREADS), smem, a);
     }
 };

@@ -1,4 +1,4 @@
-/* The paged bf16 KV cache of the GPU decode engine: appending a row's keys and values (with qwen3's q/k norm and
+/* The paged bf16 KV cache of the GPU decoder (model/cuda_decoder.c): appending a row's keys and values (with qwen3's q/k norm and
  * RoPE fused in), attention of one query row over its sequence's blocks (flash-decoding: the positions split over
  * blocks, each keeping an online softmax; a combine kernel merges the splits in split order, so results are
  * deterministic), and block copies for copy-on-write of shared prompt blocks.
@@ -61,7 +61,7 @@ void cpt_cuda_kv_append(cpt_cuda_ctx *ctx, const cpt_cuda_paged_kv *kv, int laye
     LAUNCH_OK("kv_append_kernel");
 }
 
-/* ---- decode attention: pieces of both versions --------------------------------------------------------------- */
+/* ---- decode attention: pieces shared with the tensor-core kernels ------------------------------------------------------------ */
 
 /* s[g] += q_g . k over the 8 dimensions from c: k the 8 bf16 of raw, q_g at q + g * qstride (each thread scores
  * one position against the group's G query heads) */
@@ -107,97 +107,6 @@ static __device__ __forceinline__ void tile_online_softmax(float *s_s, float *m_
     }
 }
 
-/* Block (row i, kv head, split): the G = H / KV query heads of the group over positions [start, end) of the
- * split, a tile of ATT_TILE positions at a time with an online softmax. Phase 1: one thread per position scores
- * it against the G queries (16-byte key loads). Phase 2: one warp per head updates max and sum. Phase 3: thread
- * (d, part) accumulates p * v for dimension d over its share of the tile's positions. n_splits == 1 writes the
- * normalised bf16 output; otherwise (unnormalised o, m, l) partials for the combine kernel. */
-template <int MAXG>
-static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_kernel(
-    __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
-    const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D) {
-    extern __shared__ float sm[];
-    const int G = H / KV;
-    float *q_s = sm;                       /* [G][D] */
-    float *s_s = q_s + MAXG * D;           /* [G][ATT_TILE] */
-    float *m_s = s_s + MAXG * ATT_TILE;    /* [G] running max */
-    float *l_s = m_s + MAXG;               /* [G] running sum */
-    float *a_s = l_s + MAXG;               /* [G] rescale of this tile */
-    float *red = a_s + MAXG;               /* [ATT_THREADS / D][G][D] */
-    int64_t i = blockIdx.x;
-    int kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
-    int len = pos[i] + 1, t = tab[i];
-    int split_len = n_splits == 1 ? len : split_len_p[i];
-    int start = sp * split_len, end = min(len, start + split_len);
-    int QKV = (H + 2 * KV) * D;
-    if (start >= end) { /* an empty split: the combine skips l == 0 */
-        empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid, blockDim.x);
-        return;
-    }
-    const float scale = rsqrtf((float)D);
-    for (int x = tid; x < G * D; x += blockDim.x)
-        q_s[x] = __bfloat162float(qkv[i * QKV + (int64_t)(kvh * G) * D + x]) * scale;
-    if (tid < G) {
-        m_s[tid] = -INFINITY;
-        l_s[tid] = 0.0f;
-    }
-    int d = tid % D, part = tid / D, nparts = blockDim.x / D;
-    float acc[MAXG];
-#pragma unroll
-    for (int g = 0; g < MAXG; g++) acc[g] = 0.0f;
-    const __nv_bfloat16 *kpool = (const __nv_bfloat16 *)kv.pool;
-    int kvstride = kv.n_kv_heads * D; /* elements between positions of one block */
-    (void)kvstride;
-    __syncthreads();
-    for (int t0 = start; t0 < end; t0 += ATT_TILE) {
-        int tn = min(ATT_TILE, end - t0);
-        /* phase 1: scores */
-        for (int j = tid; j < tn; j += blockDim.x) {
-            const __nv_bfloat16 *k = kpool + kv_row(kv, layer, 0, t, t0 + j) + (int64_t)kvh * D;
-            float s[MAXG];
-#pragma unroll
-            for (int g = 0; g < MAXG; g++) s[g] = 0.0f;
-            for (int c = 0; c < D; c += 8) {
-                uint4 raw = *(const uint4 *)(k + c);
-                score8<MAXG>(s, q_s, D, c, raw, G);
-            }
-#pragma unroll
-            for (int g = 0; g < MAXG; g++)
-                if (g < G) s_s[g * ATT_TILE + j] = s[g];
-        }
-        __syncthreads();
-        /* phase 2: online max / sum per head */
-        tile_online_softmax(s_s, m_s, l_s, a_s, G, tn, tid);
-        __syncthreads();
-        /* phase 3: p * v */
-        if (part < nparts) {
-#pragma unroll
-            for (int g = 0; g < MAXG; g++)
-                if (g < G) acc[g] *= a_s[g];
-            for (int j = part; j < tn; j += nparts) {
-                float v = __bfloat162float(kpool[kv_row(kv, layer, 1, t, t0 + j) + (int64_t)kvh * D + d]);
-#pragma unroll
-                for (int g = 0; g < MAXG; g++)
-                    if (g < G) acc[g] += s_s[g * ATT_TILE + j] * v;
-            }
-        }
-        __syncthreads();
-    }
-    /* the parts of each dimension, summed in part order */
-    if (part < nparts) {
-#pragma unroll
-        for (int g = 0; g < MAXG; g++)
-            if (g < G) red[(part * G + g) * D + d] = acc[g];
-    }
-    __syncthreads();
-    for (int x = tid; x < G * D; x += blockDim.x) {
-        int g = x / D, dd = x % D;
-        float o = 0.0f;
-        for (int pp = 0; pp < nparts; pp++) o += red[(pp * G + g) * D + dd];
-        store_head(out, partial, i, H, kvh * G + g, n_splits, sp, D, dd, o, &m_s[g], &l_s[g]);
-    }
-}
-
 static __global__ void attention_combine_kernel(__nv_bfloat16 *out, const float *partial, int n_splits, int H, int D) {
     pdl_trigger();
     pdl_wait();
@@ -208,52 +117,15 @@ size_t cpt_cuda_paged_attention_partial_floats(int n_rows, int n_heads, int head
     return n_splits <= 1 ? 0 : (size_t)n_rows * n_heads * n_splits * (head_dim + 2);
 }
 
-void cpt_cuda_paged_attention(cpt_cuda_ctx *ctx, void *out, float *partial, const void *qkv,
-                              const cpt_cuda_paged_kv *kv, int layer, const int32_t *pos, const int32_t *tab,
-                              int n_rows, int n_splits, const int32_t *split_len, cpt_attn_shape s) {
-    const char *op = "paged_attention";
-    int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
-    CKCHECK(out && qkv && kv && pos && tab, op, "missing operand");
-    CKCHECK(D == kv->head_dim && KV == kv->n_kv_heads && H % KV == 0 && D % 8 == 0 && D <= ATT_THREADS &&
-                ATT_THREADS % D == 0 && layer >= 0 && layer < kv->n_layers,
-            op, "shape: %d heads, %d kv heads of %d (head_dim must be a multiple of 8 dividing %d)", H, KV, D,
-            ATT_THREADS);
-    CKCHECK(H / KV <= 16, op, "%d query heads per kv head; at most 16 supported", H / KV);
-    CKCHECK(n_splits >= 1 && n_splits <= MERGE_MAX_SPLITS && (n_splits == 1 || (partial && split_len)), op,
-            "%d splits (at most %d; more than one needs partials)", n_splits, MERGE_MAX_SPLITS);
-    if (n_rows == 0) return;
-    int maxg = H / KV <= 8 ? 8 : 16;
-    size_t shm = sizeof(float) * ((size_t)maxg * D + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
-                                  (size_t)(ATT_THREADS / D) * (H / KV) * D);
-    dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
-    if (maxg == 8)
-        paged_attention_kernel<8><<<grid, ATT_THREADS, shm, ctx->stream>>>(
-            (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits,
-            H, KV, D);
-    else
-        paged_attention_kernel<16><<<grid, ATT_THREADS, shm, ctx->stream>>>(
-            (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, split_len, n_splits,
-            H, KV, D);
-    LAUNCH_OK("paged_attention_kernel");
-    if (n_splits > 1) {
-        launch_k(ctx, attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)H), dim3(D < 32 ? 32 : D), 0,
-                 (__nv_bfloat16 *)out, (const float *)partial, n_splits, H, D);
-        LAUNCH_OK("attention_combine_kernel");
-    }
-}
-
-/* ---- decode attention, second version ---------------------------------------------------------------------
+/* ---- decode attention ---------------------------------------------------------------------------------------
  *
- * The first version's p * v phase walks a tile's positions one after another per thread, each step a block-table
- * load and then a 2-byte V load that depends on it: ~64-128 dependent global loads per tile, which fits the measured
- * step times (flat from batch 1 to 64, linear in the context; docs/performance.md). Here phase 1 (one thread per
- * position) also records each position's row offset in shared memory and loads its whole key row before using
- * it; phase 3 gives each thread 4 dimensions of many positions (8-byte V loads, no table lookups, unrolled so
- * several loads are in flight), and the position groups are summed once per head at the end. Same results up to
- * fp32 summation order.
+ * Memory-level parallelism: phase 1 (one thread per position) records each position's row offset in shared memory
+ * and loads its whole key row before using it; phase 3 gives each thread 4 dimensions of many positions (8-byte V
+ * loads, no table lookups, unrolled so several loads are in flight), and the position groups are summed once per
+ * head at the end.
  *
  * attend_v2: one (row, kv head, split) block over positions [start, end) of table t. */
-template <int MAXG, int MAXD, int VU>
+template <int MAXG, int MAXD>
 static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
                                                  const cpt_cuda_paged_kv &kv, int layer, int t, int start, int end,
                                                  int64_t i, int kvh, int sp, int n_splits, int H, int KV, int D,
@@ -359,23 +231,9 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
                 }
             }
         };
-        if constexpr (VU == 0) {
-            if (pv_thread)
+        if (pv_thread)
 #pragma unroll 4
-                for (int j = pr; j < tn; j += rows_par) pv(j, *(const uint2 *)(pool + off_s[j] + vshift + dv));
-        } else { /* VU value loads issued before any is used (head_dim 128 walks 32 positions a tile per thread) */
-            for (int j0 = pr; pv_thread && j0 < tn; j0 += VU * rows_par) {
-                uint2 raw[VU];
-#pragma unroll
-                for (int u = 0; u < VU; u++) {
-                    int j = j0 + u * rows_par;
-                    raw[u] = j < tn ? *(const uint2 *)(pool + off_s[j] + vshift + dv) : make_uint2(0, 0);
-                }
-#pragma unroll
-                for (int u = 0; u < VU; u++)
-                    if (j0 + u * rows_par < tn) pv(j0 + u * rows_par, raw[u]);
-            }
-        }
+            for (int j = pr; j < tn; j += rows_par) pv(j, *(const uint2 *)(pool + off_s[j] + vshift + dv));
         __syncthreads();
     }
     /* per head: the position groups summed in group order, then written */
@@ -396,7 +254,7 @@ static __device__ __forceinline__ void attend_v2(__nv_bfloat16 *out, float *part
     }
 }
 
-template <int MAXG, int MAXD, int VU>
+template <int MAXG, int MAXD>
 static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     __nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv, cpt_cuda_paged_kv kv, int layer,
     const int32_t *pos, const int32_t *tab, const int32_t *split_len_p, int n_splits, int H, int KV, int D,
@@ -413,7 +271,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) paged_attention_v2_kernel(
     if (start >= end) {
         empty_split_partials(partial, i, H, kvh, G, n_splits, sp, D, tid, blockDim.x);
     } else {
-        attend_v2<MAXG, MAXD, VU>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
+        attend_v2<MAXG, MAXD>(out, partial, qkv, kv, layer, t, start, end, i, kvh, sp, n_splits, H, KV, D, sm, ap,
                               len - 1);
     }
     merge_if_last<0>(out, partial, counters, i, H, KV, kvh, n_splits, D);
@@ -423,7 +281,7 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
                          int layer, const int32_t *pos, const int32_t *tab, int n_rows, int n_splits,
                          const int32_t *split_len, cpt_attn_shape s, int *counters, attn_append ap, cpt_attn_kind kind) {
     const char *op = "paged_attention_v2";
-    CKCHECK(kind == CPT_ATTN_V2 || kind == CPT_ATTN_V2_DEEP || kind == CPT_ATTN_MMA ||
+    CKCHECK(kind == CPT_ATTN_V2 || kind == CPT_ATTN_MMA ||
                 (kind == CPT_ATTN_FEW && ap.inv_freq),
             op, "kernel kind %d%s", (int)kind, kind == CPT_ATTN_FEW ? " without the append" : "");
     int H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
@@ -446,13 +304,12 @@ static void attention_v2(cpt_cuda_ctx *ctx, void *out, float *partial, const voi
                                        tab, n_rows, n_splits, split_len, H, KV, D, counters, ap);
     } else {
         int maxg = H / KV <= 8 ? 8 : 16, maxd = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
-        int deep = kind == CPT_ATTN_V2_DEEP;
         size_t shm = sizeof(float) * ((size_t)maxg * maxd + (size_t)maxg * ATT_TILE + 3 * (size_t)maxg +
                                       4 * (size_t)ATT_THREADS) +
                      sizeof(int64_t) * ATT_TILE;
         dim3 grid((unsigned)n_rows, (unsigned)KV, (unsigned)n_splits);
 #define V2(G_, D_)                                                                                                 \
-    launch_k(ctx, deep ? paged_attention_v2_kernel<G_, D_, 16> : paged_attention_v2_kernel<G_, D_, 0>, grid,        \
+    launch_k(ctx, paged_attention_v2_kernel<G_, D_>, grid,                                                          \
              dim3(ATT_THREADS), shm, (__nv_bfloat16 *)out, partial, (const __nv_bfloat16 *)qkv, *kv, layer, pos, tab, \
              split_len, n_splits, H, KV, D, counters, ap)
         if (maxg == 8) {

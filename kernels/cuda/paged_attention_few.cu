@@ -2,8 +2,8 @@
  * products of paged_attention_mma.cu, arranged for latency instead of throughput.
  *
  * Why: at batch 1 the attention is a chain of latencies, not bytes (the 1.5B shape reads ~0.8 MB of keys and
- * values a layer). Timed in the decode step by leaving it out (decode_bench --skip attn, 2026-12-03), the
- * tensor-core kernel cost 36 us a layer at 1.5B and 15.5 us at 0.5B: ~40% of the step. Its chain: wait for the qkv
+ * values a layer). Timed in the decode step by leaving it out, the tensor-core kernel cost ~40% of the step at
+ * batch 1 (docs/performance.md). Its chain: wait for the qkv
  * product, rotate the queries, append, fence, load the first tile, compute, load the next, write partials, fence,
  * count, and the last block reads every partial back from L2 to merge them.
  *
@@ -12,8 +12,8 @@
  *   whole split (up to 128 positions in shared memory) before it waits for the previous kernel
  *   (griddepcontrol.wait): the HBM latency overlaps the qkv product's tail.
  * - After the wait, one 16-byte load a thread brings the row's queries, key and value from L2 (one round trip; the
- *   RoPE angles were computed before the wait), rotated from shared memory (2026-12-03: +1-2% decode tok/s at batch
- *   1 against a round trip per head and pair); the new position's key and value go from there into the tile (and to
+ *   RoPE angles were computed before the wait), rotated from shared memory (a little faster at batch 1 than a round
+ *   trip per head and pair); the new position's key and value go from there into the tile (and to
  *   the pages for later steps), not through a fence and a reload.
  * - The splits of a (row, kv head) are one thread block cluster: their partials stay in shared memory and are
  *   merged through distributed shared memory after a cluster barrier (no partials in HBM, no counters).
@@ -24,7 +24,7 @@
  *
  * The sums: within a split as attend_mma (tiles in order, per-warp online softmax in log2 units, warps merged in
  * order); splits merged in split order with weights 2^(m_s - M). The result depends on the row's own split length
- * only (engine: the row's own context), so a row decodes alike whatever shares its step. */
+ * only (decoder: the row's own context), so a row decodes alike whatever shares its step. */
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/paged_attention_mma_internal.h"
@@ -32,8 +32,8 @@
 namespace cg = cooperative_groups;
 
 #ifndef PAF_WARPS
-/* warps a block: a tile is 16 positions a warp. 8, with the engine's 128-position splits (half as many blocks to a
- * cluster as 4 warps on 64 positions): +1% / +3.5% decode tok/s at 1.5B / 0.5B batch 1, 2026-12-03 */
+/* warps a block: a tile is 16 positions a warp. 8, with the decoder's 128-position splits (half as many blocks to a
+ * cluster as 4 warps on 64 positions): measured faster at batch 1 (docs/performance.md) */
 #define PAF_WARPS 8
 #endif
 

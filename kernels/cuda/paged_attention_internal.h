@@ -9,7 +9,7 @@
 #include "kernels/cuda/cuda_internal.h"
 
 /* A barrier over the threads that run the attention: SUB = 0 the whole block (__syncthreads), else the first SUB
- * threads (named barrier 1), when the rest of the block does something else (the persistent decode step). */
+ * threads (named barrier 1), when the rest of the block does something else. */
 template <int SUB> static __device__ __forceinline__ void block_sync() {
     if constexpr (SUB == 0) __syncthreads();
     else asm volatile("bar.sync 1, %0;" ::"n"(SUB) : "memory");

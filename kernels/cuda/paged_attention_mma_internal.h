@@ -1,5 +1,5 @@
 /* The device pieces of the tensor-core paged decode attention (paged_attention_mma.cu describes it), shared by its
- * kernel and the persistent decode step (decode_step.cu). .cu files only. */
+ * kernel and the few-rows kernel (paged_attention_few.cu). .cu files only. */
 #ifndef CPT_KERNELS_CUDA_PAGED_ATTENTION_MMA_INTERNAL_H
 #define CPT_KERNELS_CUDA_PAGED_ATTENTION_MMA_INTERNAL_H
 
@@ -7,8 +7,7 @@
 #include "kernels/cuda/paged_attention_internal.h"
 
 /* Warps of a (row, kv head, split) item: head_dim 128 2 (tiles of 32 positions), head_dim 64 4 (64); both 39 KB of
- * shared memory, so 5 blocks fit a multiprocessor. The kernel and the persistent decode step use the same, so
- * they sum in the same order. */
+ * shared memory, so 5 blocks fit a multiprocessor. */
 template <int D> struct pam_warps {
     static constexpr int NW = D == 128 ? 2 : 4;
 };
@@ -182,9 +181,9 @@ static __device__ __forceinline__ void pam_rope_queries(__nv_bfloat16 *sQ, const
 
 /* Positions [start, end) of row i's table t for kv head kvh; p = the row's own position (appended first when the
  * append is fused in and this split holds it). Run by threads 0 .. 32 NW - 1; SUB = 0: they are the whole block,
- * else SUB = 32 NW and they synchronise by a named barrier (the persistent decode step, where the block's other
- * warps wait, and where one block runs several items: the first barrier keeps the last item's readers of shared
- * memory ahead of this one's writers). */
+ * else SUB = 32 NW and they synchronise by a named barrier (for a kernel whose block's other warps do something
+ * else and run several items: the first barrier keeps the last item's readers of shared memory ahead of this
+ * one's writers). */
 template <int D, int NW, int SUB>
 static __device__ __forceinline__ void attend_mma(__nv_bfloat16 *out, float *partial, const __nv_bfloat16 *qkv,
                                                   const cpt_cuda_paged_kv &kv, int layer, int t, int start, int end,

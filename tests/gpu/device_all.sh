@@ -10,7 +10,7 @@
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
-# Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodenew decodetorch
+# Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain].
 set -uo pipefail
@@ -94,8 +94,6 @@ run() {
         # bench/ab_compare.sh against OLD_DIR (a build folder or .txz)
         ab) stage ab 420 bench/ab_compare.sh "${OLD_DIR:?ab needs OLD_DIR}" "$d" ;;
         decode) stage decode 420 env TEST_TIMEOUT=150 BENCH_TIMEOUT=100 BENCH_SET=base bench/decode_bench.sh run "$d" --no-torch ;;
-        # the kernels not the default: the persistent step, attention v2 with 16 value loads in flight
-        decodenew) stage decodenew 420 env BENCH_TIMEOUT=80 BENCH_SET=new bench/decode_bench.sh run "$d" --no-test --no-torch ;;
         decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=410 bench/decode_bench.sh run "$d" --no-test --no-bench ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
         # 1.5B at batches 1 and 256: the defaults

@@ -1,26 +1,30 @@
-/* The GPU decode engine (rollout/cuda_engine.h) against the CPU engine and the CPU model.
+/* The CUDA decoder (model/cuda_decoder.c, a model placed with cpt_model_use_cuda_infer) through the one engine
+ * (rollout/engine.h), against the same engine on the CPU model and the CPU model itself.
  *
  * Weights are rounded to bf16 on the host first, so the CPU reference runs the exact weights the GPU holds and the
  * remaining differences are bf16 activations. Checks:
  *  - greedy: per prompt the first position where GPU and CPU engines diverge and the prefix match rate (reported;
  *    bf16 flips near-ties); every GPU token is (near-)argmax of the CPU model's distribution at that step and its
- *    behaviour logprob matches the CPU model's recomputation (cpt_model_forward) within bf16 tolerance;
- *  - sampling: repeats bitwise with the same seed; T-scaled logprobs match the CPU recomputation; the sampler
- *    kernel on known distributions (ties included) never leaves the kept set of rollout/sampling.h, its
- *    frequencies match the renormalised probabilities, its logprobs are exact, a row's draw ignores its batch row,
- *    and the first pass split over blocks (cpt_cuda_sample_ex) gives the same tokens and logprobs;
- *  - paged cache: many requests of varied lengths, n samples sharing their prompt (copy-on-write), stop ids,
- *    through few slots with small blocks so freed blocks are reused; every sample checked against the CPU model,
- *    and every block back in the free list at the end;
- *  - both paged attention kernels against an fp64 reference (scattered blocks, 1 and 4 splits, head_dim 8-256
- *    (the first kernel where 128 % head_dim == 0), 1-16 query heads per kv head), and the engine with the second one;
- *  - head_dim 80, 96 and 256 through the engine (defaults and the first kernel's setting, which runs the second
- *    there) against the CPU, and a head_dim the kernels do not take (24) refused at creation with a message;
+ *    behaviour logprob matches the CPU model's recomputation (cpt_model_forward) within bf16 tolerance; the HF
+ *    fixtures, random models, head_dim 64, 80, 96, 128, 256;
+ *  - sampling: repeats bitwise with the same seed; T-scaled logprobs match the CPU recomputation; another batch
+ *    composition (one slot, eager steps) keeps the tokens; the sampler kernel on known distributions (ties
+ *    included) never leaves the kept set of rollout/sampling.h, its frequencies match the renormalised
+ *    probabilities, its logprobs are exact, a row's draw ignores its batch row, and the first pass split over
+ *    blocks (cpt_cuda_sample_ex) gives the same tokens and logprobs;
+ *  - paged cache: many requests of varied lengths, n samples sharing their prompt (copy-on-write), stop ids and
+ *    stop strings, through few slots with small blocks so freed blocks are reused; every sample checked against the
+ *    CPU model, and every block back in the free list at the end;
+ *  - weight reload: new host weights (cpt_model_sync_to_device) and the same from bf16 on the device
+ *    (cpt_model_load_weights_bf16_device) give a fresh placement's tokens bitwise;
+ *  - the paged attention kernels (v2, tensor-core, few-rows) against an fp64 reference (scattered blocks, 1 and 4
+ *    splits, head_dim 8-256, 1-16 query heads per kv head), the append fused in bitwise kv_append's;
+ *  - a head_dim the kernels do not take (24) refused at placement with a message;
  *  - the skinny product kernel (decode steps of <= 8 rows) against fp64 and cuBLASLt, with timings at Qwen2.5
- *    shapes; the engine's greedy and churn cases again with it enabled (gemv_rows 8);
+ *    shapes;
  *  - the fused products (rmsnorm, bias, residual, swiglu folded in) against fp64 with the same bf16 roundings, every
  *    epilogue, rows beyond the registers' reach; a chain of them with programmatic dependent launch bitwise equal
- *    to plain launches; the engine's greedy, churn (prefills of 3 rows) and sampling cases with them.
+ *    to plain launches.
  * Prints a summary table last. */
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +34,8 @@
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "model/decoder.h"
 #include "model/model.h"
-#include "rollout/cuda_engine.h"
 #include "rollout/engine.h"
 #include "tests/check.h"
 #include "tests/gpu/gpu_check.h"
@@ -51,9 +55,9 @@ static void round_model_bf16(cpt_model *m) {
 }
 
 /* A random qwen2 model with qkv bias: 3 layers of hidden 448 (Qwen2.5-0.5B's head layout: 7 heads of 64 over 1 kv
- * head), or (wide) 2 layers of the 1.5B shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960: the
- * persistent step's kernel set there). Its final norm is scaled so the logits are peaked like a trained model's
- * (random init gives near-uniform ones, where greedy is all near-ties). */
+ * head), or (wide) 2 layers of the 1.5B shape's layer (hidden 1536, 12 heads of 128 over 2, intermediate 8960).
+ * Its final norm is scaled so the logits are peaked like a trained model's (random init gives near-uniform ones,
+ * where greedy is all near-ties). */
 static cpt_model *random_model_shape(int C, int I, int L, int H, int KV, int D) {
     cpt_model_config c;
     memset(&c, 0, sizeof c);
@@ -157,49 +161,61 @@ static void check_against_cpu(cpt_model *m, const cpt_gen_request *rq, const cpt
 
 /* ---- engines ------------------------------------------------------------------------------------------------ */
 
-static int gemv_rows;     /* the engines' skinny-product setting (cpt_cuda_engine_opts.gemv_rows) */
 static int prefill_chunk; /* the engines' prefill chunk (0: default) */
-static int attn_v2;       /* the engines' attention kernel (cpt_cuda_engine_opts.attn_v2) */
-static int fused;         /* the engines' fused products (cpt_cuda_engine_opts.fused) */
-static int persistent;    /* the engines' persistent decode step (cpt_cuda_engine_opts.persistent) */
+static const cpt_tokenizer *engine_tok; /* the engines' tokenizer (stop strings) */
 
-/* The engine settings in a line's tag: long for the log, 5 characters for the summary table. */
-static const char *variant(int wide) {
-    if (persistent) return wide ? "+persistent" : "+pers";
-    if (attn_v2 == 4 && fused == 3) return wide ? "+few+staged" : "+stgd ";
-    if (attn_v2 == 4 && fused == 4) return wide ? "+few+ring" : "+dflt";
-    if (attn_v2 == 4) return fused == 2 ? (wide ? "+few+deep8" : "+deep8") : (wide ? "+attnfew" : "+few ");
-    if (attn_v2 == 3) return wide ? "+attnmma" : "+mma ";
-    if (attn_v2 == 2) return wide ? "+attn2deep" : "+deep";
-    if (fused) return wide ? "+fused" : "+fusd";
-    if (gemv_rows) return "+gemv";
-    if (attn_v2) return wide ? "+attn2" : "+att2";
-    return wide ? "" : "     ";
-}
+/* A GPU engine: its own copy of the host model (the host one stays on the CPU for the references), placed for
+ * inference, and the engine on it. */
+typedef struct gpu_eng {
+    cpt_model *m;
+    cpt_engine *e;
+} gpu_eng;
 
-static cpt_cuda_engine *gpu_engine(cpt_model *m, int slots, int block, int kv_blocks, int no_graphs, int max_len) {
-    cpt_cuda_engine_opts o;
-    memset(&o, 0, sizeof o);
-    o.base.slots = slots;
-    o.base.max_len = max_len;
-    o.block_size = block;
-    o.kv_blocks = kv_blocks;
-    o.no_graphs = no_graphs;
-    o.gemv_rows = gemv_rows;
-    o.base.prefill_chunk = prefill_chunk;
-    o.attn_v2 = attn_v2;
-    o.fused = fused;
-    o.persistent = persistent;
-    cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
-    if (!e) {
-        fprintf(stderr, "cuda engine: %s\n", err.msg);
+/* A host copy of m (same config and weights). */
+static cpt_model *model_copy(cpt_model *m) {
+    cpt_model *c = cpt_model_new_random(cpt_model_cfg(m), 1, &err);
+    if (!c || cpt_model_numel(c) != cpt_model_numel(m)) {
+        fprintf(stderr, "model copy: %s\n", err.msg);
         exit(1);
     }
-    return e;
+    memcpy(cpt_model_data(c), cpt_model_data(m), sizeof(float) * cpt_model_numel(m));
+    return c;
 }
 
-static void run_gpu(cpt_cuda_engine *e, const cpt_gen_request *rq, int n, cpt_gen_result *res) {
-    OK(cpt_cuda_engine_generate(e, rq, n, res, &err));
+static gpu_eng *gpu_engine(cpt_model *m, int slots, int block, int kv_blocks, int no_graphs, int max_len) {
+    gpu_eng *g = calloc(1, sizeof *g);
+    g->m = model_copy(m);
+    if (cpt_model_use_cuda_infer(g->m, 0, &err)) {
+        fprintf(stderr, "placement: %s\n", err.msg);
+        exit(1);
+    }
+    cpt_engine_opts o = {0};
+    o.slots = slots;
+    o.max_len = max_len;
+    o.block_size = block;
+    o.kv_blocks = kv_blocks;
+    o.prefill_chunk = prefill_chunk;
+    o.tok = engine_tok;
+    cpt_decoder_tuning t = {.no_graphs = no_graphs};
+    if (!(g->e = cpt_engine_new_tuned(g->m, &o, &t, &err))) {
+        fprintf(stderr, "engine on the GPU: %s\n", err.msg);
+        exit(1);
+    }
+    return g;
+}
+
+static void gpu_free(gpu_eng *g) {
+    cpt_engine_free(g->e);
+    cpt_model_free(g->m);
+    free(g);
+}
+
+static int kv_free(gpu_eng *g) { return cpt_engine_kv_free_blocks(g->e); }
+static int kv_blocks(gpu_eng *g) { return cpt_engine_kv_blocks(g->e); }
+static int graphs(gpu_eng *g) { return cpt_decoder_graphs(cpt_engine_decoder(g->e)); }
+
+static void run_gpu(gpu_eng *g, const cpt_gen_request *rq, int n, cpt_gen_result *res) {
+    OK(cpt_engine_generate(g->e, rq, n, res, &err));
 }
 
 static void run_cpu(cpt_model *m, int slots, const cpt_gen_request *rq, int n, cpt_gen_result *res) {
@@ -241,7 +257,7 @@ static void test_greedy(const char *name, cpt_model *m, int block) {
     }
     cpt_gen_result cres[NP], gres[NP];
     run_cpu(m, 4, rq, NP, cres);
-    cpt_cuda_engine *e = gpu_engine(m, 4, block, 0, 0, 512);
+    gpu_eng *e = gpu_engine(m, 4, block, 0, 0, 512);
     run_gpu(e, rq, NP, gres);
     long matched = 0, total = 0;
     char div[128] = "";
@@ -261,21 +277,21 @@ static void test_greedy(const char *name, cpt_model *m, int block) {
     }
     lp_stats st = {0, 0, 0};
     for (int i = 0; i < NP; i++) check_against_cpu(m, &rq[i], &gres[i], &st);
-    printf("greedy%s %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
-           variant(1), name, matched, total, div, st.max_dlp, st.max_gap);
-    SUM("greedy%s %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", variant(0), name,
+    printf("greedy %-13s prefix match %ld/%ld, first divergence per prompt [%s], max |lp - cpu| %.4f, max argmax gap %.4f\n",
+           name, matched, total, div, st.max_dlp, st.max_gap);
+    SUM("greedy      %-13s match %5.1f%%  diverge@[%s]  max|dlp| %.4f  max gap %.4f", name,
         100.0 * matched / total,
         div, st.max_dlp, st.max_gap);
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: GPU logprobs off the CPU model's by %.4f", name, st.max_dlp);
     CHECK_MSG(st.max_gap < LP_TOL, "%s: a GPU greedy token is %.4f below the CPU argmax", name, st.max_gap);
     (void)first_tok_match; /* reported through the divergence list: near-ties make it model-dependent */
-    CHECK_EQ_INT(cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
+    CHECK_EQ_INT(kv_free(e), kv_blocks(e));
     for (int i = 0; i < NP; i++) {
         cpt_gen_result_free(&cres[i]);
         cpt_gen_result_free(&gres[i]);
         free(prompts[i]);
     }
-    cpt_cuda_engine_free(e);
+    gpu_free(e);
 }
 
 /* ---- 2. sampling through the engine ---------------------------------------------------------------------- */
@@ -320,7 +336,7 @@ static void test_sampling_engine(const char *name, cpt_model *m) {
         rq[i].max_new_tokens = 20;
     }
     cpt_gen_result r1[NR], r2[NR], r3[NR];
-    cpt_cuda_engine *e = gpu_engine(m, 4, 16, 0, 0, 512);
+    gpu_eng *e = gpu_engine(m, 4, 16, 0, 0, 512);
     run_gpu(e, rq, NR, r1);
     run_gpu(e, rq, NR, r2);
     int repeat = same_results(r1, r2, NR);
@@ -329,7 +345,7 @@ static void test_sampling_engine(const char *name, cpt_model *m) {
     for (int i = 0; i < NR; i++) check_against_cpu(m, &rq[i], &r1[i], &st);
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: T=0.8 logprobs off the CPU model's by %.4f", name, st.max_dlp);
     /* other batch compositions: one slot at a time, and eager steps */
-    cpt_cuda_engine *e1 = gpu_engine(m, 1, 16, 0, 1, 512);
+    gpu_eng *e1 = gpu_engine(m, 1, 16, 0, 1, 512);
     run_gpu(e1, rq, NR, r3);
     double batch_match = token_match(r1, r3, NR);
     printf("sampling %-11s repeat %s, max |lp - cpu| at T 0.8 %.4f over %ld tokens, 1-slot eager vs 4-slot graphs token match %.3f\n",
@@ -343,8 +359,8 @@ static void test_sampling_engine(const char *name, cpt_model *m) {
         cpt_gen_result_free(&r3[i]);
         free(prompts[i]);
     }
-    cpt_cuda_engine_free(e);
-    cpt_cuda_engine_free(e1);
+    gpu_free(e);
+    gpu_free(e1);
 }
 
 /* ---- 3. the sampler kernel on known distributions ----------------------------------------------------------- */
@@ -637,10 +653,7 @@ static void test_fused(void) {
         {CPT_FUSED_F32, 4, 1536, 4099, 0, 1},   {CPT_FUSED_BF16, 3, 64, 72, 1, 0},
         {CPT_FUSED_RESID, 4, 40, 24, 1, 0},     {CPT_FUSED_SWIGLU, 1, 8200, 40, 0, 0},
         {CPT_FUSED_RESID, 2, 16392, 64, 0, 0},  {CPT_FUSED_BF16, 0, 0, 0, 0, 0}};
-    /* every case with 4 vectors a lane, then 8 (deep), then the weights staged in shared memory, then streamed
-     * through each thread's slots (ring) (staged and ring: also bitwise against deep on the same inputs) */
-    for (int cs = 0; cases[cs / 4][1]; cs++) {
-        const int c = cs / 4, st = cs % 4;
+    for (int c = 0; cases[c][1]; c++) {
         cpt_cuda_fused_out mode = (cpt_cuda_fused_out)cases[c][0];
         int n = cases[c][1], K = cases[c][2], OC = cases[c][3], hb = cases[c][4], gather = cases[c][5];
         int nin = gather ? n + 3 : n, wrows = mode == CPT_FUSED_SWIGLU ? 2 * OC : OC;
@@ -657,24 +670,9 @@ static void test_fused(void) {
         void *dr = dev_raw(ctx, rows, sizeof rows, "rows");
         void *dout = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
         cpt_cuda_fused_gemv g = {mode, dout, dx, gather ? (const int32_t *)dr : NULL, use_norm ? dn : NULL,
-                                 1e-6f, dw, hb ? db : NULL, n, K, OC, st >= 1, st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0,
-                                 st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0};
+                                 1e-6f, dw, hb ? db : NULL, n, K, OC};
         cpt_cuda_fused_gemv_run(ctx, &g);
         float *got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout, (size_t)n * OC) : get_bf16(ctx, dout, (size_t)n * OC);
-        if (st >= 2) {
-            void *dout2 = mode == CPT_FUSED_RESID ? dev_bf16(ctx, out0, (size_t)n * OC, "x") : dev_poison(ctx, obytes, "out");
-            cpt_cuda_fused_gemv g2 = g;
-            g2.out = dout2, g2.stage_kb = 0, g2.ring = 0;
-            cpt_cuda_fused_gemv_run(ctx, &g2);
-            float *deep_got = mode == CPT_FUSED_F32 ? get_f32(ctx, dout2, (size_t)n * OC) : get_bf16(ctx, dout2, (size_t)n * OC);
-            int same = !memcmp(got, deep_got, sizeof(float) * (size_t)n * OC);
-            free(deep_got);
-            cpt_cuda_free(dout2);
-            const char *sn = st == 2 ? "staged" : "ring";
-            printf("fused/%s %s n=%d K=%d OC=%d: bitwise the deep kernel's %s\n", sn, fused_name(mode), n, K, OC,
-                   same ? "yes" : "NO");
-            CHECK_MSG(same, "fused/%s %s n=%d K=%d OC=%d: differs from the deep kernel", sn, fused_name(mode), n, K, OC);
-        }
         double *ref = malloc(sizeof(double) * (size_t)n * OC);
         fused_ref(mode, x, gather ? rows : NULL, use_norm ? nw : NULL, 1e-6f, w, hb ? b : NULL, n, K, OC, out0, ref);
         l2_acc acc = {0};
@@ -690,7 +688,7 @@ static void test_fused(void) {
         for (int r = 0; r < 50; r++) cpt_cuda_fused_gemv_run(ctx, &g);
         OK(cpt_cuda_sync(ctx, &err));
         double us = (now_s() - t0) / 50 * 1e6, gb = 2.0 * wrows * (double)K / 1e9;
-        const char *kn = st == 3 ? "/ring" : st == 2 ? "/staged" : st ? "/deep" : "";
+        const char *kn = "";
         printf("fused%s %-6s n=%d K=%-5d OC=%-6d%s%s: rel err %.2e, %zu off by > 1 bf16 step, %zu NaN; %.1f us = %.0f GB/s\n",
                kn, fused_name(mode), n, K, OC, hb ? " +bias" : "", gather ? " rows" : "", rel, off1,
                acc.nans, us, gb / (us * 1e-6));
@@ -719,7 +717,7 @@ static void test_fused(void) {
     void *dgu = dev_bf16(ctx, wgu, (size_t)2 * I * C, "wgu"), *dw2 = dev_bf16(ctx, w2, (size_t)C * I, "w2");
     void *dl = dev_bf16(ctx, wl, (size_t)V * C, "lm"), *dln = dev_bf16(ctx, ln, C, "ln");
     void *dh = dev(2 * (size_t)I, "h"), *dlog = dev(4 * (size_t)V, "logits");
-    for (int st = 0; st < 4; st++) { /* 4 vectors a lane, then 8 (deep), then staged, then ring */
+    {
         float *res[2] = {NULL, NULL}, *lg[2] = {NULL, NULL};
         double us[2] = {0, 0};
         for (int pdl = 0; pdl < 2; pdl++) {
@@ -727,12 +725,11 @@ static void test_fused(void) {
             OK(cpt_cuda_sync(ctx, &err));
             double t0 = now_s();
             cpt_cuda_set_pdl(ctx, pdl);
-            const int deep = st >= 1, kb = st == 2 ? CPT_CUDA_FUSED_STAGE_KB : 0, rg = st == 3 ? CPT_CUDA_FUSED_RING_BLOCKS : 0;
             for (int r = 0; r < 200; r++) {
-                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C, deep, kb, rg};
-                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I, deep, kb, rg};
-                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C, deep, kb, rg};
-                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V, deep, kb, rg};
+                cpt_cuda_fused_gemv s1 = {CPT_FUSED_RESID, dx, da, NULL, NULL, 1e-6f, dw1, NULL, n, C, C};
+                cpt_cuda_fused_gemv s2 = {CPT_FUSED_SWIGLU, dh, dx, NULL, dln, 1e-6f, dgu, NULL, n, C, I};
+                cpt_cuda_fused_gemv s3 = {CPT_FUSED_RESID, dx, dh, NULL, NULL, 1e-6f, dw2, NULL, n, I, C};
+                cpt_cuda_fused_gemv s4 = {CPT_FUSED_F32, dlog, dx, NULL, dln, 1e-6f, dl, NULL, n, C, V};
                 cpt_cuda_fused_gemv_run(ctx, &s1);
                 cpt_cuda_fused_gemv_run(ctx, &s2);
                 cpt_cuda_fused_gemv_run(ctx, &s3);
@@ -747,7 +744,7 @@ static void test_fused(void) {
         int same = !memcmp(res[0], res[1], sizeof(float) * C) && !memcmp(lg[0], lg[1], sizeof(float) * V);
         int finite = 1;
         for (int k = 0; k < C; k++) finite &= isfinite(res[1][k]);
-        const char *kn = st == 3 ? "/ring" : st == 2 ? "/staged" : st ? "/deep" : "";
+        const char *kn = "";
         printf("fused%s chain x4 products, 200 rounds: plain %.1f us, pdl %.1f us a round; bitwise equal %d\n", kn,
                us[0], us[1], same);
         SUM("fused%s chain of 4, 200 rounds: plain %.1f us, pdl %.1f us a round, bitwise equal %s", kn, us[0], us[1],
@@ -762,7 +759,7 @@ static void test_fused(void) {
     cpt_cuda_ctx_free(ctx);
 }
 
-/* ---- 6. the paged attention kernels (both versions) against fp64 ------------------------------------------- */
+/* ---- 6. the paged attention kernels against fp64 ------------------------------------------- */
 
 static void test_attention_kernels(void) {
     cpt_cuda_ctx *ctx = ctx_or_exit("test_cuda_decode");
@@ -848,18 +845,17 @@ static void test_attention_kernels(void) {
         OK(cpt_cuda_memcpy_h2d(ctx, dsplit, split_len, 4 * (size_t)n, &err));
         cpt_cuda_paged_kv kv = {dpool, L, nb, BS, KV, D, max_blocks, dtabs};
         cpt_attn_shape shp = {H, KV, D};
-        /* v: 0 the first kernel (head_dim dividing 128), 1 the second, 2 the tensor-core one (head_dim 64 and 128) */
-        int has_mma = cpt_cuda_paged_attention_mma_ok(shp) && !getenv("CPT_TEST_SKIP_MMA"), has_v1 = 128 % D == 0;
+        /* v: 1 the v2 kernel, 2 the tensor-core one (head_dim 64 and 128) */
+        int has_mma = cpt_cuda_paged_attention_mma_ok(shp) && !getenv("CPT_TEST_SKIP_MMA");
         double worst[3][2] = {{0}};
         OK(cpt_cuda_memset(ctx, dcnt, 0, sizeof(int) * (size_t)n * KV, &err));
         float *merged = hbuf((size_t)n * H * D), *one = hbuf((size_t)n * H * D);
-        for (int v = has_v1 ? 0 : 1; v < 2 + has_mma; v++)
+        for (int v = 1; v < 2 + has_mma; v++)
             for (int sp = 0; sp < 2; sp++) {
                 int splits = sp ? 4 : 1;
                 cpt_attn_kind kind = v == 2 ? CPT_ATTN_MMA : CPT_ATTN_V2;
                 OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
-                if (v) cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL, kind);
-                else cpt_cuda_paged_attention(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp);
+                cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit, shp, NULL, kind);
                 OK(cpt_cuda_download_bf16(ctx, got, dout, (size_t)n * H * D, &err));
                 if (!sp) memcpy(one, got, sizeof(float) * (size_t)n * H * D);
                 else { /* a row left whole in a 4-split grid: bitwise its 1-split result (what keeps a row
@@ -868,21 +864,20 @@ static void test_attention_kernels(void) {
                     for (int i = 0; i < n; i += 4)
                         same &= !memcmp(one + (size_t)i * H * D, got + (size_t)i * H * D, sizeof(float) * H * D);
                     CHECK_MSG(same, "attention %s H=%d KV=%d D=%d: a row with one non-empty split of 4 differs from "
-                              "its 1-split result", v == 2 ? "mma" : v ? "v2" : "v1", H, KV, D);
+                              "its 1-split result", v == 2 ? "mma" : "v2", H, KV, D);
                 }
-                if (v) { /* the splits merged by their last block (twice: the counters must be back at zero), then
-                          * (v2) with 16 value loads in flight: all bitwise the same as the merge kernel's */
+                { /* the splits merged by their last block (three times: the counters must be back at zero):
+                   * bitwise the same as the merge kernel's */
                     int same = 1;
                     for (int rep = 0; rep < 3; rep++) {
                         OK(cpt_cuda_memset(ctx, dout, 0xFF, 2 * (size_t)n * H * D, &err));
                         cpt_cuda_paged_attention_v2(ctx, dout, dpart, dqkv, &kv, LAYER, dpos, dtab, n, splits, dsplit,
-                                                    shp, dcnt, rep == 2 && v == 1 ? CPT_ATTN_V2_DEEP : kind);
+                                                    shp, dcnt, kind);
                         OK(cpt_cuda_download_bf16(ctx, merged, dout, (size_t)n * H * D, &err));
                         same &= !memcmp(merged, got, sizeof(float) * (size_t)n * H * D);
                     }
                     CHECK_MSG(same, "attention %s H=%d KV=%d D=%d splits %d: the in-kernel merge%s differs from the "
-                              "merge kernel", v == 2 ? "mma" : "v2", H, KV, D, splits,
-                              v == 1 ? " or 16 value loads" : "");
+                              "merge kernel", v == 2 ? "mma" : "v2", H, KV, D, splits, "");
                 }
                 double e2 = 0, r2 = 0;
                 int nan = 0;
@@ -893,7 +888,7 @@ static void test_attention_kernels(void) {
                 }
                 worst[v][sp] = nan ? INFINITY : sqrt(e2 / r2);
                 CHECK_MSG(worst[v][sp] < 1e-2, "attention %s H=%d KV=%d D=%d splits %d: rel err %.3e (%d NaN)",
-                          v == 2 ? "mma" : v ? "v2" : "v1", H, KV, D, splits, worst[v][sp], nan);
+                          v == 2 ? "mma" : "v2", H, KV, D, splits, worst[v][sp], nan);
             }
         free(merged), free(one);
         /* the append fused into the attention (decode rows: one per table, each at its sequence's last position)
@@ -921,7 +916,7 @@ static void test_attention_kernels(void) {
             int32_t *ddp = dev_raw(ctx, dp, sizeof(int32_t) * nd, "pos"), *ddt = dev_raw(ctx, dt, sizeof(int32_t) * nd, "tab");
             int32_t *ddsl = dev_raw(ctx, dsl, sizeof(int32_t) * nd, "split lengths");
             float *ha = hbuf(on), *hb = hbuf(on), *pa = hbuf(pool_n), *pb = hbuf(pool_n);
-            /* v 0: v2 (4 splits: with 16 value loads in flight) and 1: the tensor-core kernel, each against
+            /* v 0: v2 and 1: the tensor-core kernel, each against
              * kv_append + itself: outputs and pages bitwise the same; v 2: the few-rows kernel (CPT_ATTN_FEW, appends
              * itself) against kv_append + the tensor-core kernel: pages bitwise, outputs within bf16 rounding, and a
              * row left whole in a 4-split grid bitwise its 1-split result (rows up to 1,500 positions: splits longer
@@ -935,7 +930,7 @@ static void test_attention_kernels(void) {
                         const void *qnp = norm ? dqn : NULL, *knp = norm ? dkn : NULL;
                         const char *vn = v == 2 ? "few" : v ? "mma" : "v2";
                         cpt_attn_kind ka_kind = v ? CPT_ATTN_MMA : CPT_ATTN_V2;
-                        cpt_attn_kind kb_kind = v == 2 ? CPT_ATTN_FEW : v ? CPT_ATTN_MMA : sp ? CPT_ATTN_V2_DEEP : CPT_ATTN_V2;
+                        cpt_attn_kind kb_kind = v == 2 ? CPT_ATTN_FEW : v ? CPT_ATTN_MMA : CPT_ATTN_V2;
                         OK(cpt_cuda_upload_bf16(ctx, dpa, pool, pool_n, &err));
                         OK(cpt_cuda_upload_bf16(ctx, dpb, pool, pool_n, &err));
                         OK(cpt_cuda_upload_bf16(ctx, dq, q2, qn, &err));
@@ -989,14 +984,13 @@ static void test_attention_kernels(void) {
             cpt_cuda_free(dqn), cpt_cuda_free(dkn), cpt_cuda_free(dinv), cpt_cuda_free(ddp), cpt_cuda_free(ddt), cpt_cuda_free(ddsl);
         }
         cpt_cuda_free(dcnt);
-        printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err v1 %.2e / %.2e (4 splits), "
-               "v2 %.2e / %.2e, mma %.2e / %.2e%s%s (in-kernel merge bitwise the same; append fused in: %s); few "
-               "against mma + kv_append %.2e\n", H, KV, D,
-               BS, n, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1],
-               has_mma ? "" : " (mma not run: head_dim)", has_v1 ? "" : " (v1 not run: head_dim)",
-               same_app ? "bitwise the same" : "DIFFERS", worst_few);
-        SUM("attention  H=%-2d KV=%d D=%-3d v1 %.1e/%.1e  v2 %.1e/%.1e  mma %.1e/%.1e (1/4 splits)  few-mma %.1e", H,
-            KV, D, worst[0][0], worst[0][1], worst[1][0], worst[1][1], worst[2][0], worst[2][1], worst_few);
+        printf("attention H=%d KV=%d D=%d block %d, %d rows up to 1500 positions: rel err "
+               "v2 %.2e / %.2e (4 splits), mma %.2e / %.2e%s (in-kernel merge bitwise the same; append fused in: %s); "
+               "few against mma + kv_append %.2e\n", H, KV, D,
+               BS, n, worst[1][0], worst[1][1], worst[2][0], worst[2][1],
+               has_mma ? "" : " (mma not run: head_dim)", same_app ? "bitwise the same" : "DIFFERS", worst_few);
+        SUM("attention  H=%-2d KV=%d D=%-3d v2 %.1e/%.1e  mma %.1e/%.1e (1/4 splits)  few-mma %.1e", H,
+            KV, D, worst[1][0], worst[1][1], worst[2][0], worst[2][1], worst_few);
         free(perm), free(tabs), free(pool), free(qkv), free(got), free(ref), free(sc);
         cpt_cuda_free(dpool), cpt_cuda_free(dqkv), cpt_cuda_free(dout), cpt_cuda_free(dtabs), cpt_cuda_free(dpos);
         cpt_cuda_free(dtab), cpt_cuda_free(dsplit), cpt_cuda_free(dpart);
@@ -1028,7 +1022,7 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     }
     cpt_gen_result res[NR], cres[NR];
     /* 3 slots, blocks of 8, a pool of 40 blocks: admission waits for blocks and freed blocks are reused */
-    cpt_cuda_engine *e = gpu_engine(m, 3, 8, 40, 0, 128);
+    gpu_eng *e = gpu_engine(m, 3, 8, 40, 0, 128);
     run_gpu(e, rq, NR, res);
     lp_stats st = {0, 0, 0};
     int greedy_same = 1, finish_ok = 1;
@@ -1048,86 +1042,187 @@ static void test_paged_churn(const char *name, cpt_model *m) {
     }
     run_cpu(m, 3, rq, NR, cres);
     double match = token_match(cres, res, NR);
-    const cpt_engine_stats *es = cpt_cuda_engine_get_stats(e);
-    printf("paged%s %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
+    const cpt_engine_stats *es = cpt_engine_get_stats(e->e);
+    printf("paged %-14s %ld tokens, %ld prefills, %ld shared, graphs %d, max |lp - cpu| %.4f, max gap %.4f, "
            "CPU-engine token match %.3f, free blocks %d/%d\n",
-           variant(1), name, es->generated_tokens, es->prefills, es->shared_prefills, cpt_cuda_engine_graphs(e), st.max_dlp,
-           st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-    SUM("paged%s %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", variant(0), name,
-        es->generated_tokens, es->shared_prefills, st.max_dlp, st.max_gap, match, cpt_cuda_engine_kv_free_blocks(e),
-        cpt_cuda_engine_kv_blocks(e));
+           name, es->generated_tokens, es->prefills, es->shared_prefills, graphs(e), st.max_dlp,
+           st.max_gap, match, kv_free(e), kv_blocks(e));
+    SUM("paged       %-13s %ld tok  shared %ld  max|dlp| %.4f  gap %.4f  cpu match %.3f  blocks %d/%d", name,
+        es->generated_tokens, es->shared_prefills, st.max_dlp, st.max_gap, match, kv_free(e),
+        kv_blocks(e));
     CHECK_MSG(st.max_dlp < LP_TOL, "%s: churn logprobs off by %.4f", name, st.max_dlp);
     CHECK_MSG(st.max_gap < LP_TOL, "%s: churn greedy gap %.4f", name, st.max_gap);
     CHECK(greedy_same);
     CHECK(finish_ok);
     CHECK(es->shared_prefills > 0);
-    CHECK_EQ_INT(cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
+    CHECK_EQ_INT(kv_free(e), kv_blocks(e));
     for (int i = 0; i < NR; i++) {
         cpt_gen_result_free(&res[i]);
         cpt_gen_result_free(&cres[i]);
         free(prompts[i]);
     }
-    cpt_cuda_engine_free(e);
+    gpu_free(e);
 }
 
-/* ---- 5. the persistent decode step ------------------------------------------------------------------------ */
+/* ---- 5. weight reload ------------------------------------------------------------------------------------- */
 
-/* Decode steps of 1-4 rows as one persistent kernel (engine persistent = 1 eager, then in CUDA graphs, then 2: the
- * kernel built for one block a multiprocessor) against the same engine settings with the kernels launched one by
- * one (fused products, the tensor-core attention): greedy and sampled requests, bitwise the same tokens and
- * logprobs, and the step kernel must have run. Eager first: a cooperative launch that cannot be captured still
- * leaves the kernel's own result in the log. */
-static void test_persistent(const char *name, cpt_model *m) {
-    int V = cpt_model_cfg(m)->vocab_size;
-    enum { NR = 5 };
-    static const int lens[NR] = {1, 9, 17, 40, 90};
-    cpt_rng rng;
-    cpt_rng_seed(&rng, 23, 0);
-    cpt_gen_request rq[NR];
-    int32_t *prompts[NR];
-    for (int i = 0; i < NR; i++) {
-        prompts[i] = rand_prompt(&rng, lens[i], V);
+static void greedy_requests(cpt_rng *rng, int V, cpt_gen_request *rq, int32_t **prompts, int n) {
+    for (int i = 0; i < n; i++) {
+        int len = 3 + 11 * i;
+        prompts[i] = rand_prompt(rng, len, V);
         memset(&rq[i], 0, sizeof rq[i]);
         rq[i].prompt = prompts[i];
-        rq[i].n_prompt = lens[i];
-        rq[i].n_samples = i == 3 ? 3 : 1;
-        rq[i].sp = i < 2 ? (cpt_sample_params){0.0f, 0, 1.0f, 0.0f} : (cpt_sample_params){0.8f, 0, 0.95f, 0.0f};
-        rq[i].seed = 31 + (uint64_t)i;
-        rq[i].max_new_tokens = 30;
+        rq[i].n_prompt = len;
+        rq[i].n_samples = 2;
+        rq[i].sp = (cpt_sample_params){i % 2 ? 0.7f : 0.0f, 0, 1.0f, 0.0f};
+        rq[i].seed = 5 + (uint64_t)i;
+        rq[i].max_new_tokens = 16;
     }
-    int keep_fused = fused, keep_attn = attn_v2, keep_gemv = gemv_rows;
-    fused = 1, attn_v2 = 3, gemv_rows = 4;
-    cpt_gen_result ref[NR], got[NR];
-    cpt_cuda_engine *e0 = gpu_engine(m, 4, 16, 0, 0, 512);
-    run_gpu(e0, rq, NR, ref);
-    CHECK_EQ_INT(cpt_cuda_engine_step_forwards(e0), 0);
-    for (int v = 0; v < 3; v++) {
-        int p = v < 2 ? 1 : 2, eager = v == 0;
-        persistent = p;
-        cpt_cuda_engine *e = gpu_engine(m, 4, 16, 0, eager, 512);
-        run_gpu(e, rq, NR, got);
-        int steps = cpt_cuda_engine_step_forwards(e), same = same_results(ref, got, NR);
-        lp_stats st = {0, 0, 0};
-        for (int i = 0; i < NR; i++) check_against_cpu(m, &rq[i], &got[i], &st);
-        printf("persistent%d%s %-11s step kernel in %d forwards, vs the kernels one by one: %s; max |lp - cpu| "
-               "%.4f over %ld tokens\n", p, eager ? " eager" : "", name, steps, same ? "bitwise the same" : "DIFFERS",
-               st.max_dlp, st.tokens);
-        SUM("persistent%d%s %-12s %s  max|dlp| %.4f  step forwards %d", p, eager ? "e" : " ", name,
-            same ? "bitwise" : "DIFFERS", st.max_dlp, steps);
-        CHECK_MSG(steps > 0, "%s: the persistent step kernel never ran (persistent %d)", name, p);
-        CHECK_MSG(same, "%s: the persistent step (persistent %d) differs from the kernels one by one", name, p);
-        CHECK_MSG(st.max_dlp < LP_TOL, "%s: persistent-step logprobs off the CPU model's by %.4f", name, st.max_dlp);
-        CHECK_EQ_INT(cpt_cuda_engine_kv_free_blocks(e), cpt_cuda_engine_kv_blocks(e));
-        for (int i = 0; i < NR; i++) cpt_gen_result_free(&got[i]);
-        cpt_cuda_engine_free(e);
-    }
-    persistent = 0;
-    fused = keep_fused, attn_v2 = keep_attn, gemv_rows = keep_gemv;
+}
+
+/* An engine on model A, then new weights B by the two ways a weight version arrives (host weights uploaded again,
+ * bf16 already on the device in parameter order), each followed by cpt_engine_clear: the tokens and logprobs are
+ * bitwise those of a fresh placement of B, and those of A differ. */
+static void test_weight_reload(const char *name, cpt_model *a) {
+    int V = cpt_model_cfg(a)->vocab_size;
+    enum { NR = 3 };
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 61, 0);
+    cpt_gen_request rq[NR];
+    int32_t *prompts[NR];
+    greedy_requests(&rng, V, rq, prompts, NR);
+    cpt_model *b = model_copy(a);
+    float *bd = cpt_model_data(b);
+    for (size_t k = 0; k < cpt_model_numel(b); k++) bd[k] = cpt_bf16_to_f32(cpt_f32_to_bf16(bd[k] * 1.25f));
+    cpt_gen_result ra[NR], rb[NR], rh[NR], rdev[NR];
+    gpu_eng *fresh = gpu_engine(b, 4, 16, 0, 0, 512);
+    run_gpu(fresh, rq, NR, rb);
+    gpu_free(fresh);
+    gpu_eng *e = gpu_engine(a, 4, 16, 0, 0, 512);
+    run_gpu(e, rq, NR, ra);
+    /* host weights: B into the engine's model, uploaded again */
+    memcpy(cpt_model_data(e->m), bd, sizeof(float) * cpt_model_numel(b));
+    OK(cpt_model_sync_to_device(e->m, &err));
+    cpt_engine_clear(e->e);
+    run_gpu(e, rq, NR, rh);
+    /* bf16 on the device: A's host weights back (not uploaded), then B from a device buffer */
+    memcpy(cpt_model_data(e->m), cpt_model_data(a), sizeof(float) * cpt_model_numel(a));
+    cpt_cuda_ctx *ctx = cpt_model_cuda_ctx(e->m);
+    CHECK(ctx != NULL);
+    void *dev_b = cpt_cuda_malloc(2 * cpt_model_numel(b), "bf16 weights B", &err);
+    OK(cpt_cuda_upload_bf16(ctx, dev_b, bd, cpt_model_numel(b), &err));
+    OK(cpt_model_load_weights_bf16_device(e->m, dev_b, &err));
+    cpt_engine_clear(e->e);
+    run_gpu(e, rq, NR, rdev);
+    int host_same = same_results(rb, rh, NR), dev_same = same_results(rb, rdev, NR), a_differs = !same_results(ra, rb, NR);
+    printf("reload %-13s host weights -> fresh placement: %s; bf16 on the device: %s; before the reload: %s\n", name,
+           host_same ? "bitwise" : "DIFFERS", dev_same ? "bitwise" : "DIFFERS", a_differs ? "differs" : "THE SAME");
+    SUM("reload      %-13s host %s  device %s", name, host_same ? "bitwise" : "DIFFERS", dev_same ? "bitwise" : "DIFFERS");
+    CHECK_MSG(host_same, "%s: after new host weights the engine differs from a fresh placement", name);
+    CHECK_MSG(dev_same, "%s: after bf16 weights from the device the engine differs from a fresh placement", name);
+    CHECK_MSG(a_differs, "%s: the reload test's two weight sets gave the same tokens", name);
+    CHECK_EQ_INT(kv_free(e), kv_blocks(e));
+    /* the inference placement refuses training calls with a message */
+    int32_t tk[3] = {1, 2, 3}, ss[2] = {0, 3};
+    cpt_batch bt = {3, 1, tk, ss, NULL};
+    float lp[3];
+    cpt_forward_out fo = {lp, NULL, NULL, NULL};
+    cpt_err_clear(&err);
+    CHECK(cpt_model_forward(e->m, &bt, &fo, 0, &err) == -1 && strstr(err.msg, "placed for inference"));
     for (int i = 0; i < NR; i++) {
-        cpt_gen_result_free(&ref[i]);
+        cpt_gen_result_free(&ra[i]), cpt_gen_result_free(&rb[i]);
+        cpt_gen_result_free(&rh[i]), cpt_gen_result_free(&rdev[i]);
         free(prompts[i]);
     }
-    cpt_cuda_engine_free(e0);
+    cpt_cuda_free(dev_b);
+    gpu_free(e);
+    cpt_model_free(b);
+}
+
+/* The decoder called directly with bad rows: refused with a message naming them, no device fault; then a good
+ * step. */
+static void test_decoder_refusals(cpt_model *host) {
+    gpu_eng *g = gpu_engine(host, 2, 16, 0, 1, 64);
+    cpt_decoder_opts o = {.n_tables = 2, .max_len = 64, .n_blocks = 8, .max_rows = 2};
+    cpt_decoder *d = cpt_decoder_new(g->m, &o, NULL, &err);
+    CHECK_MSG(d != NULL, "a decoder on the inference placement: %s", err.msg);
+    if (!d) {
+        gpu_free(g);
+        return;
+    }
+    cpt_decoder_io *io = cpt_decoder_io_of(d);
+    int V = cpt_model_cfg(host)->vocab_size, nb = cpt_decoder_blocks(d);
+    memset(io->rows, 0, sizeof io->rows[0]);
+    io->tok[0] = V, io->pos[0] = 0, io->tab[0] = 0, io->tables[0] = 0;
+    cpt_decoder_tables_changed(d);
+    CHECK(cpt_decoder_step(d, 1, &err) == -1 && strstr(err.msg, "token"));
+    io->tok[0] = 1, io->tables[0] = nb + 3;
+    cpt_decoder_tables_changed(d);
+    CHECK(cpt_decoder_step(d, 1, &err) == -1 && strstr(err.msg, "holds block"));
+    io->tables[0] = 0, io->tab[0] = 2;
+    cpt_decoder_tables_changed(d);
+    CHECK(cpt_decoder_step(d, 1, &err) == -1 && strstr(err.msg, "table 2"));
+    CHECK(cpt_decoder_copy_block(d, 0, nb, &err) == -1);
+    io->tab[0] = 0;
+    io->rows[0].logits_row = 0;
+    int ok = cpt_decoder_step(d, 1, &err) == 0;
+    CHECK_MSG(ok && io->out_tok[0] >= 0 && io->out_tok[0] < V, "a good step after refusals: %s", err.msg);
+    printf("decoder refusals: bad token, block and table refused; a good step after them %s\n", ok ? "ran" : "FAILED");
+    SUM("decoder refuses bad rows, then steps: %s", ok ? "ok" : "FAIL");
+    cpt_decoder_free(d);
+    gpu_free(g);
+}
+
+/* ---- 6. stop strings ------------------------------------------------------------------------------------------ */
+
+/* As tests/unit/test_generate_parity.c on the CPU: the tiny byte-level tokenizer (ids 0..255 single bytes) on the
+ * 256-token fixture; the bytes of a greedy completion's tokens 6 and 7 as a stop string end the sample there. */
+static void test_stop_strings(void) {
+    cpt_model *m = fixture("qwen2_untied");
+    cpt_tokenizer *tok = cpt_tokenizer_load("tests/fixtures/tokenizer/tiny_tokenizer.json", &err);
+    if (!tok) {
+        fprintf(stderr, "tokenizer: %s\n", err.msg);
+        exit(1);
+    }
+    engine_tok = tok;
+    gpu_eng *e = gpu_engine(m, 2, 16, 0, 0, 64);
+    engine_tok = NULL;
+    int32_t p[4] = {10, 20, 30, 40};
+    cpt_gen_request r;
+    memset(&r, 0, sizeof r);
+    r.prompt = p, r.n_prompt = 4, r.n_samples = 1, r.seed = 1, r.max_new_tokens = 20;
+    r.sp = (cpt_sample_params){0.0f, 0, 1.0f, 0.0f};
+    cpt_gen_result g, g2;
+    run_gpu(e, &r, 1, &g);
+    char text[256], stop[16];
+    size_t at = 0, n, sl = 0;
+    for (int i = 6; i < 8; i++) {
+        const char *b = cpt_tokenizer_id_bytes(tok, g.samples[0].tokens[i], &n);
+        memcpy(stop + sl, b, n), sl += n;
+    }
+    stop[sl] = 0;
+    int expect = -1;
+    for (int i = 0; i < 20 && expect < 0; i++) {
+        const char *b = cpt_tokenizer_id_bytes(tok, g.samples[0].tokens[i], &n);
+        memcpy(text + at, b, n), at += n;
+        if (at >= sl && !memcmp(text + at - sl, stop, sl)) expect = i + 1;
+    }
+    CHECK(sl > 0 && strlen(stop) == sl && expect > 0 && expect <= 8);
+    const char *ss[2] = {"never-in-bytes-0123456789", stop};
+    r.stop_strs = ss, r.n_stop_strs = 2;
+    run_gpu(e, &r, 1, &g2);
+    int ok = g2.samples[0].n_tokens == expect && g2.samples[0].finish == CPT_FINISH_STOP &&
+             !memcmp(g2.samples[0].tokens, g.samples[0].tokens, sizeof(int32_t) * (size_t)expect);
+    printf("stop strings: the sample ends after token %d (%s)\n", g2.samples[0].n_tokens, ok ? "ok" : "WRONG");
+    SUM("stop strings end the sample at the string: %s", ok ? "ok" : "FAIL");
+    CHECK_MSG(ok, "stop string: %d tokens (want %d), finish %d", g2.samples[0].n_tokens, expect,
+              (int)g2.samples[0].finish);
+    CHECK_EQ_INT(kv_free(e), kv_blocks(e));
+    cpt_gen_result_free(&g);
+    cpt_gen_result_free(&g2);
+    gpu_free(e);
+    cpt_tokenizer_free(tok);
+    cpt_model_free(m);
 }
 
 /* ---- head sizes beyond 64 and 128 through the engine; one it does not take ---------------------------------- */
@@ -1138,30 +1233,21 @@ static void test_head_dims(void) {
         cpt_model *m = random_model_shape(shapes[s][0], 1024, 2, shapes[s][1], shapes[s][2], shapes[s][3]);
         char name[32];
         snprintf(name, sizeof name, "random-hd%d", shapes[s][3]);
-        /* the defaults, then the first kernel's setting (the second runs: the head size does not divide 128) */
-        cpt_engine_opts base = {0};
-        cpt_cuda_engine_opts d = cpt_cuda_engine_defaults(base);
-        attn_v2 = d.attn_v2, fused = d.fused, gemv_rows = d.gemv_rows;
         test_greedy(name, m, 16);
         prefill_chunk = 3;
         test_paged_churn(name, m);
         prefill_chunk = 0;
-        attn_v2 = fused = gemv_rows = 0;
-        test_greedy(name, m, 16);
         cpt_model_free(m);
     }
-    /* a head size the CPU model takes and the GPU kernels do not: refused at creation, the process goes on */
+    /* a head size the CPU model takes and the GPU kernels do not: refused at placement, the process goes on */
     cpt_model *m = random_model_shape(96, 256, 1, 4, 2, 24);
-    cpt_engine_opts base = {.slots = 2, .max_len = 64};
-    cpt_cuda_engine_opts o = cpt_cuda_engine_defaults(base);
     cpt_err_clear(&err);
-    cpt_cuda_engine *e = cpt_cuda_engine_new(m, &o, &err);
-    const char *want = "cuda engine: head_dim 24 is not supported on the GPU (supported: " CPT_CUDA_HEAD_DIMS_TEXT ")";
-    int refused = e == NULL && strcmp(err.msg, want) == 0;
-    CHECK_MSG(refused, "head_dim 24: engine %s, message '%s'", e ? "created" : "refused", err.msg);
-    printf("head_dim 24: engine %s: %s\n", e ? "CREATED" : "refused", err.msg);
-    SUM("head_dim 24 refused at creation with the supported sizes: %s", refused ? "ok" : "FAIL");
-    cpt_cuda_engine_free(e);
+    int rc = cpt_model_use_cuda_infer(m, 0, &err);
+    const char *want = "head_dim 24 is not supported on the GPU (supported: " CPT_CUDA_HEAD_DIMS_TEXT ")";
+    int refused = rc == -1 && strstr(err.msg, want) != NULL;
+    CHECK_MSG(refused, "head_dim 24: placement %s, message '%s'", rc ? "refused" : "done", err.msg);
+    printf("head_dim 24: placement %s: %s\n", rc ? "refused" : "DONE", err.msg);
+    SUM("head_dim 24 refused at placement with the supported sizes: %s", refused ? "ok" : "FAIL");
     cpt_model_free(m);
 }
 
@@ -1175,81 +1261,30 @@ int main(void) {
         cpt_model *m = fixture(fixtures[i]);
         test_greedy(fixtures[i], m, i == 1 ? 8 : 16);
         if (i == 2) test_paged_churn(fixtures[i], m);
-        /* the fixtures again with the engine defaults (fused products where the sizes allow) */
-        attn_v2 = fused = 1;
-        gemv_rows = 4;
-        test_greedy(fixtures[i], m, i == 1 ? 8 : 16);
-        attn_v2 = fused = gemv_rows = 0;
         cpt_model_free(m);
     }
+    test_stop_strings();
     test_skinny();
     test_fused();
     cpt_model *big = random_model(0);
     test_greedy("random-448x3", big, 16);
-    /* the same with the skinny products in the decode steps (and short prefills) */
-    gemv_rows = 8;
-    test_greedy("random-448x3", big, 16);
     /* prompts up to 60 tokens in forwards of 7 rows: prefills straddle calls and continue from the pages */
     prefill_chunk = 7;
     test_paged_churn("random-448x3", big);
-    gemv_rows = 0;
-    prefill_chunk = 0;
-    /* the engine with the second attention kernel */
-    attn_v2 = 1;
-    test_greedy("random-448x3", big, 16);
-    test_paged_churn("random-448x3", big);
-    /* the fused products (fused = 1) at <= 4 rows, prefills of <= 4 rows included (chunks of 3), the skinny
-     * products elsewhere (the defaults before 2026-12-03, with attention v2) */
-    fused = 1;
-    gemv_rows = 4;
-    test_greedy("random-448x3", big, 16);
+    /* prefills of <= 4 rows run the fused products too (chunks of 3) */
     prefill_chunk = 3;
     test_paged_churn("random-448x3", big);
     test_sampling_engine("random-448x3", big);
     prefill_chunk = 0;
-    /* and attention v2 with 16 value loads in flight (attn_v2 = 2) */
-    attn_v2 = 2;
-    test_greedy("random-448x3", big, 16);
-    /* and the tensor-core attention (attn_v2 = 3; head_dim 64 here), prefills and decode steps
-     * (CPT_TEST_SKIP_MMA: everything else, when a fault there would end the run before the rest) */
-    if (!getenv("CPT_TEST_SKIP_MMA")) {
-        attn_v2 = 3;
-        test_greedy("random-448x3", big, 16);
-        test_paged_churn("random-448x3", big);
-        test_sampling_engine("random-448x3", big);
-        /* the whole decode step as one persistent kernel (its attention is the tensor-core one), at head_dim 64
-         * and at the 1.5B shape's layer */
-        test_persistent("random-448x3", big);
-        cpt_model *wide = random_model(1);
-        test_persistent("random-1536x2", wide);
-        /* the defaults (cpt_cuda_engine_defaults): the few-rows attention (attn_v2 = 4) in decode steps of <= 4
-         * rows and the ring products (fused = 4): greedy against the CPU, the churn's bitwise-equal greedy samples
-         * (prefills of <= 4 rows fused too: chunks of 3), sampling */
-        attn_v2 = 4;
-        fused = 4;
-        test_greedy("random-448x3", big, 16);
-        test_greedy("random-1536x2", wide, 16);
-        prefill_chunk = 3;
-        test_paged_churn("random-448x3", big);
-        prefill_chunk = 0;
-        test_sampling_engine("random-448x3", big);
-        /* the deep (fused = 2) and staged (fused = 3) products in the engine (the ring and staged ones are bitwise
-         * the deep ones op by op, above) */
-        for (fused = 2; fused <= 3; fused++) {
-            test_greedy("random-448x3", big, 16);
-            test_greedy("random-1536x2", wide, 16);
-        }
-        attn_v2 = 3;
-        fused = 1;
-        cpt_model_free(wide);
-    }
-    attn_v2 = 1;
-    fused = 0;
-    gemv_rows = 0;
-    attn_v2 = 0;
-    test_sampling_engine("random-448x3", big);
     test_paged_churn("random-448x3", big);
+    test_weight_reload("random-448x3", big);
+    test_decoder_refusals(big);
     cpt_model_free(big);
+    /* the 1.5B shape's layer: head_dim 128, the down product's rows longer than a register set */
+    cpt_model *wide = random_model(1);
+    test_greedy("random-1536x2", wide, 16);
+    test_sampling_engine("random-1536x2", wide);
+    cpt_model_free(wide);
     test_head_dims();
     printf("\n== GPU decode summary ==\n");
     table_print(&summary);

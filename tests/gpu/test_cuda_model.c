@@ -28,6 +28,7 @@
 #include "core/rng.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/kernels.h"
+#include "model/decoder.h"
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "tests/check.h"
@@ -128,6 +129,14 @@ static void check_fixture(const char *name) {
     cpt_model *cpu = cpt_model_load(dir, &err), *gpu = cpt_model_load(dir, &err);
     OK(!cpu || !gpu);
     OK(cpt_model_use_cuda(gpu, 0, &err));
+    /* the training placement makes no decoder, and cannot become the inference placement: messages, no fault */
+    cpt_decoder_opts dopt = {.n_tables = 1, .max_len = 16, .max_rows = 1};
+    cpt_err_clear(&err);
+    cpt_decoder *dec = cpt_decoder_new(gpu, &dopt, NULL, &err);
+    CHECK_MSG(!dec && strstr(err.msg, "placed for training"), "decoder on the training placement: %s", err.msg);
+    cpt_err_clear(&err);
+    CHECK_MSG(cpt_model_use_cuda_infer(gpu, 0, &err) == -1 && strstr(err.msg, "placed for training"),
+              "inference placement of a training placement: %s", err.msg);
     const cpt_st_tensor *pi = cpt_st_find(f, "packed_input_ids"), *pc = cpt_st_find(f, "packed_cu_seqlens");
     CHECK(pi && pc && pi->dtype == CPT_DT_I32 && pc->dtype == CPT_DT_I32);
     if (!pi || !pc) return;

@@ -1,5 +1,4 @@
-/* GPU weight transports on the device (label gpu; built into tests/gpu/device_all.sh's carry folder, stage xport;
- * ran on an H200 on 2026-12-02 with one GPU: sum64 and cuda_ipc passed, nccl skipped).
+/* GPU weight transports on the device (label gpu; built into tests/gpu/device_all.sh's carry folder, stage xport).
  *
  * 1. sum64 on the device equals cpt_weights_sum64 on the host (a 64 MiB prefix copied back), for odd lengths too.
  * 2. cuda_ipc between two processes on one GPU: the parent (trainer role) exports a buffer of the bf16 bytes of the
@@ -7,7 +6,8 @@
  *    handle, copies device to device into its own buffer (5 timed syncs), and checks the copy's sum64 against the
  *    parent's. Prints seconds per sync and GB/s.
  * 3. nccl broadcast, 2 ranks (2 processes, GPUs 0 and 1) of the same sizes in weights.bucket_mb = 64 buckets,
- *    sum64 checked on rank 1; skipped with a message when fewer than 2 GPUs are visible. */
+ *    sum64 checked on rank 1. With fewer than 2 GPUs visible this part cannot run: the test runs the others and
+ *    then exits 77 (a skip, not a pass) with the reason, unless one of them failed. */
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/exit_status.h"
 #include "core/fs.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/nccl_dp.h"
@@ -182,21 +183,23 @@ static void test_ipc(int cfd, int rfd, double out_s[2]) {
     cpt_cuda_ctx_free(ctx);
 }
 
-static void test_nccl(int cfd, int rfd, double out_s[2]) {
+/* Returns 1 when the part could not run here (fewer than 2 GPUs), else 0. */
+static int test_nccl(int cfd, int rfd, double out_s[2]) {
     if (visible_gpus() < 2) {
         printf("nccl broadcast: SKIPPED (%d GPU visible; 2 needed)\n", visible_gpus());
-        return;
+        return 1;
     }
     for (int k = 0; k < 2; k++) {
         cmd m = {.kind = 2, .bytes = SHAPES[k].bytes};
         cpt_err err = {{0}};
-        if (cpt_nccl_unique_id(m.uid, &err)) { fails++; fprintf(stderr, "%s\n", err.msg); return; }
-        if (wr(cfd, &m, sizeof m)) { fails++; return; }
+        if (cpt_nccl_unique_id(m.uid, &err)) { fails++; fprintf(stderr, "%s\n", err.msg); return 0; }
+        if (wr(cfd, &m, sizeof m)) { fails++; return 0; }
         res r0 = nccl_rank(0, m.uid, m.bytes, cfd), r1 = {-1, 0};
         EXPECT(rd(rfd, &r1, sizeof r1) == 0, "pipe from the child");
         EXPECT(r0.ok && r1.ok, "nccl %s: rank 1's bytes differ from rank 0's", SHAPES[k].name);
         out_s[k] = r0.per;
     }
+    return 0;
 }
 
 int main(void) {
@@ -208,7 +211,7 @@ int main(void) {
     if (pid == 0) child_loop(c2w[0], w2c[1]);
     test_ipc(c2w[1], w2c[0], ipc_s);
     test_sum64();
-    test_nccl(c2w[1], w2c[0], nccl_s);
+    int nccl_skipped = test_nccl(c2w[1], w2c[0], nccl_s);
     cmd quit = {.kind = 0};
     int st = 0;
     if (wr(c2w[1], &quit, sizeof quit) == 0) waitpid(pid, &st, 0);
@@ -216,6 +219,15 @@ int main(void) {
     for (int k = 0; k < 2; k++)
         printf("%-6s %12zu %10.4f %12.1f %10.4f %12.1f\n", SHAPES[k].name, SHAPES[k].bytes, ipc_s[k],
                ipc_s[k] > 0 ? SHAPES[k].bytes / ipc_s[k] / 1e9 : 0, nccl_s[k], nccl_s[k] > 0 ? SHAPES[k].bytes / nccl_s[k] / 1e9 : 0);
-    printf("%s\n", fails ? "test_weight_transports: FAILED" : "test_weight_transports: ok");
-    return fails != 0;
+    if (fails) {
+        printf("test_weight_transports: FAILED\n");
+        return 1;
+    }
+    if (nccl_skipped) {
+        printf("test_weight_transports: SKIP (sum64 and cuda_ipc passed; nccl needs 2 GPUs, %d visible)\n",
+               visible_gpus());
+        return CPT_EXIT_SKIP;
+    }
+    printf("test_weight_transports: ok\n");
+    return 0;
 }

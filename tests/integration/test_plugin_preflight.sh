@@ -22,9 +22,16 @@ pre reward.plugin_path="$BUILD/plugins/libreward_ctor_test.so" || { cat "$T/out"
 pre reward.type=combined 'reward.combine=["math:1", "plugin:0.5"]' \
   reward.plugin_path="$BUILD/plugins/libreward_ctor_test.so" || { cat "$T/out"; fail "combined with the ctor plugin"; }
 [ -e "$T/marker" ] && fail "preflight (combined) ran the plugin's constructor"
-# the control: a real load runs the constructor (a plugin of the ASan build needs its runtime loaded first)
+# the control: a real load runs the constructor (a plugin of a sanitizer build needs its runtime loaded first: gcc's
+# libasan, which the plugin names as needed, or else clang's, which also holds the UBSan and coverage hooks)
 asan=
-if nm -D "$BUILD/plugins/libreward_ctor_test.so" 2>/dev/null | grep -q __asan_init; then asan=$(cc -print-file-name=libasan.so); fi
+if nm -D "$BUILD/plugins/libreward_ctor_test.so" 2>/dev/null | grep -q __asan_init; then
+  if readelf -d "$BUILD/plugins/libreward_ctor_test.so" | grep -q 'NEEDED.*libasan'; then
+    asan=$(cc -print-file-name=libasan.so)
+  else
+    asan=$(clang -print-file-name=libclang_rt.asan-x86_64.so)
+  fi
+fi
 LD_PRELOAD=$asan ASAN_OPTIONS=detect_leaks=0 python3 - "$BUILD/plugins/libreward_ctor_test.so" <<'PY'
 import ctypes, sys
 ctypes.CDLL(sys.argv[1])

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Live scaling under Slurm: a GRPO job (sync mode, tiny random model) with room for 2 rollout workers starts with 1;
 # `cpt-scale rollout=2` adds a rollout step, `cpt-scale rollout=1` drains it; the control hash and the worker logs
-# show both; the new worker did work; no group is lost or trained twice.
+# show both; the new worker did work; no group is lost or trained twice. STEPS leaves the run several times the
+# steps that scaling up and down take (CI: up at step ~70, down at ~120) to finish with one worker again.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
 source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 make_tiny_model "$T" || fail "tiny model"
-STEPS=1200 G=4
+STEPS=600 G=4
 R="$T/job"
 t0=$SECONDS
 job=$(sbatch --parsable --gres=none --ntasks=4 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \

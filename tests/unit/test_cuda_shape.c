@@ -1,7 +1,8 @@
 /* The model shapes the GPU takes (cpt_model_cuda_shape_check), checked without a GPU: exactly the head sizes the
  * CUDA attention kernels are built for pass, the others are refused with a message naming the supported ones, and
- * placement (cpt_model_use_cuda) and the inference placement (cpt_model_use_cuda_infer) refuse such a model the same
- * way in every build, leaving the CPU model working. tests/gpu/test_cuda_model.c runs the supported sizes on a GPU. */
+ * both placements (cpt_model_use_cuda for training, cpt_model_use_cuda_infer for generation) refuse such a model the
+ * same way in every build, leaving the CPU model working. tests/gpu/test_cuda_model.c runs the supported sizes on a
+ * GPU. */
 #include <stdio.h>
 #include <string.h>
 
@@ -69,7 +70,11 @@ int main(void) {
     cpt_err_clear(&err);
     CHECK(cpt_model_use_cuda_infer(m, 0, &err) == -1);
     printf("inference placement: %s\n", err.msg);
-    CHECK_MSG(strstr(err.msg, "head_dim 24 is not supported on the GPU"), "inference placement: %s", err.msg);
+    CHECK_MSG(!strcmp(err.msg, "placing the model for inference on CUDA device 0: head_dim 24 is not supported on the "
+                               "GPU (supported: 8, 16, 32, 64, 80, 96, 128, 256)"),
+              "inference placement: %s", err.msg);
+    CHECK(cpt_model_forward(m, &b, &o1, 0, &err) == 0);
+    CHECK(memcmp(lp0, lp1, sizeof lp0) == 0);
     cpt_model_free(m);
     return check_summary("test_cuda_shape");
 }
