@@ -14,6 +14,12 @@
 #include "model/backend.h"
 #include "model/model_internal.h"
 
+/* Float buffers on cache-line boundaries, so a vector load or store never straddles two lines. */
+static float *floats(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
 static cpt_tensor T1(float *p, int64_t a) { return cpt_tensor_f32_1d(p, a); }
 static cpt_tensor T2(float *p, int64_t a, int64_t b) { return cpt_tensor_f32_2d(p, a, b); }
 
@@ -45,7 +51,7 @@ static int32_t block_of(const cpu_decoder *c, int32_t tab, int32_t pos) {
 
 static int ensure_block(cpu_decoder *c, int32_t b, cpt_err *err) {
     if (c->blk[b]) return 0;
-    c->blk[b] = malloc(c->block_floats * sizeof(float));
+    c->blk[b] = floats(c->block_floats);
     if (!c->blk[b]) return cpt_errf(err, "decoder: out of memory for KV block %d (%.1f MB)", b, c->block_floats * 4e-6);
     return 0;
 }
@@ -56,7 +62,7 @@ static int ensure_work(cpu_decoder *c, int N, cpt_err *err) {
     free(c->mem);
     size_t n = (size_t)N, C = (size_t)cf->hidden_size, H = (size_t)cf->num_heads, D = (size_t)cf->head_dim;
     size_t I = (size_t)cf->intermediate_size, QKV = (size_t)qkv_dim(cf), HD = H * D;
-    c->mem = malloc(n * (5 * C + QKV + 2 * HD + 3 * I + H) * sizeof(float));
+    c->mem = floats(n * (5 * C + QKV + 2 * HD + 3 * I + H));
     if (!c->mem) {
         c->cap = 0;
         return cpt_errf(err, "decoder: out of memory for a call of %d rows", N);
@@ -79,7 +85,7 @@ static int ensure_work(cpu_decoder *c, int N, cpt_err *err) {
 static int ensure_logits(cpu_decoder *c, int n, cpt_err *err) {
     if (n <= c->logits_cap) return 0;
     free(c->logits);
-    c->logits = malloc(sizeof(float) * (size_t)n * (size_t)c->base.m->cfg.vocab_size);
+    c->logits = floats((size_t)n * (size_t)c->base.m->cfg.vocab_size);
     c->logits_cap = c->logits ? n : 0;
     return c->logits ? 0 : cpt_errf(err, "decoder: out of memory for %d rows of logits", n);
 }
@@ -282,7 +288,7 @@ cpt_decoder *cpt_cpu_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const 
     io->out_tok = malloc(sizeof(int32_t) * R);
     io->out_lp = malloc(sizeof(float) * R);
     c->blk = calloc((size_t)d->n_blocks, sizeof *c->blk);
-    c->saved = malloc(sizeof(float) * (d->saved_rows ? (size_t)d->saved_rows : 1) * V);
+    c->saved = floats((d->saved_rows ? (size_t)d->saved_rows : 1) * V);
     if (!io->tok || !io->pos || !io->tab || !io->out || !io->save_to || !io->tables || !io->rows || !io->out_tok ||
         !io->out_lp || !c->blk || !c->saved) {
         cpt_errf(err, "decoder: out of memory for %d tables of %d blocks", d->n_tables, d->max_blocks);
