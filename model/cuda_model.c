@@ -724,12 +724,12 @@ static int cuda_backward(cpt_model *m, const cpt_batch *b, const float *d_logpro
 
 #endif
 
+/* Generation on the training placement (the trainer's validation runs): the CPU decoder over the host mirror of the
+ * weights, refreshed from the device first. The rollout generates on the inference placement instead. */
 static cpt_decoder *cuda_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const cpt_decoder_tuning *t,
                                      cpt_err *err) {
-    (void)m, (void)o, (void)t;
-    cpt_errf(err, "decoder: the model is placed for training (cpt_model_use_cuda); generation on the GPU needs the "
-                  "inference placement (cpt_model_use_cuda_infer)");
-    return NULL;
+    if (cpt_cuda_model_pull_weights(m, err)) return NULL;
+    return cpt_cpu_decoder_new(m, o, t, err);
 }
 
 const cpt_model_backend cpt_backend_cuda = {
