@@ -59,6 +59,17 @@ cpt_decoder *cpt_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const cpt_
     return m->be->decoder_new(m, o, tuning, err);
 }
 
+void cpt_decoder_base_init(cpt_decoder *d, const cpt_decoder_ops *ops, cpt_model *m, const cpt_decoder_opts *o) {
+    d->ops = ops;
+    d->m = m;
+    d->n_tables = o->n_tables;
+    d->block_size = o->block_size > 0 ? o->block_size : 16;
+    d->max_blocks = (o->max_len + d->block_size - 1) / d->block_size;
+    d->n_blocks = o->n_blocks > 0 ? o->n_blocks : (d->n_tables + 1) * d->max_blocks;
+    d->max_rows = o->max_rows;
+    d->saved_rows = o->saved_rows > 0 ? o->saved_rows : d->n_tables + 1;
+}
+
 void cpt_decoder_free(cpt_decoder *d) {
     if (d) d->ops->free(d);
 }

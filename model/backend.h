@@ -41,6 +41,10 @@ struct cpt_decoder {
     int n_tables, max_blocks, block_size, n_blocks, max_rows, saved_rows;
 };
 
+/* Fills the shared part from options cpt_decoder_new has checked: the defaults of model/decoder.h (block_size 16,
+ * n_blocks every table full, saved_rows n_tables + 1) resolved once for every backend. */
+void cpt_decoder_base_init(cpt_decoder *d, const cpt_decoder_ops *ops, cpt_model *m, const cpt_decoder_opts *o);
+
 extern const cpt_model_backend cpt_backend_cpu;        /* model/forward.c (its decoder: model/decoder_cpu.c) */
 extern const cpt_model_backend cpt_backend_cuda;       /* model/cuda_model.c */
 extern const cpt_model_backend cpt_backend_cuda_infer; /* model/cuda_decoder.c */

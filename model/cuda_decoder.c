@@ -397,7 +397,7 @@ static size_t take_meta(size_t *at, size_t bytes) {
 static int make_pool(cuda_decoder *d, const cpt_decoder_opts *o, cpt_err *err) {
     cpt_decoder *b = &d->base;
     size_t block_bytes = (size_t)d->L * 2 * b->block_size * d->KV * d->D * 2;
-    long want = o->n_blocks > 0 ? o->n_blocks : (long)(b->n_tables + 1) * b->max_blocks;
+    long want = b->n_blocks;
     if (o->n_blocks <= 0) {
         size_t fr = 0, tot = 0;
         if (cpt_cuda_mem_info(&fr, &tot, err)) return -1;
@@ -493,28 +493,13 @@ cpt_decoder *cpt_cuda_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const
         cpt_errf(err, "decoder: the model is not placed for inference on CUDA");
         return NULL;
     }
-    if (!o || o->n_tables < 1 || o->max_len < 1 || o->block_size < 0 || o->n_blocks < 0 || o->max_rows < 0 ||
-        o->saved_rows < 0) {
-        cpt_errf(err, "decoder: options need n_tables >= 1 and max_len >= 1 (the others >= 0)");
-        return NULL;
-    }
-    if (o->max_rows && o->max_rows < o->n_tables) {
-        cpt_errf(err, "decoder: max_rows %d is less than n_tables %d", o->max_rows, o->n_tables);
-        return NULL;
-    }
     cuda_decoder *d = calloc(1, sizeof *d);
     if (!d) {
         cpt_errf(err, "decoder: out of memory");
         return NULL;
     }
     cpt_decoder *b = &d->base;
-    b->ops = &cuda_decoder_ops;
-    b->m = m;
-    b->n_tables = o->n_tables;
-    b->block_size = o->block_size > 0 ? o->block_size : 16;
-    b->max_blocks = (o->max_len + b->block_size - 1) / b->block_size;
-    b->max_rows = o->max_rows > 0 ? o->max_rows : o->n_tables;
-    b->saved_rows = o->saved_rows > 0 ? o->saved_rows : o->n_tables + 1;
+    cpt_decoder_base_init(b, &cuda_decoder_ops, m, o); /* options checked by cpt_decoder_new */
     d->w = m->cuda_infer;
     d->ctx = m->cuda_infer->ctx;
     d->V = c->vocab_size, d->C = c->hidden_size, d->H = c->num_heads, d->KV = c->num_kv_heads;

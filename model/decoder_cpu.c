@@ -266,14 +266,7 @@ cpt_decoder *cpt_cpu_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const 
         return NULL;
     }
     cpt_decoder *d = &c->base;
-    d->ops = &cpu_ops;
-    d->m = m;
-    d->n_tables = o->n_tables;
-    d->block_size = o->block_size > 0 ? o->block_size : 16;
-    d->max_blocks = (o->max_len + d->block_size - 1) / d->block_size;
-    d->n_blocks = o->n_blocks > 0 ? o->n_blocks : (d->n_tables + 1) * d->max_blocks;
-    d->max_rows = o->max_rows;
-    d->saved_rows = o->saved_rows;
+    cpt_decoder_base_init(d, &cpu_ops, m, o);
     c->kv_dim = cf->num_kv_heads * cf->head_dim;
     c->block_floats = (size_t)cf->num_layers * 2 * (size_t)d->block_size * (size_t)c->kv_dim;
     size_t R = (size_t)d->max_rows, V = (size_t)cf->vocab_size;
@@ -288,7 +281,7 @@ cpt_decoder *cpt_cpu_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const 
     io->out_tok = malloc(sizeof(int32_t) * R);
     io->out_lp = malloc(sizeof(float) * R);
     c->blk = calloc((size_t)d->n_blocks, sizeof *c->blk);
-    c->saved = floats((d->saved_rows ? (size_t)d->saved_rows : 1) * V);
+    c->saved = floats((size_t)d->saved_rows * V);
     if (!io->tok || !io->pos || !io->tab || !io->out || !io->save_to || !io->tables || !io->rows || !io->out_tok ||
         !io->out_lp || !c->blk || !c->saved) {
         cpt_errf(err, "decoder: out of memory for %d tables of %d blocks", d->n_tables, d->max_blocks);
