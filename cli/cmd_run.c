@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "cli/config_keys.h"
 #include "scheduler/launcher.h"
 
@@ -43,13 +44,7 @@ int cmd_run(int argc, char **argv) {
     /* The run directory holds the data, the weights and the queue's AOF: only its owner reads them. Every role
      * and the redis-server inherit this. */
     umask(077);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL); /* a closed terminal stops the run in order instead of orphaning it */
+    cpt_cli_catch_stop_signals(on_stop, 1);
     cpt_launcher L;
     cpt_err err;
     cpt_err_clear(&err);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "cli/config_keys.h"
 #include "scheduler/launcher.h"
 
@@ -43,13 +44,7 @@ int cmd_sched(int argc, char **argv) {
         fprintf(argc < 2 ? stderr : stdout, "usage: cpt-sched CONFIG [section.key=value ...]  (inside sbatch)\n");
         return argc < 2 ? 2 : 0;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    cpt_cli_catch_stop_signals(on_stop, 1);
     umask(077); /* see cmd_run.c */
     const char *restarts = getenv("SLURM_RESTART_COUNT");
     fprintf(stderr, "cpt-sched: job %s, restart %s\n", getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "(none)",

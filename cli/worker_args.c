@@ -1,5 +1,7 @@
 #include "cli/worker_args.h"
 
+#include "cli/stop_signals.h"
+
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,13 +52,7 @@ int cpt_worker_args_parse(cpt_worker_args *a, const char *prog, const char *role
         fprintf(stderr, "%s: %s\n", prog, err.msg);
         return 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_drain;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    cpt_cli_catch_stop_signals(on_drain, 0);
     a->stop = &drain_requested;
     return -1;
 }
