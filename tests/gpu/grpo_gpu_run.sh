@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$(pwd)
-BINS="cpt cpt-train cpt-rollout cpt-reward cpt-queue"
+BINS="cpt cpt-train cpt-rollout cpt-reward cpt-queue cpt-sched cpt-scale"
 
 with_marker() { sed 's/"answer":"\([^"]*\)"/"answer":"#### \1"/'; }
 
@@ -101,6 +101,7 @@ build)
   B=$2 D=$3
   mkdir -p "$D/bin" "$D/lib"
   for b in $BINS; do cp "$B/$b" "$D/bin/" && strip "$D/bin/$b"; done
+  cp "$B/cpt-satellite.sh" "$D/bin/" # cpt-sched looks for it beside itself
   cp /usr/bin/redis-server "$D/bin/"
   for f in "$D"/bin/*; do
     for lib in $(ldd "$f" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt)\.so|ld-linux'); do

@@ -12,8 +12,9 @@
 #                                               has cpt), a --gres=gpu:1 job sees CUDA_VISIBLE_DEVICES; then stop
 #
 # The node's GPU: gres.conf `Name=gpu File=/dev/nvidia0` (AutoDetect off: there is no NVML plugin); on a machine
-# without /dev/nvidia0, File=/dev/null stands in, so the gres path is checked here too. MODE=cpu: no gres at all,
-# and the node has tests/slurm/cluster.sh's CPU count (at least 8, so the CPU runs' steps fit side by side).
+# without /dev/nvidia0, File=/dev/null stands in, so the gres path is checked here too. The node's CPUs: the
+# machine's (CLUSTER_CPUS=N declares more, as tests/slurm/cluster.sh allows). MODE=cpu: no gres at all, and
+# cluster.sh's CPU count (at least 8, so the CPU runs' steps fit side by side).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Slurm's pmix plugin dlopens libpmix by this absolute path (not through LD_LIBRARY_PATH)
@@ -51,7 +52,7 @@ start() {
   if [ "${MODE:-gpu}" != cpu ]; then
     local file=/dev/nvidia0
     [ -e "$file" ] || file=/dev/null
-    gres=gpu:1 gres_conf=$'AutoDetect=off\n'"Name=gpu File=$file" cpus=$(nproc)
+    gres=gpu:1 gres_conf=$'AutoDetect=off\n'"Name=gpu File=$file" cpus=${CLUSTER_CPUS:-$(nproc)}
   fi
   CLUSTER_BIN=$s/bin CLUSTER_PLUGIN_DIR=$s/plugins CLUSTER_MUNGE_USER=root CLUSTER_GRES=$gres \
     CLUSTER_GRES_CONF=$gres_conf CLUSTER_CPUS=$cpus tests/slurm/cluster.sh start "$dir"
@@ -60,9 +61,44 @@ start() {
        "$(grep -o 'File=.*' "$dir/gres.conf" 2>/dev/null || true)); source $dir/env"
 }
 
+# every job of this cluster first (a batch step, a cpt-sched draining its steps would outlive the daemons)
+end_jobs() { # DIR
+  [ -f "$1/env" ] || return 0
+  (
+    source "$1/env"
+    local jobs
+    for round in 1 2; do
+      jobs=$(timeout 5 squeue -h -o %i 2>/dev/null || true)
+      [ -n "$jobs" ] || break
+      # shellcheck disable=SC2086
+      [ $round = 1 ] || timeout 5 scancel --quiet --full --signal=KILL $jobs 2>/dev/null || true
+      # shellcheck disable=SC2086
+      timeout 5 scancel --quiet $jobs 2>/dev/null || true
+      # a job that will not end here is swept after the daemons stop (sweep_steps)
+      for _ in $(seq 1 30); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+    done
+  )
+}
+
+# What a job left once the daemons are gone: this cluster's slurmstepd (its SLURM_CONF says which cluster) and every
+# process below it, by id.
+sweep_steps() { # DIR
+  local conf=$1/slurm.conf p kids=() all=()
+  for p in $(ps -eo pid=,comm= | awk '$2 == "slurmstepd" {print $1}'); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$conf" && kids+=("$p")
+  done
+  while [ ${#kids[@]} -gt 0 ]; do
+    all+=("${kids[@]}")
+    mapfile -t kids < <(ps -eo pid=,ppid= | awk -v set=" ${kids[*]} " 'index(set, " " $2 " ") {print $1}')
+  done
+  [ ${#all[@]} -eq 0 ] || { echo "slurm_device.sh: killing what jobs left: ${all[*]}"; kill -9 "${all[@]}" 2>/dev/null || true; }
+}
+
 stop() {
   local dir=$1
+  end_jobs "$dir"
   tests/slurm/cluster.sh stop "$dir"
+  sweep_steps "$dir"
   if [ -f "$dir/pmix.mount" ]; then umount "$(cat "$dir/pmix.mount")" && rm -f "$dir/pmix.mount"; fi
 }
 
