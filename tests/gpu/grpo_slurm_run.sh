@@ -14,9 +14,9 @@
 # with every role on the CPU. Knobs: STEPS (300 on the GPU, 30 otherwise), OUT (the run, the cluster and the logs;
 # default /tmp/cpt-grpo-slurm, emptied first), WAIT_S (240: the most seconds until the requeue's step).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 [ "${1:-}" = run ] && [ -n "${2:-}" ] || { sed -n '2,16p' "$0"; exit 2; }
 CARRY=$(cd "$2" && pwd)
+cd "$(dirname "$0")/../.."
 W=${OUT:-/tmp/cpt-grpo-slurm}
 MODE=${MODE:-gpu}
 rm -rf "$W"

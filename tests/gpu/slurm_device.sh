@@ -16,6 +16,10 @@
 # machine's (CLUSTER_CPUS=N declares more, as tests/slurm/cluster.sh allows). MODE=cpu: no gres at all, and
 # cluster.sh's CPU count (at least 8, so the CPU runs' steps fit side by side).
 set -euo pipefail
+# DIR and CARRY as given from where it was called, then from the repository root (tests/slurm/cluster.sh)
+args=("$@")
+for i in 1 2; do [ -z "${args[$i]:-}" ] || args[i]=$(realpath -m "${args[$i]}"); done
+set -- "${args[@]}"
 cd "$(dirname "$0")/../.."
 # Slurm's pmix plugin dlopens libpmix by this absolute path (not through LD_LIBRARY_PATH)
 PMIX_PREFIX=/usr/lib/x86_64-linux-gnu/pmix2
@@ -46,7 +50,9 @@ start() {
   s=$(carried "$2")
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
+  # the carry's own lib/ (the cpt programs' libraries, tests/gpu/device_all.sh build) serves the jobs too
   export PATH="$s/bin:$PATH" LD_LIBRARY_PATH="$s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  [ ! -d "$2/lib" ] || LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$2/lib"
   mount_pmix "$s" "$dir"
   local gres="" gres_conf="" cpus=""
   if [ "${MODE:-gpu}" != cpu ]; then
@@ -85,7 +91,7 @@ end_jobs() { # DIR
 sweep_steps() { # DIR
   local conf=$1/slurm.conf p kids=() all=()
   for p in $(ps -eo pid=,comm= | awk '$2 == "slurmstepd" {print $1}'); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$conf" && kids+=("$p")
+    { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "SLURM_CONF=$conf" && kids+=("$p")
   done
   while [ ${#kids[@]} -gt 0 ]; do
     all+=("${kids[@]}")
