@@ -36,12 +36,16 @@ carried() { # CARRY: the carried Slurm's folder, checked
 mount_pmix() { # SLURM DIR
   local s=$1 dir=$2
   cmp -s "$PMIX_PREFIX/lib/libpmix.so" "$s/pmix2/lib/libpmix.so" && return 0
-  mkdir -p "$PMIX_PREFIX"
+  local made=0
+  [ -e "$PMIX_PREFIX" ] || { mkdir -p "$PMIX_PREFIX" && made=1; }
   if mount --bind "$s/pmix2" "$PMIX_PREFIX"; then
     echo "$PMIX_PREFIX" > "$dir/pmix.mount"
     echo "slurm_device.sh: mounted the carried libpmix at $PMIX_PREFIX"
+  elif [ $made = 1 ] && rmdir "$PMIX_PREFIX" && ln -s "$s/pmix2" "$PMIX_PREFIX"; then # no mounts: a link will do
+    echo "$PMIX_PREFIX" > "$dir/pmix.link"
+    echo "slurm_device.sh: linked $PMIX_PREFIX to the carried libpmix (mount --bind failed)"
   else
-    echo "slurm_device.sh: cannot mount $s/pmix2 at $PMIX_PREFIX: srun --mpi=pmix will fail" >&2
+    echo "slurm_device.sh: cannot put $s/pmix2 at $PMIX_PREFIX: srun --mpi=pmix will fail" >&2
   fi
 }
 
@@ -106,6 +110,7 @@ stop() {
   tests/slurm/cluster.sh stop "$dir"
   sweep_steps "$dir"
   if [ -f "$dir/pmix.mount" ]; then umount "$(cat "$dir/pmix.mount")" && rm -f "$dir/pmix.mount"; fi
+  if [ -f "$dir/pmix.link" ]; then rm -f "$(cat "$dir/pmix.link")" "$dir/pmix.link"; fi
 }
 
 # Every carried program and library finds its libraries in the carry, or is the C library's family.
