@@ -93,6 +93,10 @@ int cmd_sched(int argc, char **argv) {
         cpt_launcher_free(&L);
         cpt_die(&err);
     }
+    if (L.done_on_requeue) { /* the run finished while the job was being requeued */
+        cpt_launcher_free(&L);
+        return 0;
+    }
     L.stop_flag = &stop_requested;
     int status = cpt_launcher_run(&L, &err);
     if (status == 1) fprintf(stderr, "cpt-sched: %s\n", err.msg);
