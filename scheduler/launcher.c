@@ -16,6 +16,7 @@
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
 #include "scheduler/run_history.h"
+#include "scheduler/run_registry.h"
 #include "scheduler/run_lock.h"
 #include "weights/checkpoint_dir.h"
 
@@ -682,10 +683,24 @@ static void wait_stopped(cpt_launcher *L, int only, double limit) {
     }
 }
 
+/* Makes the run findable by cpt-scale and cpt-queue without --run (run_registry.h). Neither failure stops the run. */
+static void announce_run(cpt_launcher *L) {
+    const char *job = L->exec == CPT_EXEC_SLURM ? getenv("SLURM_JOB_ID") : NULL;
+    if (job && !cpt_slurm_job_id_valid(job)) job = NULL;
+    cpt_err e;
+    cpt_err_clear(&e);
+    if (cpt_run_registry_add(L->run_dir, job, L->registry_entry, sizeof L->registry_entry, &e) != 0)
+        fprintf(stderr, "cpt: registering the live run: %s; cpt-scale and cpt-queue need --run %s\n", e.msg,
+                L->run_dir);
+    if (job && cpt_run_registry_tag_job(job, L->run_dir, &e) != 0)
+        fprintf(stderr, "cpt: %s; cpt-scale on another node needs --run %s\n", e.msg, L->run_dir);
+}
+
 int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     cpt_redis *control = NULL;
     int status = 1;
     double started = cpt_now();
+    announce_run(L);
     double grace = cpt_cfg_float(L->cfg, "roles.drain_grace_s");
     if (L->online && start_queue(L, &control, err) != 0) goto done;
     if (control && L->relocated && L->redis_owned && forget_weights(L, control, err) != 0) goto done;
@@ -751,6 +766,8 @@ done:
 }
 
 void cpt_launcher_free(cpt_launcher *L) {
+    cpt_run_registry_remove(L->registry_entry);
+    L->registry_entry[0] = '\0';
     cpt_sup_free(&L->sup);
     cpt_run_lock_release(L->lock_fd);
     L->lock_fd = -1;

@@ -49,6 +49,7 @@ typedef struct cpt_launcher {
     int control_seen;       /* cpt:{run}:control held desired counts (cpt-scale in an earlier attempt) */
     int relocated;          /* resuming a folder that config.toml places elsewhere (a copy or a move) */
     int lock_fd;            /* RUN_DIR/.lock, held while the launcher lives (run_lock.h) */
+    char registry_entry[2400]; /* this launcher's entry among the live runs (run_registry.h), removed at the end */
     char run_dir[2048];
     char config_path[2100]; /* RUN_DIR/config.toml */
     char bin_dir[2048];     /* folder of the cpt programs */

@@ -92,6 +92,9 @@ int cpt_slurm_job_id_valid(const char *id);
  * the exit status, or -1 when it could not run. */
 int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_t cap);
 
+/* The same with its stderr discarded (a probe whose failure the caller handles: squeue where Slurm may be absent). */
+int cpt_run_program_quiet(char *const argv[], char *out, size_t cap);
+
 /* Plain scancel of every satellite still listed (after the drain had its time). */
 void cpt_sat_cancel_rest(cpt_satellites *S);
 

@@ -3,7 +3,9 @@
 # random model) through sbatch/grpo_4gpu.sh: `scontrol requeue` mid-run -> cpt-sched says Slurm requeues it (and
 # does not requeue it again), the rerun resumes; then `scancel` twice -> the trainer checkpoints the step it stopped
 # at (checkpoints/latest advances to it within Slurm's KillWait), the job ends CANCELLED and stays so (no requeue),
-# and no process of the run is left (no cpt-* step, no redis-server).
+# and no process of the run is left (no cpt-* step, no redis-server). Meanwhile `cpt-scale` as typed, from another
+# directory and with a registry of live runs that does not hold this one (a login node's), finds the run through the
+# job's comment (cpt-run:RUN_DIR), and `cpt-scale --job JOBID` too.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -11,7 +13,7 @@ source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 make_tiny_model "$T" || fail "tiny model"
 R="$T/job"
-job=$(sbatch --parsable --gres=none --ntasks=3 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \
+job=$(XDG_STATE_HOME="$T/batch-state" sbatch --parsable --gres=none --ntasks=3 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \
       "${GRPO_ARGS[@]}" roles.rollout=1 roles.reward=1 slurm.trainer_gpus=0 slurm.rollout_gpus=0 \
       slurm.trainer_cpus=1 slurm.rollout_cpus=1 slurm.reward_cpus=1 checkpoint.every=1000 \
       train.steps=5000 run.dir="$R")
@@ -35,6 +37,15 @@ done
 grep -q "cpt-sched: job $job, restart 1" "$T/job.log" || fail "the requeued job did not start again"
 wait_run_step "$R" $((rq_step + 3)) 300
 grep -q "resumed from" "$R/logs/trainer.log" || fail "the rerun did not resume"
+
+[ "$(job_field "$job" Comment)" = "cpt-run:$R" ] || fail "job comment: $(job_field "$job" Comment)"
+(cd / && XDG_STATE_HOME="$T/login-state" "$BUILD/cpt-scale") > "$T/scale.out" 2> "$T/scale.err" ||
+  fail "cpt-scale without --run: $(cat "$T/scale.err")"
+grep -q "cpt-scale: using the live run $R (job $job, host $(hostname -s), started " "$T/scale.err" ||
+  fail "cpt-scale did not find the run from the job's comment: $(cat "$T/scale.err")"
+grep -q "^rollout " "$T/scale.out" || fail "no cpt-scale table"
+(cd / && XDG_STATE_HOME="$T/login-state" "$BUILD/cpt-scale" --job "$job" reward=1) | grep -q "^desired: reward=1" ||
+  fail "cpt-scale --job $job"
 
 t_cancel=$SECONDS
 scancel "$job"
