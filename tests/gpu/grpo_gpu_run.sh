@@ -101,13 +101,13 @@ build)
   B=$2 D=$3
   mkdir -p "$D/bin" "$D/lib"
   for b in $BINS; do cp "$B/$b" "$D/bin/" && strip "$D/bin/$b"; done
-  cp "$B/cpt-satellite.sh" "$D/bin/" # cpt-sched looks for it beside itself
   cp /usr/bin/redis-server "$D/bin/"
   for f in "$D"/bin/*; do
     for lib in $(ldd "$f" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt)\.so|ld-linux'); do
       cp -L "$lib" "$D/lib/"
     done
   done
+  cp "$B/cpt-satellite.sh" "$D/bin/" # cpt-sched looks for it beside itself
   du -sh "$D"
   ;;
 run)

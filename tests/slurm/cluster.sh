@@ -71,6 +71,7 @@ if [ -n "${CLUSTER_GRES:-}" ]; then
   gres_types="GresTypes=$(echo "$CLUSTER_GRES" | tr ',' '\n' | cut -d: -f1 | sort -u | paste -sd,)"
   node_gres="Gres=$CLUSTER_GRES"
 fi
+rm -f "$dir/gres.conf" # an earlier start's
 [ -z "${CLUSTER_GRES:-}" ] || printf '%s\n' "${CLUSTER_GRES_CONF:-}" > "$dir/gres.conf"
 stepd=()
 [ -n "$bin" ] && stepd=(-d "${bin}slurmstepd") # slurmd looks for slurmstepd in its build's prefix otherwise
