@@ -9,7 +9,9 @@
 #   tests/gpu/slurm_device.sh check DIR CARRY   start, then check: every carried file's libraries resolve inside
 #                                               CARRY (but the C library's), `sbatch --wrap hostname` completes, a
 #                                               2-task `srun --mpi=pmix` runs (and `cpt check-bootstrap` where CARRY
-#                                               has cpt), a --gres=gpu:1 job sees CUDA_VISIBLE_DEVICES; then stop
+#                                               has cpt), a --gres=gpu:1 job sees CUDA_VISIBLE_DEVICES, and so do
+#                                               its steps as cpt-sched starts them (one holding the GPU, one beside
+#                                               it with --overlap, one with --gres=none); then stop
 #
 # The node's GPU: gres.conf `Name=gpu File=/dev/nvidia0` (AutoDetect off: there is no NVML plugin); on a machine
 # without /dev/nvidia0, File=/dev/null stands in, so the gres path is checked here too. The node's CPUs: the
@@ -177,6 +179,28 @@ check() {
       echo "ok: sbatch --gres=gpu:1: job $job $st, $(paste -sd' ' "$dir/gpu.out")"
     else
       echo "FAIL: sbatch --gres=gpu:1: job $job ${st:-not done}, printed '$(cat "$dir/gpu.out" 2>/dev/null)'"; rc=1
+    fi
+  fi
+  if [ "${MODE:-gpu}" != cpu ]; then
+    # the steps cpt-sched starts under --gres=gpu:1: the trainer's holds the GPU, a rollout worker beside it
+    # (--overlap) and the reward worker (--gres=none) start at once; which GPU does each see?
+    cat > "$dir/steps.sh" <<'EOF'
+#!/bin/bash
+see='echo "$0: CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset} $(nvidia-smi -L 2>/dev/null | head -1)"'
+srun --exact -n1 -c1 --gpus-per-task=1 bash -c "sleep 4; $see" gpu-step &
+sleep 1
+srun --exact -n1 -c1 --overlap --gpus-per-task=1 bash -c "$see" overlap-step &
+srun --exact -n1 -c1 --gres=none bash -c "$see" gres-none-step &
+wait
+EOF
+    job=$(sbatch --parsable --gres=gpu:1 --ntasks=2 --cpus-per-task=1 --output="$dir/steps.out" "$dir/steps.sh")
+    st=$(wait_done "$job" 60)
+    if [ "$st" = COMPLETED ] && grep -q '^gpu-step: CUDA_VISIBLE_DEVICES=0' "$dir/steps.out" &&
+       grep -q '^overlap-step: CUDA_VISIBLE_DEVICES=0' "$dir/steps.out" && grep -q '^gres-none-step' "$dir/steps.out" &&
+       [ "$(tail -1 "$dir/steps.out" | cut -d: -f1)" = gpu-step ]; then # the others did not wait for it
+      echo "ok: steps of a --gres=gpu:1 job, the GPU step's line last: $(paste -sd';' "$dir/steps.out")"
+    else
+      echo "FAIL: steps of a --gres=gpu:1 job: job $job ${st:-not done}, printed '$(cat "$dir/steps.out" 2>/dev/null)'"; rc=1
     fi
   fi
   [ $rc -eq 0 ] && echo "slurm_device.sh check: ok" || { echo "slurm_device.sh check: FAILED (logs in $dir/log)"; tail -n 20 "$dir"/log/*.log; }

@@ -4,7 +4,8 @@
 # private mount namespace, a bare environment), tests/gpu/slurm_device.sh check starts the carried cluster (munged
 # as root, the node's GPU as a gres with /dev/null standing in for /dev/nvidia0), checks that every carried file's
 # libraries resolve inside the carry, and runs `sbatch --wrap hostname`, a 2-task `srun --mpi=pmix` (cpt check-bootstrap too) and a
-# --gres=gpu:1 job that must see CUDA_VISIBLE_DEVICES=0; then the device's GRPO stage (tests/gpu/grpo_slurm_run.sh)
+# --gres=gpu:1 job that must see CUDA_VISIBLE_DEVICES=0, as must its steps that hold the GPU or share it (--overlap)
+# while a --gres=none step starts beside them; then the device's GRPO stage (tests/gpu/grpo_slurm_run.sh)
 # with MODE=cpu: sbatch sbatch/grpo_4gpu.sh, `scontrol requeue` mid-run, COMPLETED, every group trained once.
 set -euo pipefail
 BUILD=${CPT_BUILD:-$(pwd)/build}
