@@ -14,6 +14,7 @@
 #include "queue/stream.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
+#include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_rx.h"
 
@@ -378,7 +379,7 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     memset(w, 0, sizeof *w);
     w->bad_version = UINT64_MAX; /* no version has failed yet (version 0 is a real one) */
     w->cfg = cfg, w->me = worker_id, w->stop = stop, w->st = stats ? stats : &local;
-    w->on_gpu = !strcmp(cpt_cfg_str(cfg, "rollout.device"), "cuda");
+    w->on_gpu = !strcmp(cpt_device_resolve(cfg, "rollout.device"), "cuda");
     memset(w->st, 0, sizeof *w->st);
     const char *rd = getenv("CPT_RUN");
     snprintf(w->run_dir, sizeof w->run_dir, "%s", rd && *rd ? rd : cpt_cfg_str(cfg, "run.dir"));
