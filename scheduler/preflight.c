@@ -459,7 +459,8 @@ static void check_roles(cpt_preflight *p) {
     cpt_err werr;
     if (p->dev_ok && cpt_weights_choice_check(p->dev.transport, p->dev.train, p->dev.rollout,
                                               !strcmp(cpt_cfg_str(c, "model.init"), "random"), &werr))
-        line(p, "FAIL", "weights", "%s", werr.msg);
+        line(p, "FAIL", "weights", "%s%s", strcmp(cpt_cfg_str(c, "weights.transport"), "auto") ? "" :
+             "weights.transport = auto picks the GPU transport of the devices above: ", werr.msg);
     else if (p->dev_ok)
         line(p, "ok", "weights", "weights.transport = %s%s", p->dev.transport,
              strcmp(cpt_cfg_str(c, "weights.transport"), "auto") ? "" : " (auto)");
