@@ -13,7 +13,7 @@
  * one line ("cpt: devices: ..."). Under Slurm a step that asks no GPU runs with --gres=none (else Slurm would give it
  * every GPU of the job and it would wait for the others' steps to end), and a rollout step on the trainer's GPU
  * (rollout.device = cuda, slurm.rollout_gpus = 0) runs with --overlap --gpus-per-task=1, which gives it the job's
- * first GPU, the one the trainer's step holds.
+ * first GPU whatever other steps hold: in a one-GPU job, the trainer's (tests/slurm/test_sbatch_gpu_steps.sh).
  *
  * Role processes: `cpt-train RUN_DIR/config.toml`, `cpt-rollout RUN_DIR/config.toml --worker-id rollout-K`,
  * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
