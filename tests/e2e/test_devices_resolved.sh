@@ -49,6 +49,14 @@ case "$local_dev" in cpu) want=file ;; cuda) want=cuda_ipc ;; *) fail "local tra
 grep -Eq "^  ok    devices    trainer $local_dev" "$T/out" || fail "no devices line"
 grep -Eq "^  ok    weights    weights.transport = $want \(auto\)" "$T/out" || fail "no weights line with (auto)"
 
+# `cpt run` says where the trainer runs and writes the resolved device into RUN_DIR/config.toml (a 1-step SFT run)
+OMP_NUM_THREADS=1 "$CPT" run examples/sft_arithmetic.toml run.dir="$T/run" train.steps=1 \
+  data.train=examples/data/arithmetic_rl_train.jsonl data.eval= train.eval_generate=0 train.threads=1 \
+  model.hidden_size=32 model.intermediate_size=64 model.num_layers=1 model.num_heads=2 model.num_kv_heads=1 \
+  2> "$T/out" || fail "cpt run"
+grep -q "^cpt: devices: trainer $local_dev\$" "$T/out" || fail "no 'cpt: devices: trainer $local_dev' line"
+[ "$(val train device < "$T/run/config.toml")" = "$local_dev" ] || fail "RUN_DIR/config.toml: train.device not resolved"
+
 # a GPU allocation left unused is a warning, not a problem
 export SLURM_CPUS_ON_NODE=48 SLURM_GPUS_ON_NODE=4
 "$CPT" preflight --slurm "${grpo[@]}" slurm.trainer_gpus=1 train.device=cpu > "$T/out" 2>&1 || fail "unused trainer GPU failed"
