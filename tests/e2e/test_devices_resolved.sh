@@ -57,6 +57,19 @@ OMP_NUM_THREADS=1 "$CPT" run examples/sft_arithmetic.toml run.dir="$T/run" train
 grep -q "^cpt: devices: trainer $local_dev\$" "$T/out" || fail "no 'cpt: devices: trainer $local_dev' line"
 [ "$(val train device < "$T/run/config.toml")" = "$local_dev" ] || fail "RUN_DIR/config.toml: train.device not resolved"
 
+# cpt eval and cpt generate take --device auto|cpu|cuda (auto is the default)
+evargs=(--model examples/models/tiny-arith-sft --data examples/data/arithmetic_rl_eval.jsonl --reward math
+        --max-records 2 --max-new-tokens 4 --json)
+"$CPT" eval "${evargs[@]}" --device cpu > "$T/cpu.json" 2> "$T/out" || fail "cpt eval --device cpu"
+"$CPT" eval "${evargs[@]}" > "$T/auto.json" 2> "$T/out" || fail "cpt eval (auto)"
+[ "$local_dev" = cuda ] || cmp -s <(sed 's/"seconds":[^,}]*//' "$T/cpu.json") <(sed 's/"seconds":[^,}]*//' "$T/auto.json") ||
+  fail "cpt eval: auto without a GPU differs from --device cpu"
+st=0; "$CPT" eval "${evargs[@]}" --device gpu > /dev/null 2> "$T/out" || st=$?
+[ "$st" -eq 2 ] && grep -q 'expected auto, cpu or cuda' "$T/out" || fail "cpt eval --device gpu: status $st"
+st=0; "$CPT" generate --model examples/models/tiny-arith-sft --prompt "1+1=" --max-new-tokens 2 --device gpu \
+  > /dev/null 2> "$T/out" || st=$?
+[ "$st" -ne 0 ] && grep -q 'expected auto, cpu or cuda' "$T/out" || fail "cpt generate --device gpu: status $st"
+
 # a GPU allocation left unused is a warning, not a problem
 export SLURM_CPUS_ON_NODE=48 SLURM_GPUS_ON_NODE=4
 "$CPT" preflight --slurm "${grpo[@]}" slurm.trainer_gpus=1 train.device=cpu > "$T/out" 2>&1 || fail "unused trainer GPU failed"
