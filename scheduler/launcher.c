@@ -393,7 +393,10 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
     cpt_plan_scale(&room, L->want, base, inside, sats, cpus, gpus, left < 0 ? 0 : left, moves);
     for (int role = 0; role < 2; role++) {
         cpt_scale_move m = moves[role];
-        if (m.submit && !cpt_sat_may_submit(&L->sats, role)) { /* backing off after a satellite failed */
+        /* backing off after a satellite failed; or rollout workers on the trainer's GPU, which a satellite on
+         * another node cannot share (cuda_ipc is one host's) */
+        if (m.submit && (!cpt_sat_may_submit(&L->sats, role) ||
+                         (role == CPT_ROLE_ROLLOUT && L->dev.rollout_shares_gpu))) {
             m.unplaced += m.submit;
             m.submit = 0;
         }
@@ -428,8 +431,8 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
             if (m.unplaced > 0)
                 fprintf(stderr, "cpt: %d %s worker%s wanted but not placed: the allocation has no room%s; they start "
                                 "when room frees\n", m.unplaced, role_names[role], m.unplaced == 1 ? "" : "s",
-                        L->satellites_on ? " and no satellite may be submitted now (slurm.max_satellites, or a "
-                                           "backoff after a satellite failed)"
+                        L->satellites_on ? " and no satellite may be submitted now (slurm.max_satellites, a "
+                                           "backoff after a satellite failed, or rollout workers on the trainer's GPU)"
                                          : " and satellites are off (slurm.max_satellites = 0, or no TCP queue)");
             else
                 fprintf(stderr, "cpt: every %s worker placed\n", role_names[role]);
