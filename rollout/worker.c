@@ -401,9 +401,9 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     }
     if (open_queue(w, err)) goto done;
     if (!(w->rx = cpt_weights_rx_new(cfg, worker_id, w->q, err))) goto done;
-    cpt_info("cpt-rollout %s: run %s, %s, %d slots", worker_id, w->conn.run,
+    cpt_info("cpt-rollout %s: run %s, %s, %d slots, on %s, weights over %s", worker_id, w->conn.run,
              random_init ? "model from the first weight version" : cpt_cfg_str(cfg, "model.path"),
-             (int)cpt_cfg_int(cfg, "rollout.slots"));
+             (int)cpt_cfg_int(cfg, "rollout.slots"), w->on_gpu ? "GPU 0" : "the CPU", cpt_transport_resolve(cfg));
 
     const double poll_s = cpt_cfg_int(cfg, "rollout.weight_poll_ms") / 1000.0;
     const double hb_s = cpt_cfg_float(cfg, "rollout.heartbeat_s"), max_wait = cpt_cfg_float(cfg, "rollout.max_wait_weights_s");
