@@ -8,6 +8,7 @@
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
+#include "weights/devices.h"
 #include "weights/model_init.h"
 
 int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
@@ -112,7 +113,7 @@ int cpt_offline_dp_open(cpt_offline *o, cpt_err *err) {
     o->world = cpt_dp_size(o->dp);
     o->dp_device = 0;
     if (o->world == 1) return 0;
-    if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
+    if (strcmp(cpt_device_resolve(cfg, "train.device"), "cuda"))
         return cpt_errf(err, "data parallel over %d ranks needs train.device = \"cuda\" (NCCL averages GPU gradients)",
                         o->world);
 #ifdef CPT_HAVE_CUDA

@@ -41,29 +41,24 @@ gpu_apps() { command -v nvidia-smi > /dev/null && nvidia-smi --query-compute-app
 
 source tests/e2e/grpo_small.sh # check_groups; GRPO_ARGS and make_tiny_model (it runs $BUILD's cpt) off the GPU
 export BUILD=$CARRY/bin
+# the lines at the top of sbatch/grpo_4gpu.sh; the script derives the roles and their devices from the allocation
 if [ "$MODE" = cpu ]; then
   STEPS=${STEPS:-30} G=4
   make_tiny_model "$W" || fail "tiny model"
   opts=(--gres=none --ntasks=3 --cpus-per-task=1)
   args=("${GRPO_ARGS[@]}" checkpoint.every=5)
-  roles=(roles.rollout=1 roles.reward=1 slurm.trainer_gpus=0 slurm.rollout_gpus=0 slurm.trainer_cpus=1
-         slurm.rollout_cpus=1 slurm.reward_cpus=1 train.device=cpu rollout.device=cpu weights.transport=file)
+  roles=()
 elif [ "$MODE" = gres ]; then # the GPU run's Slurm shape (gres, steps) with every role on the CPU
   STEPS=${STEPS:-30} G=4
   make_tiny_model "$W" || fail "tiny model"
   opts=(--gres=gpu:1 --ntasks=3 --cpus-per-task=4)
   args=("${GRPO_ARGS[@]}" checkpoint.every=5)
-  roles=(roles.rollout=1 roles.reward=1 slurm.trainer_gpus=1 slurm.rollout_gpus=0 slurm.trainer_cpus=4
-         slurm.rollout_cpus=4 slurm.reward_cpus=4 train.device=cpu rollout.device=cpu weights.transport=file)
+  roles=(train.device=cpu rollout.device=cpu weights.transport=file)
 else
-  STEPS=${STEPS:-300} G=16 # examples/grpo_arithmetic.toml: 16 groups a step
+  STEPS=${STEPS:-300} G=16 # examples/grpo_arithmetic.toml (the script's default CONFIG): 16 groups a step
   opts=(--gres=gpu:1 --ntasks=3 --cpus-per-task=4)
-  args=(examples/grpo_arithmetic.toml)
+  args=()
   roles=()
-  # A grpo_4gpu.sh that does not yet derive the roles from the allocation needs them spelled out.
-  grep -q SLURM_GPUS_ON_NODE sbatch/grpo_4gpu.sh ||
-    roles=(roles.rollout=1 roles.reward=1 slurm.trainer_gpus=1 slurm.rollout_gpus=0 slurm.trainer_cpus=4
-           slurm.rollout_cpus=4 slurm.reward_cpus=4 train.device=cuda rollout.device=cuda weights.transport=cuda_ipc)
 fi
 args+=("${roles[@]}" run.dir="$W/run" train.steps="$STEPS")
 echo "submit: sbatch ${opts[*]} --output=$W/job.log sbatch/grpo_4gpu.sh ${args[*]}"

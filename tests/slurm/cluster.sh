@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# cluster.sh start DIR | stop DIR: a real single-node Slurm cluster (munge + slurmctld + slurmd) in DIR, for the
+# cluster.sh start DIR [GPUS] | stop DIR: a real single-node Slurm cluster (munge + slurmctld + slurmd) in DIR, for the
 # slurm-labelled tests. Needs root (slurmd runs jobs as their users). After start, `source DIR/env` sets SLURM_CONF.
 # Two partitions: `low` (default, preemptible, requeue on preemption) and `high` (preempts low).
+# GPUS > 0: the node declares that many GPUs (gres gpu, device files DIR/dev/nvidiaN made as copies of /dev/null), so
+# Slurm allocates them to jobs and steps and sets CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS as on a GPU node.
 #
 # The environment may point it at another copy of Slurm and describe the node (tests/gpu/slurm_device.sh does, with
 # the copy tests/gpu/slurm_carry.sh gathers for the GPU machine); unset, it uses the system's:
@@ -9,10 +11,11 @@
 #   CLUSTER_PLUGIN_DIR  PluginDir (default: Slurm's built-in one)
 #   CLUSTER_CPUS        the node's CPUs (default: the machine's, at least 8)
 #   CLUSTER_GRES        the node's Gres=, e.g. gpu:1 (GresTypes from its names), with CLUSTER_GRES_CONF: the lines of
-#                       gres.conf, e.g. "AutoDetect=off" and "Name=gpu File=/dev/nvidia0" (one a line)
+#                       gres.conf, e.g. "AutoDetect=off" and "Name=gpu File=/dev/nvidia0" (one a line); GPUS
+#                       takes precedence
 #   CLUSTER_MUNGE_USER  the user munged runs as (default: munge where that user exists, else root)
 set -euo pipefail
-cmd=$1 dir=$(realpath -m "$2")
+cmd=$1 dir=$(realpath -m "$2") gpus=${3:-0}
 
 stop_slurm() {
   for p in slurmd slurmctld; do
@@ -66,13 +69,18 @@ pick_port() {
 }
 
 # the optional lines: another PluginDir, generic resources (gres.conf sits beside slurm.conf)
-gres_types="" node_gres=""
-if [ -n "${CLUSTER_GRES:-}" ]; then
-  gres_types="GresTypes=$(echo "$CLUSTER_GRES" | tr ',' '\n' | cut -d: -f1 | sort -u | paste -sd,)"
-  node_gres="Gres=$CLUSTER_GRES"
-fi
+gres_node="" gres_types=""
 rm -f "$dir/gres.conf" # an earlier start's
-[ -z "${CLUSTER_GRES:-}" ] || printf '%s\n' "${CLUSTER_GRES_CONF:-}" > "$dir/gres.conf"
+if [ "$gpus" -gt 0 ]; then
+  mkdir -p "$dir/dev"
+  for i in $(seq 0 $((gpus - 1))); do [ -e "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 1 3; done
+  echo "Name=gpu File=$dir/dev/nvidia[0-$((gpus - 1))]" > "$dir/gres.conf"
+  gres_node="Gres=gpu:$gpus" gres_types="GresTypes=gpu"
+elif [ -n "${CLUSTER_GRES:-}" ]; then
+  gres_types="GresTypes=$(echo "$CLUSTER_GRES" | tr ',' '\n' | cut -d: -f1 | sort -u | paste -sd,)"
+  gres_node="Gres=$CLUSTER_GRES"
+  printf '%s\n' "${CLUSTER_GRES_CONF:-}" > "$dir/gres.conf"
+fi
 stepd=()
 [ -n "$bin" ] && stepd=(-d "${bin}slurmstepd") # slurmd looks for slurmstepd in its build's prefix otherwise
 
@@ -110,7 +118,7 @@ PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 ${CLUSTER_PLUGIN_DIR:+PluginDir=$CLUSTER_PLUGIN_DIR}
 $gres_types
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus $node_gres State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus $gres_node State=UNKNOWN
 PartitionName=low Nodes=$node Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10 OverSubscribe=NO
 PartitionName=high Nodes=$node Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
