@@ -113,7 +113,7 @@ print(f"steps/s: {rate(ks):.2f} over steps {ks[0]}-{ks[-1]} with the requeue; {r
 PY
 echo "devices (the run's config): $(awk '/^\[/ {s = $1} /^(device|transport) *=/ {print s, $0}' "$W/run/config.toml" | paste -sd';')"
 for f in "$W"/run/logs/*.log; do
-  line=$(grep -m2 -i -E 'cuda|gpu|device' "$f" | cut -c1-160 | paste -sd'|' || true)
+  line=$(grep -m2 -i -E 'cuda|gpu|cpu|device' "$f" | cut -c1-160 | paste -sd'|' || true)
   echo "  $(basename "$f" .log): ${line:-(no line names a device)}"
 done
 echo "GPU processes at the requeue: ${before:-none}; after it: ${during:-none}"
