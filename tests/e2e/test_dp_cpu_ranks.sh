@@ -105,4 +105,11 @@ rc=0
 "$BUILD/cpt" preflight "$SRC/examples/grpo_arithmetic.toml" slurm.trainer_tasks=2 > "$T/pf.log" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "FAIL  ranks .*grpo with 2 trainer ranks (slurm.trainer_tasks) is not supported yet" "$T/pf.log" ||
   { cat "$T/pf.log"; fail "grpo with 2 trainer ranks was not refused"; }
+# GPU ranks on a machine without enough GPUs: refused before anything starts
+if [ ! -e /dev/nvidia1 ]; then
+  rc=0
+  "$BUILD/cpt" preflight "$T/j.toml" slurm.trainer_tasks=2 train.device=cuda > "$T/pf2.log" 2>&1 || rc=$?
+  [ "$rc" -ne 0 ] && grep -q "FAIL  ranks .*2 GPU trainer ranks need a GPU each" "$T/pf2.log" ||
+    { cat "$T/pf2.log"; fail "2 GPU ranks without 2 GPUs were not refused"; }
+fi
 echo "test_dp_cpu_ranks: ok (2 ranks = 1 rank to $d_same; stop at step $s0 on both ranks, resumed)"
