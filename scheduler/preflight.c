@@ -477,7 +477,7 @@ static void check_trainer_ranks(cpt_preflight *p) {
         long gpus = p->slurm ? n : local_gpus();
         if (gpus < n)
             line(p, "FAIL", "ranks", "%ld GPU trainer ranks need a GPU each (NCCL refuses two ranks on one GPU); this "
-                 "machine has %ld", n, gpus);
+                 "machine has %ld (train.device = cpu: CPU ranks over Open MPI)", n, gpus);
         else
             line(p, "ok", "ranks", "%ld GPU trainer ranks over NCCL, started by %s", n, how ? how : "cpt local-ranks");
         return;
