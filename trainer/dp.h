@@ -64,6 +64,7 @@ typedef struct cpt_dp_opts {
     double timeout_s;       /* bootstrap waits and NCCL init; 0: 300 */
     size_t bucket_bytes;    /* 0: CPT_DP_BUCKET_BYTES_DEFAULT */
     int force_nccl;         /* a communicator even for one rank (tests and benches of the NCCL path) */
+    const char *backend;    /* "nccl", "mpi" or "auto" (h/coll) */
 } cpt_dp_opts;
 
 typedef struct cpt_dp cpt_dp;

@@ -169,6 +169,8 @@ static int setup_models(online_ctx *c, cpt_err *err) {
         return -1;
     if (cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err)) return -1;
     c->L.dp = c->dp;
+    /* the group's collectives run on the policy's device (NCCL); gradients are averaged whole after the backward */
+    if (c->world > 1 && cpt_dp_attach_model(c->dp, c->policy, err)) return cpt_err_prefix(err, "trainer rank %d: ", c->rank);
     return 0;
 }
 
@@ -757,7 +759,10 @@ static void ctx_free(online_ctx *c) {
 static int open_ranks(online_ctx *c, cpt_err *err) {
     char boot[CPT_CKPT_PATH_MAX + 16];
     snprintf(boot, sizeof boot, "%s/bootstrap", c->run_dir);
-    cpt_dp_opts d = {.bootstrap = cpt_cfg_str(c->cfg, "train.dp_bootstrap"), .boot_dir = boot};
+    /* CPU ranks average host gradients over MPI, GPU ranks over NCCL */
+    const char *dev = cpt_cfg_str(c->cfg, "train.device");
+    cpt_dp_opts d = {.bootstrap = cpt_cfg_str(c->cfg, "train.dp_bootstrap"), .boot_dir = boot,
+                     .backend = !strcmp(dev, "cuda") ? "nccl" : !strcmp(dev, "cpu") ? "mpi" : "auto"};
     c->dp = cpt_dp_new(&d, err);
     if (!c->dp) return cpt_err_prefix(err, "trainer ranks: ");
     c->rank = cpt_dp_rank(c->dp);
