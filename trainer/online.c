@@ -809,6 +809,8 @@ static int follow(online_ctx *c, cpt_err *err) {
             if (check_replicas(c, h.step, err)) return -1;
             break;
         case CPT_RANKS_EXIT:
+            cpt_info("online: trainer rank %d ends at step %" PRId64 " with rank 0 (status %" PRId64 ")", c->rank,
+                     h.step, h.status);
             return (int)h.status;
         case CPT_RANKS_FAIL:
             return cpt_errf(err, "trainer rank %d: rank 0 failed after step %" PRId64 " (its log says why)", c->rank,
