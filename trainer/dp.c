@@ -380,18 +380,3 @@ int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err) {
     return cpt_errf(err, "dp: built without CUDA");
 #endif
 }
-
-/* One-rank bodies until the CPU collective lands (h/coll replaces them). */
-int cpt_dp_sum_floats(cpt_dp *dp, float *host, size_t n, cpt_err *err) {
-    (void)host, (void)n;
-    return dp->size == 1 ? 0 : cpt_errf(err, "dp: no host collective for %d ranks", dp->size);
-}
-int cpt_dp_bcast_bytes(cpt_dp *dp, void *host, size_t n, cpt_err *err) {
-    (void)host, (void)n;
-    return dp->size == 1 ? 0 : cpt_errf(err, "dp: no host collective for %d ranks", dp->size);
-}
-int cpt_dp_allreduce_model_grads(cpt_dp *dp, cpt_model *m, cpt_err *err) {
-    (void)m;
-    return dp->size == 1 ? 0 : cpt_errf(err, "dp: no host collective for %d ranks", dp->size);
-}
-int cpt_dp_backend(const cpt_dp *dp) { return dp->use_nccl; }

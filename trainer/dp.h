@@ -64,7 +64,6 @@ typedef struct cpt_dp_opts {
     double timeout_s;       /* bootstrap waits and NCCL init; 0: 300 */
     size_t bucket_bytes;    /* 0: CPT_DP_BUCKET_BYTES_DEFAULT */
     int force_nccl;         /* a communicator even for one rank (tests and benches of the NCCL path) */
-    const char *backend;    /* "nccl", "mpi" or "auto" (h/coll) */
 } cpt_dp_opts;
 
 typedef struct cpt_dp cpt_dp;
@@ -103,11 +102,6 @@ int cpt_dp_finish(cpt_dp *dp, cpt_err *err);
  * metrics). Call it at the same point of the step on every rank. One rank: the values are left as they are. */
 #define CPT_DP_HOST_SUM_MAX 64
 int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err);
-/* Host collectives of the online trainer's ranks (one rank: no-ops). Every rank calls them at the same point. */
-int cpt_dp_sum_floats(cpt_dp *dp, float *host, size_t n, cpt_err *err);            /* in-place SUM, any n */
-int cpt_dp_bcast_bytes(cpt_dp *dp, void *host, size_t n, cpt_err *err);           /* from rank 0 */
-int cpt_dp_allreduce_model_grads(cpt_dp *dp, struct cpt_model *m, cpt_err *err); /* AVERAGE of flat grads */
-int cpt_dp_backend(const cpt_dp *dp);
 /* Buckets launched by grads_ready (before finish) in the last finished step: how much overlap was possible. */
 size_t cpt_dp_buckets_overlapped(const cpt_dp *dp);
 /* The NCCL state (a cpt_nccl *, kernels/cuda/nccl_dp.h) for timing in tests; NULL without NCCL. */
