@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The CPU collective of data parallel through the real library: `mpirun -n 2 cpt check-collective` (Open MPI,
+# loaded from the plugin libcpt-coll-mpi.so) sums 1 and 1e6 floats exactly, broadcasts a header and a payload, and
+# averages a tiny model's gradients (allreduce_model_grads and finish) to the average each rank computes by hand.
+# One rank needs no plugin; two ranks without it fail naming it; a rank that dies ends the job, no hang.
+set -euo pipefail
+bin=${CPT_BUILD:?}/cpt
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+[ -f "$CPT_BUILD/libcpt-coll-mpi.so" ] || { echo "SKIP: $CPT_BUILD/libcpt-coll-mpi.so not built (no MPI found by cmake)"; exit 77; }
+[ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1
+dir=$(mktemp -d /tmp/cpt-coll-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+mpi=(mpirun --oversubscribe --bind-to none)
+
+for n in 2 3; do
+  out=$("${mpi[@]}" -n $n "$bin" check-collective) || fail "$n ranks: check-collective failed: $out"
+  echo "$out"
+  [ "$(echo "$out" | grep -c ': ok$')" -eq $n ] || fail "$n ranks: not every rank ok"
+  want=$((n * (n + 1) / 2))
+  [ "$(echo "$out" | grep -c "^rank [0-$((n - 1))]/$n backend mpi sum1 $want (want $want) sum1e6 maxerr 0 bcast ok")" -eq $n ] ||
+    fail "$n ranks: sums or broadcast wrong"
+  # the ranks' own gradients differed from the average (not vacuous), and the averaged ones match it
+  echo "$out" | awk '{ if ($16 + 0 < 0.1 || $18 + 0 > 1e-6 || $20 + 0 > 1e-6) exit 1 }' || fail "$n ranks: gradients"
+done
+
+# One rank, no launcher: no library at all (a copy of cpt without the plugin beside it).
+cp "$bin" "$dir/cpt"
+out=$(CPT_BIN= "$dir/cpt" check-collective) || fail "one rank without the plugin: $out"
+echo "$out" | grep -q "^rank 0/1 backend none .*: ok$" || fail "one rank: $out"
+
+# Two ranks without the plugin: the error names it.
+if err=$(CPT_BIN= "${mpi[@]}" -n 2 "$dir/cpt" check-collective 2>&1); then fail "two ranks without the plugin ran"; fi
+echo "$err" | grep -q "libcpt-coll-mpi.so, which is absent" || fail "unclear error without the plugin: $err"
+
+# MPI's view disagreeing with the launcher's variables is an error, not a silent regrouping.
+if err=$(CPT_WORLD_SIZE=3 "${mpi[@]}" -n 2 -x CPT_WORLD_SIZE "$bin" check-collective 2>&1); then fail "size mismatch accepted"; fi
+echo "$err" | grep -q "CPT_WORLD_SIZE=3" || fail "unclear size mismatch: $err"
+
+# A rank killed before the collectives: mpirun ends the job (the other rank is not left waiting).
+start=$(date +%s)
+if timeout 60 "${mpi[@]}" -n 2 sh -c \
+    'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -9 $$; fi; exec "$0" check-collective' "$bin" > "$dir/dead.log" 2>&1; then
+  fail "a dead rank went unnoticed"
+fi
+took=$(( $(date +%s) - start ))
+[ "$took" -lt 50 ] || fail "a dead rank took ${took}s to end the job"
+grep -q "exited on signal 9" "$dir/dead.log" || { cat "$dir/dead.log"; fail "mpirun did not report the dead rank"; }
+echo "dp collective over mpi: ok (dead rank ended the job in ${took}s)"
