@@ -269,6 +269,7 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
     if (st->loss_tokens == 0) return cpt_errf(err, "online step: no completion tokens in the batch");
 
     shard sh = shard_of(L, b);
+    st->shard_tokens = sh.t1 - sh.t0;
     if (L->ref && oc->kl_beta > 0 && forward_all(L, L->ref, b, &sh, L->ref_logp, NULL, NULL, 0, NULL, err))
         return cpt_err_prefix(err, "reference forward");
 

@@ -67,7 +67,8 @@ typedef struct cpt_online_step_stats {
     cpt_obj_metrics m;  /* of the last epoch */
     double grad_norm, critic_grad_norm, lr, critic_lr;
     double reward_mean, reward_std, resp_len_mean;
-    long tokens, loss_tokens;
+    long tokens, loss_tokens; /* the whole batch's */
+    long shard_tokens;        /* the tokens this rank forwarded (its shard; the batch's with one rank) */
     int n_micro;
 } cpt_online_step_stats;
 

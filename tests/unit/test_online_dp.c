@@ -78,6 +78,7 @@ typedef struct result {
     float *grads, *weights, *cweights;
     size_t n, cn;
     double grad_norm, loss;
+    long tokens, shard_tokens;
 } result;
 
 static void result_free(result *r) {
@@ -133,6 +134,8 @@ static int one_step(const char *algo, cpt_dp *dp, result *out) {
         }
         out->grad_norm = st.grad_norm;
         out->loss = st.m.loss;
+        out->tokens = st.tokens;
+        out->shard_tokens = st.shard_tokens;
     }
     cpt_rl_batch_free(&b);
     cpt_online_learner_free(&L);
@@ -166,6 +169,16 @@ static void compare(const char *algo, cpt_dp *dp) {
     }
     double gscale = max_abs(one.grads, one.n), gd = max_diff(one.grads, two.grads, one.n);
     double wd = max_diff(one.weights, two.weights, one.n);
+    /* the work is split: each rank forwarded a part, and the parts make the batch */
+    float parts[1] = {(float)two.shard_tokens};
+    cpt_err err;
+    CHECK_EQ_INT(cpt_dp_sum_floats(dp, parts, 1, &err), 0);
+    printf("rank %d, %s: forwarded %ld of %ld tokens\n", cpt_dp_rank(dp), algo, two.shard_tokens, two.tokens);
+    CHECK_MSG(two.shard_tokens > 0 && two.shard_tokens < two.tokens, "%s: rank %d forwarded %ld of %ld tokens", algo,
+              cpt_dp_rank(dp), two.shard_tokens, two.tokens);
+    CHECK_MSG((long)parts[0] == two.tokens, "%s: the ranks forwarded %ld tokens, the batch has %ld", algo,
+              (long)parts[0], two.tokens);
+    CHECK_EQ_INT(one.shard_tokens, one.tokens);
     printf("rank %d, %s: loss %.6f / %.6f, grad_norm %.6f / %.6f, grads max |diff| %.3g (max |g| %.3g), weights max "
            "|diff| %.3g",
            cpt_dp_rank(dp), algo, one.loss, two.loss, one.grad_norm, two.grad_norm, gd, gscale, wd);
@@ -205,8 +218,16 @@ static int relaunch(const char *self) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMP_NUM_THREADS", "1", 1);
+    /* the MPI plugin is beside the programs: the build folder, this program's parent folder */
+    char dir[4096];
     const char *build = getenv("CPT_BUILD");
-    if (build && !getenv("CPT_BIN")) setenv("CPT_BIN", build, 1);
+    snprintf(dir, sizeof dir, "%s", build ? build : self);
+    if (!build) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0, snprintf(slash, sizeof dir - (size_t)(slash - dir), "/..");
+        else snprintf(dir, sizeof dir, "..");
+    }
+    if (!getenv("CPT_BIN")) setenv("CPT_BIN", dir, 1);
     fflush(stdout);
     execlp("mpirun", "mpirun", "-n", "2", "--oversubscribe", self, (char *)NULL);
     perror("mpirun");
