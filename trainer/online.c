@@ -136,6 +136,12 @@ static int place(online_ctx *c, cpt_model *m, const char *what, cpt_err *err) {
 #ifdef CPT_HAVE_CUDA
     d = cpt_dp_device(c->dp, cpt_cuda_device_count());
 #endif
+    /* cuda_ipc announces train.cuda_device as the device its readers open the weights on */
+    if (c->rank == 0 && !strcmp(cpt_cfg_str(c->cfg, "weights.transport"), "cuda_ipc") &&
+        d != (int)cpt_cfg_int(c->cfg, "train.cuda_device"))
+        return cpt_errf(err, "weights.transport = \"cuda_ipc\" announces train.cuda_device = %d, but trainer rank 0 "
+                        "of %d runs on CUDA device %d (its local rank): set train.cuda_device = %d",
+                        (int)cpt_cfg_int(c->cfg, "train.cuda_device"), c->world, d, d);
     if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s, trainer rank %d", what, c->rank);
     cpt_model_set_recompute(m, cpt_cfg_bool(c->cfg, "train.recompute"));
     cpt_info("%s: trainer rank %d/%d on CUDA device %d", what, c->rank, c->world, d);
