@@ -14,6 +14,7 @@
 #include "core/redact.h"
 #include "core/safetensors.h"
 #include "core/tokenizer.h"
+#include "kernels/mpi/coll_mpi.h"
 #include "model/model.h"
 #include "queue/redis.h"
 #include "queue/tls.h"
@@ -366,6 +367,55 @@ static void check_queue_url(cpt_preflight *p) {
     check_queue_tls(p);
 }
 
+int cpt_preflight_gpu_ranks(const cpt_config *cfg) { return !strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"); }
+
+static int on_path(const char *prog) {
+    const char *path = getenv("PATH");
+    char buf[4200];
+    for (const char *s = path ? path : ""; *s;) {
+        const char *end = strchr(s, ':');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)len, s, prog);
+        if (len && access(buf, X_OK) == 0) return 1;
+        s += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Trainer ranks: what launches them and what they talk through must be there; what the trainer cannot do with
+ * several ranks is refused here, never left to stall. */
+static void check_trainer_ranks(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    long n = (long)cpt_cfg_int(c, "slurm.trainer_tasks");
+    if (n <= 1) return;
+    const char *algo = cpt_cfg_str(c, "algo.type");
+    if (is_online(algo)) { /* online ranks: odp flips this */
+        line(p, "FAIL", "ranks", "%s with %ld trainer ranks (slurm.trainer_tasks) is not supported yet: the online "
+             "trainer trains on one rank; set slurm.trainer_tasks = 1", algo, n);
+        return;
+    }
+    const char *how = p->slurm ? "srun --mpi=pmix" : NULL;
+    if (cpt_preflight_gpu_ranks(c)) {
+        line(p, "ok", "ranks", "%ld GPU trainer ranks over NCCL, started by %s", n, how ? how : "cpt local-ranks");
+        return;
+    }
+    char plugin[4200];
+    snprintf(plugin, sizeof plugin, "%s/%s", p->bin_dir ? p->bin_dir : ".", CPT_COLL_MPI_FILE);
+    int bad = 0;
+    if (access(plugin, R_OK) != 0) {
+        line(p, "FAIL", "ranks", "%ld CPU trainer ranks need Open MPI through %s, which is absent (cpt was built "
+             "without MPI: apt-get install libopenmpi-dev openmpi-bin, then rebuild), or GPU ranks (train.device = "
+             "cuda)", n, plugin);
+        bad = 1;
+    }
+    if (!p->slurm && !on_path("mpirun")) {
+        line(p, "FAIL", "ranks", "%ld local CPU trainer ranks start under mpirun, which is not on PATH (apt-get "
+             "install openmpi-bin)", n);
+        bad = 1;
+    }
+    if (!bad) line(p, "ok", "ranks", "%ld CPU trainer ranks over Open MPI, started by %s", n, how ? how : "mpirun");
+}
+
 static void check_roles(cpt_preflight *p) {
     const cpt_config *c = p->cfg;
     const char *algo = cpt_cfg_str(c, "algo.type");
@@ -527,6 +577,7 @@ int cpt_preflight_run(cpt_preflight *p) {
         check_reward(p);
     }
     check_roles(p);
+    check_trainer_ranks(p);
     check_resources(p);
     return p->problems;
 }

@@ -24,7 +24,8 @@ static int env_set(const char *name) {
 
 int cpt_dp_mpi_env_size(void) {
     if (env_set("OMPI_COMM_WORLD_SIZE")) return cpt_boot_env_int("OMPI_COMM_WORLD_SIZE", 1);
-    if (env_set("PMIX_RANK") && env_set("SLURM_STEP_NUM_TASKS")) return cpt_boot_env_int("SLURM_STEP_NUM_TASKS", 1);
+    /* any srun step: with --mpi=none its tasks cannot meet, and must fail rather than train as groups of one */
+    if (env_set("SLURM_STEP_NUM_TASKS")) return cpt_boot_env_int("SLURM_STEP_NUM_TASKS", 1);
     return cpt_boot_env_int("CPT_WORLD_SIZE", 1);
 }
 
@@ -63,6 +64,18 @@ cpt_dp_mpi *cpt_dp_mpi_open(int *rank, int *size, cpt_err *err) {
     if (!cpt_dp_mpi_find_plugin(path, sizeof path)) {
         cpt_errf(err, "dp: %d CPU ranks need the MPI collective plugin %s, which is absent: build cpt where Open MPI "
                  "is installed (libopenmpi-dev, scripts/deps.sh), or train on GPUs (NCCL)", expect, path);
+        return NULL;
+    }
+    if (!env_set("OMPI_COMM_WORLD_SIZE") && !env_set("SLURM_STEP_NUM_TASKS")) {
+        cpt_errf(err, "dp: CPU ranks (CPT_WORLD_SIZE=%d) are started by `mpirun -n N` or `srun --mpi=pmix -n N` "
+                 "(cpt run and cpt-sched do so for slurm.trainer_tasks = N); CPT_RANK / CPT_WORLD_SIZE alone are the "
+                 "file bootstrap of GPU ranks (train.device = cuda)", expect);
+        return NULL;
+    }
+    /* Open MPI would abort inside MPI_Init with a page about PMI builds: say what is wrong instead. */
+    if (env_set("SLURM_STEP_NUM_TASKS") && !env_set("PMIX_RANK") && !env_set("OMPI_COMM_WORLD_RANK")) {
+        cpt_errf(err, "dp: this srun step of %d CPU ranks has no PMIx: start it with `srun --mpi=pmix` (cpt-sched "
+                 "does for slurm.trainer_tasks > 1)", expect);
         return NULL;
     }
     /* Global: Open MPI's own components, loaded later, resolve libmpi's symbols through it. */

@@ -16,7 +16,7 @@
 typedef struct cpt_dp_mpi cpt_dp_mpi;
 
 /* The group size the launcher announced, read from the environment without touching MPI: OMPI_COMM_WORLD_SIZE
- * (mpirun), else SLURM_STEP_NUM_TASKS inside a PMIx step (srun --mpi=pmix), else CPT_WORLD_SIZE, else 1. */
+ * (mpirun), else SLURM_STEP_NUM_TASKS inside an srun step, else CPT_WORLD_SIZE, else 1. */
 int cpt_dp_mpi_env_size(void);
 /* Where the plugin is (path filled, 1), or where it was looked for (path filled with the first place, 0). */
 int cpt_dp_mpi_find_plugin(char *path, size_t cap);
