@@ -14,6 +14,7 @@
 #include "core/exit_status.h"
 #include "tests/check.h"
 #include "trainer/dp.h"
+#include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/optim.h"
 #include "trainer/rl_data.h"
@@ -198,6 +199,79 @@ static void compare(const char *algo, cpt_dp *dp) {
     result_free(&two);
 }
 
+/* The exchange of trainer/online_ranks.h: rank 0's groups reach rank 1 and make the same batch; a stop seen by one
+ * rank is seen by both; a replica whose weights differ fails the check on every rank. */
+static void test_exchange(cpt_dp *dp) {
+    cpt_err err;
+    int rank = cpt_dp_rank(dp);
+    fixed_batch f;
+    cpt_rl_batch want, got;
+    memset(&want, 0, sizeof want);
+    memset(&got, 0, sizeof got);
+    make_batch(&f, &want);
+    f.g[1].weight_version = 7;
+    f.g[2].extra = "{\"answer\":\"4\"}";
+    for (int g = 0; g < 3; g++) {
+        snprintf(f.g[g].run, sizeof f.g[g].run, "r");
+        snprintf(f.g[g].worker, sizeof f.g[g].worker, "w");
+    }
+    cpt_ranks_groups gs;
+    memset(&gs, 0, sizeof gs);
+    if (rank == 0) {
+        const cpt_rollout_group *in[3] = {&f.g[0], &f.g[1], &f.g[2]};
+        if (cpt_ranks_send_step(dp, 5, in, 3, &gs, &err)) {
+            /* the other rank waits in a collective: end the job (mpirun ends it) rather than hang */
+            fprintf(stderr, "FAIL: rank 0 could not send the step: %s\n", err.msg);
+            exit(1);
+        }
+    } else {
+        cpt_ranks_header h;
+        CHECK_MSG(cpt_ranks_recv(dp, &h, &gs, &err) == 0, "%s", err.msg);
+        CHECK_EQ_INT(h.command, CPT_RANKS_TRAIN);
+        CHECK_EQ_INT(h.step, 5);
+        CHECK_EQ_INT(h.n_groups, 3);
+    }
+    CHECK_EQ_INT(gs.n, 3);
+    cpt_rl_batch_reset(&got);
+    for (size_t i = 0; i < gs.n; i++) CHECK_EQ_INT(cpt_rl_batch_add_group(&got, &gs.g[i], 32, 24, &err), 0);
+    if (gs.n == 3) {
+        CHECK_EQ_INT(gs.g[1].weight_version, 7);
+        CHECK_EQ_STR(gs.g[2].extra, "{\"answer\":\"4\"}");
+    }
+    CHECK_EQ_INT(got.n_tokens, want.n_tokens);
+    CHECK_EQ_INT(got.n_seqs, want.n_seqs);
+    int same = got.n_tokens == want.n_tokens && got.n_seqs == want.n_seqs;
+    for (int t = 0; same && t < want.n_tokens; t++)
+        same = got.tokens[t] == want.tokens[t] && got.mask[t] == want.mask[t] &&
+               got.behav_logprobs[t] == want.behav_logprobs[t] && got.teacher_logprobs[t] == want.teacher_logprobs[t];
+    for (int q = 0; same && q < want.n_seqs; q++) same = got.seq_reward[q] == want.seq_reward[q];
+    CHECK_MSG(same, "rank %d: the batch built from rank 0's groups differs from the original", rank);
+    cpt_ranks_groups_free(&gs);
+    cpt_rl_batch_free(&want);
+    cpt_rl_batch_free(&got);
+
+    /* the end of a run: rank 0's EXIT status reaches rank 1 */
+    if (rank == 0) CHECK_EQ_INT(cpt_ranks_send(dp, CPT_RANKS_EXIT, 9, 3, &err), 0);
+    else {
+        cpt_ranks_header h;
+        CHECK_EQ_INT(cpt_ranks_recv(dp, &h, &gs, &err), 0);
+        CHECK(h.command == CPT_RANKS_EXIT && h.step == 9 && h.status == 3);
+    }
+
+    int any = -1;
+    CHECK_EQ_INT(cpt_ranks_agree_stop(dp, 0, &any, &err), 0);
+    CHECK_EQ_INT(any, 0);
+    CHECK_EQ_INT(cpt_ranks_agree_stop(dp, rank == 1, &any, &err), 0);
+    CHECK_EQ_INT(any, 1);
+
+    cpt_model *m = tiny_model(0);
+    CHECK_MSG(cpt_ranks_check_replicas(dp, &m, 1, 4, &err) == 0, "%s", err.msg);
+    if (rank == 1) cpt_model_data(m)[3] += 1e-6f;
+    CHECK_EQ_INT(cpt_ranks_check_replicas(dp, &m, 1, 6, &err), -1);
+    CHECK_MSG(strstr(err.msg, "step 6") && strstr(err.msg, "replicas diverged"), "rank %d: %s", rank, err.msg);
+    cpt_model_free(m);
+}
+
 /* Not under a launcher: run this program again as two ranks. */
 static int relaunch(const char *self) {
     const char *path = getenv("PATH");
@@ -243,6 +317,7 @@ int main(int argc, char **argv) {
     CHECK_MSG(dp != NULL, "%s", err.msg);
     if (!dp) return check_summary("test_online_dp");
     CHECK_EQ_INT(cpt_dp_size(dp), 2);
+    test_exchange(dp);
     compare("grpo", dp);
     compare("ppo", dp);
     compare("opd", dp);
