@@ -2,8 +2,9 @@
  *   cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json] [--gone-after SECS] [--prune-gone]
  *   cpt-queue peek STREAM [N]
  *   cpt-queue dead [--requeue ID | --drop ID] [--count N]
- * Connection (every subcommand): --run RUN_DIR (or $CPT_RUN): RUN_DIR/queue.json or RUN_DIR/redis.sock;
- * or --url URL [--password-file FILE]; --name RUN picks the run when Redis holds several. A password is never
+ * Connection (every subcommand): --run RUN_DIR (or --job JOBID, $CPT_RUN, else the user's one live run:
+ * scheduler/run_registry.h): RUN_DIR/queue.json or RUN_DIR/redis.sock; or --url URL [--password-file FILE]; --name
+ * RUN picks the run when Redis holds several. A password is never
  * accepted on the command line. */
 #include <ctype.h>
 #include <stdio.h>
@@ -17,15 +18,17 @@
 #include "queue/redis.h"
 #include "queue/stats.h"
 #include "queue/stream.h"
+#include "scheduler/run_registry.h"
 
 static const char USAGE[] =
     "usage: cpt-queue stats [--watch SECS [--count N]] [--window SECS] [--json] [--gone-after SECS] [--prune-gone]\n"
     "       cpt-queue peek STREAM [N]        STREAM: prompts|rollouts|scored|dead|weights|control|workers\n"
     "       cpt-queue dead [--requeue ID | --drop ID] [--count N]\n"
-    "connection: --run RUN_DIR (default $CPT_RUN) | --url URL [--password-file FILE] [--tls-ca FILE]; --name RUN\n";
+    "connection: --run RUN_DIR | --job JOBID (default $CPT_RUN, else your one live run) | --url URL\n"
+    "            [--password-file FILE] [--tls-ca FILE]; --name RUN\n";
 
 typedef struct cli {
-    const char *run_dir, *url, *password_file, *tls_ca, *name;
+    const char *run_dir, *job, *url, *password_file, *tls_ca, *name;
     int json, count, n, prune_gone;
     double watch, window, gone_after;
     const char *requeue, *drop;
@@ -56,6 +59,7 @@ static int parse_args(int argc, char **argv, cli *c, cpt_err *err) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEXT() do { if (!v) return cpt_errf(err, "%s needs a value", a); i++; } while (0)
         if (!strcmp(a, "--run")) { NEXT(); c->run_dir = v; }
+        else if (!strcmp(a, "--job")) { NEXT(); c->job = v; }
         else if (!strcmp(a, "--url")) { NEXT(); c->url = v; }
         else if (!strcmp(a, "--password-file")) { NEXT(); c->password_file = v; }
         else if (!strcmp(a, "--tls-ca")) { NEXT(); c->tls_ca = v; }
@@ -94,9 +98,9 @@ static cpt_queue *connect_queue(const cli *c, char *shown, size_t shown_cap, cpt
         if (c->password_file) snprintf(conn.password_file, sizeof conn.password_file, "%s", c->password_file);
         if (c->tls_ca) snprintf(conn.tls_ca, sizeof conn.tls_ca, "%s", c->tls_ca);
     } else {
-        const char *dir = c->run_dir ? c->run_dir : getenv("CPT_RUN");
-        if (!dir || !dir[0]) {
-            cpt_errf(err, "no queue to look at: pass --run RUN_DIR, set CPT_RUN, or pass --url URL");
+        char dir[2048];
+        if (cpt_run_choose("cpt-queue", c->run_dir, c->job, dir, sizeof dir, err)) {
+            cpt_err_prefix(err, "no queue to look at (or pass --url URL)");
             return NULL;
         }
         if (cpt_queue_conn_from_run_dir(dir, &conn, err)) return NULL;

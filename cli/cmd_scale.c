@@ -1,4 +1,5 @@
-/* cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]: sets the desired worker counts of a live run; the launcher
+/* cpt-scale [rollout=N] [reward=M] [--run RUN_DIR | --job JOBID]: sets the desired worker counts of a live run (with
+ * neither option: $CPT_RUN, else the user's one live run, scheduler/run_registry.h); the launcher
  * (cpt run or cpt-sched) applies them within seconds. With no counts it prints, per role, the running count
  * (steps inside the allocation plus satellite jobs Slurm runs), the desired one, how many are inside and how many
  * are satellites, and the satellites' job ids with their states (launcher.c, write_counts). */
@@ -10,6 +11,7 @@
 #include "cli/config_keys.h"
 #include "scheduler/placement.h"
 #include "scheduler/run_dir.h"
+#include "scheduler/run_registry.h"
 
 static const char *field(const redisReply *r, const char *name) {
     if (!r || r->type != REDIS_REPLY_ARRAY) return NULL;
@@ -19,7 +21,7 @@ static const char *field(const redisReply *r, const char *name) {
 }
 
 int cmd_scale(int argc, char **argv) {
-    const char *run = NULL;
+    const char *run = NULL, *job = NULL;
     const char *set_argv[8];
     char values[2][32];
     int nset = 0;
@@ -28,12 +30,16 @@ int cmd_scale(int argc, char **argv) {
             run = argv[++i];
             continue;
         }
+        if (!strcmp(argv[i], "--job") && i + 1 < argc) {
+            job = argv[++i];
+            continue;
+        }
         const char *eq = strchr(argv[i], '=');
         int v = -1;
         int role = !eq ? -1 : !strncmp(argv[i], "rollout=", 8) ? 0 : !strncmp(argv[i], "reward=", 7) ? 1 : -1;
         if (role < 0 || cpt_parse_worker_count(eq + 1, &v) != 0) {
             fprintf(stderr, "cpt-scale: '%s': expected rollout=N or reward=N (N a whole number 0..%d)\n"
-                            "usage: cpt-scale [rollout=N] [reward=M] [--run RUN_DIR]\n", argv[i], CPT_MAX_WORKERS);
+                            "usage: cpt-scale [rollout=N] [reward=M] [--run RUN_DIR | --job JOBID]\n", argv[i], CPT_MAX_WORKERS);
             return 2;
         }
         snprintf(values[role], sizeof values[role], "%d", v);
@@ -44,7 +50,9 @@ int cmd_scale(int argc, char **argv) {
     cpt_config *cfg;
     cpt_redis *r;
     cpt_err err;
-    if (cpt_run_dir_open(run, &cpt_config_table, &cfg, &r, &err) != 0) cpt_die(&err);
+    char dir[2048];
+    if (cpt_run_choose("cpt-scale", run, job, dir, sizeof dir, &err) != 0) cpt_die(&err);
+    if (cpt_run_dir_open(dir, &cpt_config_table, &cfg, &r, &err) != 0) cpt_die(&err);
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(cfg, "run.name"));
     int status = 0;

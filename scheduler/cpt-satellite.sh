@@ -1,7 +1,8 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # A satellite worker of a cpt run, submitted by cpt-sched (scheduler/satellite.h); installed beside the cpt programs.
 # cpt-satellite.sh MAIN_JOB CHECK_S PROGRAM ARGS...: runs the worker; TERM, USR1 or INT drain it (TERM: it finishes
-# or returns what it holds); it drains by itself once the main job is no longer running.
+# or returns what it holds); it drains by itself once the main job is no longer running (checked every CHECK_S
+# seconds), and it ends as soon as the worker exits (not at the next check).
 main=$1 every=$2
 shift 2
 echo "satellite: job ${SLURM_JOB_ID:-?} on $(hostname) for main job $main: $*"
@@ -24,8 +25,8 @@ drain() {
   kill -TERM "$w" 2>/dev/null
 }
 trap 'drain signal' TERM USR1 INT
-misses=0
-while kill -0 "$w" 2>/dev/null; do
+misses=0 rc=
+while [ -z "$rc" ]; do
   if st=$(main_state); then
     misses=0
     main_live "$st" || drain "main job $main is $st"
@@ -33,11 +34,13 @@ while kill -0 "$w" 2>/dev/null; do
     misses=$((misses + 1))
     [ "$misses" -ge 3 ] && drain "main job $main is gone"
   fi
+  # Whichever ends first: the worker, the pause before the next check, or a trapped signal (bash 4.3's `wait -n`,
+  # no pid arguments). A worker reaped by it keeps its status for `wait $w`.
   sleep "$every" & s=$!
-  wait "$s" 2>/dev/null
+  wait -n 2>/dev/null || true
   kill "$s" 2>/dev/null
+  wait "$s" 2>/dev/null
+  kill -0 "$w" 2>/dev/null || { wait "$w"; rc=$?; }
 done
-wait "$w"
-rc=$?
 echo "satellite: worker exited with status $rc"
-exit $rc
+exit "$rc"

@@ -15,6 +15,8 @@
 #include "queue/redis.h"
 #include "scheduler/preflight.h"
 #include "scheduler/run_dir.h"
+#include "scheduler/run_history.h"
+#include "scheduler/run_registry.h"
 #include "scheduler/run_lock.h"
 #include "weights/checkpoint_dir.h"
 
@@ -165,7 +167,9 @@ static int check_resumable(cpt_launcher *L, int from_scratch, cpt_err *err) {
     cpt_err_clear(&e);
     int found = cpt_ckpt_find_latest(L->run_dir, ckpt, sizeof ckpt, &e);
     if (found == 1) {
-        fprintf(stderr, "cpt: resuming from %s\n", ckpt);
+        const char *base = strrchr(ckpt, '/');
+        L->resume_step = cpt_ckpt_step_of(base ? base + 1 : ckpt);
+        if (L->resume_step < 0) L->resume_step = 0;
         return 0;
     }
     if (found < 0 && from_scratch) /* the trainer refuses those too: say what to do instead of failing there */
@@ -181,6 +185,29 @@ static int check_resumable(cpt_launcher *L, int from_scratch, cpt_err *err) {
                         "--from-scratch to train it again from step 0; nothing was started", L->run_dir, L->run_dir);
     return cpt_errf(err, "%s: no checkpoint verifies (%s); pass --from-scratch to train it again from step 0; nothing "
                     "was started", L->run_dir, e.msg);
+}
+
+/* A launch into a folder that holds a run (run_history.h). The run.fresh the user passed is acted on once here: the
+ * resolved config records run.fresh=false, so a restart or a requeue reading it resumes. */
+static int check_history(cpt_launcher *L, cpt_executor exec, cpt_err *err) {
+    const char *rc = getenv("SLURM_RESTART_COUNT");
+    int requeue = exec == CPT_EXEC_SLURM && rc && strtol(rc, NULL, 10) > 0;
+    int fresh = cpt_cfg_bool(L->cfg, "run.fresh");
+    if (!cpt_cfg_bool(L->cfg, "train.resume") && !fresh) return 0; /* the trainer starts at step 0 by itself */
+    char moved[4300];
+    int64_t step;
+    int h = cpt_run_history_check(L->run_dir, cpt_cfg_int(L->cfg, "train.steps"), requeue, fresh, &step, moved,
+                                  sizeof moved, err);
+    if (h < 0) return -1;
+    if (moved[0]) fprintf(stderr, "cpt: run.fresh=true: the earlier run in %s moved to %s\n", L->run_dir, moved);
+    if (h == CPT_RUN_DONE_ON_REQUEUE) {
+        fprintf(stderr, "cpt: %s finished (step %lld of %lld) before this requeue; nothing to do\n", L->run_dir,
+                (long long)step, (long long)cpt_cfg_int(L->cfg, "train.steps"));
+        L->done_on_requeue = 1;
+        return 0;
+    }
+    if (h == CPT_RUN_RESUME) L->resume_step = step;
+    return fresh ? add_override(L, "run.fresh", "false", err) || load_config(L, err) : 0;
 }
 
 int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table *keys, const char *config_path,
@@ -229,6 +256,8 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table
         if (real_dir(dir, L->run_dir, sizeof L->run_dir, err)) return -1;
         /* Nothing is written into the folder before the lock: a refused launch leaves a live run untouched. */
         if ((L->lock_fd = cpt_run_lock_take(L->run_dir, err)) < 0) return -1;
+        if (check_history(L, exec, err)) return -1;
+        if (L->done_on_requeue) return 0;
         if (relocate(L, err)) return -1;
     } else if (check_resumable(L, from_scratch, err)) {
         return -1;
@@ -441,6 +470,7 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
             return;
         }
         if (rep->type == REDIS_REPLY_STRING) {
+            L->control_seen = 1;
             int v;
             if (cpt_parse_worker_count(rep->str, &v) != 0) {
                 if (strncmp(L->bad_control[role], rep->str, sizeof L->bad_control[role] - 1)) {
@@ -492,6 +522,16 @@ static void write_counts(cpt_launcher *L, cpt_redis *r) {
     cpt_err err;
     redisReply *rep = cpt_redis_command(r, n, argv, NULL, key, 0, &err);
     if (rep) freeReplyObject(rep);
+}
+
+/* What a resumed run carries over: the checkpoint and, for online runs, the worker counts. */
+static void report_resume(const cpt_launcher *L) {
+    fprintf(stderr, "cpt: resuming %s from step %lld (checkpoint %s/checkpoints/step-%lld)", L->run_dir,
+            (long long)L->resume_step, L->run_dir, (long long)L->resume_step);
+    if (L->online)
+        fprintf(stderr, "; scale counts %s: rollout=%d reward=%d", L->control_seen ? "from the last run" : "from the config",
+                L->want[CPT_ROLE_ROLLOUT], L->want[CPT_ROLE_REWARD]);
+    fprintf(stderr, "\n");
 }
 
 static void print_progress(cpt_launcher *L, double started) {
@@ -661,10 +701,24 @@ static void wait_stopped(cpt_launcher *L, int only, double limit) {
     }
 }
 
+/* Makes the run findable by cpt-scale and cpt-queue without --run (run_registry.h). Neither failure stops the run. */
+static void announce_run(cpt_launcher *L) {
+    const char *job = L->exec == CPT_EXEC_SLURM ? getenv("SLURM_JOB_ID") : NULL;
+    if (job && !cpt_slurm_job_id_valid(job)) job = NULL;
+    cpt_err e;
+    cpt_err_clear(&e);
+    if (cpt_run_registry_add(L->run_dir, job, L->registry_entry, sizeof L->registry_entry, &e) != 0)
+        fprintf(stderr, "cpt: registering the live run: %s; cpt-scale and cpt-queue need --run %s\n", e.msg,
+                L->run_dir);
+    if (job && cpt_run_registry_tag_job(job, L->run_dir, &e) != 0)
+        fprintf(stderr, "cpt: %s; cpt-scale on another node needs --run %s\n", e.msg, L->run_dir);
+}
+
 int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     cpt_redis *control = NULL;
     int status = 1;
     double started = cpt_now();
+    announce_run(L);
     double grace = cpt_cfg_float(L->cfg, "roles.drain_grace_s");
     if (L->online && start_queue(L, &control, err) != 0) goto done;
     if (control && L->relocated && L->redis_owned && forget_weights(L, control, err) != 0) goto done;
@@ -674,6 +728,7 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     if (trainer < 0) goto done;
     /* A requeued job continues with the counts cpt-scale asked for (the control hash lives in the AOF). */
     if (control) read_control(L, control);
+    if (L->resume_step > 0) report_resume(L);
     if (apply_scale(L, err) != 0) goto done;
     fprintf(stderr, "cpt: run %s in %s (logs in %s/logs)\n", cpt_cfg_str(L->cfg, "run.name"), L->run_dir, L->run_dir);
     double progress_every = cpt_cfg_float(L->cfg, "run.progress_every_s");
@@ -729,6 +784,8 @@ done:
 }
 
 void cpt_launcher_free(cpt_launcher *L) {
+    cpt_run_registry_remove(L->registry_entry);
+    L->registry_entry[0] = '\0';
     cpt_sup_free(&L->sup);
     cpt_run_lock_release(L->lock_fd);
     L->lock_fd = -1;

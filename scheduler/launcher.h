@@ -37,7 +37,7 @@ typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
 /* A role that stopped on request after saving its state exits CPT_EXIT_STOPPED (core/exit_status.h). */
 #include "core/exit_status.h"
 
-#define CPT_LAUNCHER_MAX_EXTRA 4
+#define CPT_LAUNCHER_MAX_EXTRA 6
 
 typedef struct cpt_launcher {
     cpt_executor exec;
@@ -49,8 +49,12 @@ typedef struct cpt_launcher {
     char extra[CPT_LAUNCHER_MAX_EXTRA][4400]; /* the launcher's own overrides (run.dir, ...), applied last */
     int n_extra;
     int resuming;
+    int64_t resume_step;    /* the checkpoint step a resume starts from (0: none) */
+    int done_on_requeue;    /* a requeue found the run finished: cpt_launcher_run is not to be called */
+    int control_seen;       /* cpt:{run}:control held desired counts (cpt-scale in an earlier attempt) */
     int relocated;          /* resuming a folder that config.toml places elsewhere (a copy or a move) */
     int lock_fd;            /* RUN_DIR/.lock, held while the launcher lives (run_lock.h) */
+    char registry_entry[2400]; /* this launcher's entry among the live runs (run_registry.h), removed at the end */
     char run_dir[2048];
     char config_path[2100]; /* RUN_DIR/config.toml */
     char bin_dir[2048];     /* folder of the cpt programs */
@@ -75,7 +79,9 @@ typedef struct cpt_launcher {
 enum { CPT_ROLE_ROLLOUT = 0, CPT_ROLE_REWARD = 1 };
 
 /* Loads the config (config_path + overrides, against keys), or RUN_DIR/config.toml when resume_dir is given, takes the run
- * directory's lock (run_lock.h) before writing anything into it, and prepares it. run.dir is the folder's real path
+ * directory's lock (run_lock.h) before writing anything into it, and prepares it. A run directory that holds a run is
+ * checked first (run_history.h): finished -> an error, run.fresh -> set aside; a requeue that finds the run finished
+ * returns 0 with done_on_requeue set. run.dir is the folder's real path
  * whatever config.toml recorded (a copied run directory resumes as itself). A resume refuses a folder with no valid
  * checkpoint unless from_scratch. */
 int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table *keys, const char *config_path,

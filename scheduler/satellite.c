@@ -25,7 +25,7 @@ int cpt_slurm_job_id_valid(const char *id) {
     return m > 0 && m <= 18 && id[n + 1 + m] == '\0';
 }
 
-static int run_capture(char *const argv[], char *const envp[], char *out, size_t cap) {
+static int run_capture_to(char *const argv[], char *const envp[], char *out, size_t cap, int quiet) {
     int fds[2];
     if (out && cap) out[0] = '\0';
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
@@ -37,6 +37,10 @@ static int run_capture(char *const argv[], char *const envp[], char *out, size_t
     }
     if (pid == 0) {
         dup2(fds[1], 1);
+        if (quiet) {
+            int null = open("/dev/null", O_WRONLY);
+            if (null >= 0) dup2(null, 2);
+        }
         execvpe(argv[0], argv, envp ? envp : environ);
         fprintf(stderr, "cpt: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -61,6 +65,12 @@ static int run_capture(char *const argv[], char *const envp[], char *out, size_t
         if (errno != EINTR) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+static int run_capture(char *const argv[], char *const envp[], char *out, size_t cap) {
+    return run_capture_to(argv, envp, out, cap, 0);
+}
+
+int cpt_run_program_quiet(char *const argv[], char *out, size_t cap) { return run_capture_to(argv, NULL, out, cap, 1); }
 
 int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, const char *bin_dir,
                  const char *config_path, const char *queue_url, const char *password_file, cpt_err *err) {

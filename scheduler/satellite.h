@@ -6,7 +6,8 @@
  *   - job name cpt-sat-<run>-<role>, comment cpt-main:<main job id>, output RUN_DIR/logs/<worker>.log;
  *   - the script runs the worker in the job's batch step, forwards TERM/USR1/INT to it as TERM (the worker drains:
  *     it finishes or returns what it holds, nothing is lost), and drains it by itself when the main job is no
- *     longer RUNNING (finished, cancelled, requeued), checking every CHECK_S seconds;
+ *     longer RUNNING (finished, cancelled, requeued), checking every CHECK_S seconds, and ends as soon as the
+ *     worker exits;
  *   - --no-requeue: a requeued main job resubmits what its desired counts need, a requeued satellite would not know.
  * The worker reaches the queue over TCP (queue.url = redis://HOST:PORT, queue.password_file) because it may run on
  * another node; the run directory must be on a filesystem both nodes see (checkpoints and weights are there too).
@@ -90,6 +91,9 @@ int cpt_slurm_job_id_valid(const char *id);
 /* Runs argv without a shell (PATH lookup; envp NULL: ours); stdout into out (may be NULL), stderr to ours. Returns
  * the exit status, or -1 when it could not run. */
 int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_t cap);
+
+/* The same with its stderr discarded (a probe whose failure the caller handles: squeue where Slurm may be absent). */
+int cpt_run_program_quiet(char *const argv[], char *out, size_t cap);
 
 /* Plain scancel of every satellite still listed (after the drain had its time). */
 void cpt_sat_cancel_rest(cpt_satellites *S);

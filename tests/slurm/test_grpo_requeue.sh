@@ -35,6 +35,9 @@ t_job=$((SECONDS - t0))
 
 [ "$(job_field "$job" Restarts)" -ge 2 ] || fail "job $job was not restarted twice (requeue, preemption)"
 grep -q "cpt-sched: job $job, restart 1" "$T/job.log" || fail "no second start in the job log"
+grep -q "cpt-sched: job $job requeued by Slurm (scontrol requeue); it will resume from checkpoints/latest" "$T/job.log" ||
+  fail "cpt-sched did not log the scontrol requeue as Slurm's"
+! grep -q "scontrol requeue failed" "$T/job.log" || fail "cpt-sched requeued a job Slurm had requeued"
 grep -q "cpt-sched: job $job, restart 2" "$T/job.log" || fail "no third start after the preemption"
 grep -q "high end" "$T/high.log" || fail "the high job did not run"
 grep -q "resumed from" "$T/job/logs/trainer.log" || fail "the rerun did not resume"

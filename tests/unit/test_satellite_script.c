@@ -33,12 +33,12 @@ int main(void) {
     CHECK_EQ_STR(S.script, want);
     char *got = cpt_read_file(S.script, NULL, &err), *src = cpt_read_file("scheduler/cpt-satellite.sh", NULL, &err);
     CHECK(got && src && !strcmp(got, src));
-    CHECK(got && !strncmp(got, "#!/bin/sh\n", 10));
+    CHECK(got && !strncmp(got, "#!/usr/bin/env bash\n", 20)); /* wait -n: bash, not sh */
     free(got);
     free(src);
     cpt_sat_free(&S);
     char cmd[300];
-    snprintf(cmd, sizeof cmd, "sh -n %s", want);
+    snprintf(cmd, sizeof cmd, "bash -n %s", want);
     CHECK_EQ_INT(system(cmd), 0);
     rmdir(tmp);
     cpt_config_free(cfg);
