@@ -128,9 +128,10 @@ static int setup_dataset(online_ctx *c, cpt_err *err) {
                                cpt_cfg_bool(cfg, "data.shuffle"), err);
 }
 
-/* With several ranks on GPUs each rank takes its own device (the local rank modulo the visible devices). */
+/* With several ranks on GPUs (the NCCL backend) each rank takes its own device (the local rank modulo the visible
+ * devices). */
 static int place(online_ctx *c, cpt_model *m, const char *what, cpt_err *err) {
-    if (c->world <= 1 || strcmp(cpt_cfg_str(c->cfg, "train.device"), "cuda"))
+    if (c->world <= 1 || cpt_dp_backend(c->dp) != CPT_DP_BACKEND_NCCL)
         return cpt_trainer_place_model(c->cfg, m, what, err);
     int d = 0;
 #ifdef CPT_HAVE_CUDA
@@ -176,7 +177,8 @@ static int setup_models(online_ctx *c, cpt_err *err) {
     if (cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err)) return -1;
     c->L.dp = c->dp;
     /* the group's collectives run on the policy's device (NCCL); gradients are averaged whole after the backward */
-    if (c->world > 1 && cpt_dp_attach_model(c->dp, c->policy, err)) return cpt_err_prefix(err, "trainer rank %d: ", c->rank);
+    if (c->world > 1 && cpt_dp_attach_model(c->dp, c->policy, err))
+        return cpt_err_prefix(err, "trainer rank %d", c->rank);
     return 0;
 }
 
@@ -765,12 +767,12 @@ static void ctx_free(online_ctx *c) {
 static int open_ranks(online_ctx *c, cpt_err *err) {
     char boot[CPT_CKPT_PATH_MAX + 16];
     snprintf(boot, sizeof boot, "%s/bootstrap", c->run_dir);
-    /* CPU ranks average host gradients over MPI, GPU ranks over NCCL */
+    /* CPU ranks average host gradients over MPI, GPU ranks over NCCL ("auto": NCCL when a GPU is visible) */
     const char *dev = cpt_cfg_str(c->cfg, "train.device");
     cpt_dp_opts d = {.bootstrap = cpt_cfg_str(c->cfg, "train.dp_bootstrap"), .boot_dir = boot,
                      .backend = !strcmp(dev, "cuda") ? "nccl" : !strcmp(dev, "cpu") ? "mpi" : "auto"};
     c->dp = cpt_dp_new(&d, err);
-    if (!c->dp) return cpt_err_prefix(err, "trainer ranks: ");
+    if (!c->dp) return cpt_err_prefix(err, "trainer ranks");
     c->rank = cpt_dp_rank(c->dp);
     c->world = cpt_dp_size(c->dp);
     if (c->world > 1)
@@ -795,7 +797,7 @@ static int follow(online_ctx *c, cpt_err *err) {
         char ckpt[CPT_CKPT_PATH_MAX + 64];
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints/step-%" PRId64, c->run_dir, h.step);
         if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err) || load_critic(c, h.step, err))
-            return cpt_err_prefix(err, "trainer rank %d: ", c->rank);
+            return cpt_err_prefix(err, "trainer rank %d", c->rank);
         cpt_info("online: trainer rank %d resumed from %s", c->rank, ckpt);
     }
     c->st.step = h.step >= 0 ? h.step : 0;

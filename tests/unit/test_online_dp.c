@@ -188,7 +188,8 @@ static void compare(const char *algo, cpt_dp *dp) {
     CHECK_MSG(wd <= 1e-6, "%s: 2-rank weights differ from 1-rank by %g", algo, wd);
     CHECK_MSG(fabs(one.grad_norm - two.grad_norm) <= 1e-5 * one.grad_norm, "%s: grad_norm %g vs %g", algo,
               one.grad_norm, two.grad_norm);
-    CHECK_MSG(fabs(one.loss - two.loss) <= 1e-5 * fmax(1, fabs(one.loss)), "%s: loss %g vs %g", algo, one.loss, two.loss);
+    CHECK_MSG(fabs(one.loss - two.loss) <= 1e-5 * fmax(1, fabs(one.loss)), "%s: loss %g vs %g", algo, one.loss,
+              two.loss);
     if (one.cweights) {
         double cd = max_diff(one.cweights, two.cweights, one.cn);
         printf(", critic weights max |diff| %.3g", cd);
