@@ -382,6 +382,8 @@ static int on_path(const char *prog) {
     return 0;
 }
 
+static long local_gpus(void);
+
 /* Trainer ranks: what launches them and what they talk through must be there; what the trainer cannot do with
  * several ranks is refused here, never left to stall. */
 static void check_trainer_ranks(cpt_preflight *p) {
@@ -399,7 +401,12 @@ static void check_trainer_ranks(cpt_preflight *p) {
     }
     const char *how = p->slurm ? "srun --mpi=pmix" : NULL;
     if (cpt_preflight_gpu_ranks(c)) {
-        line(p, "ok", "ranks", "%ld GPU trainer ranks over NCCL, started by %s", n, how ? how : "cpt local-ranks");
+        long gpus = p->slurm ? n : local_gpus();
+        if (gpus < n)
+            line(p, "FAIL", "ranks", "%ld GPU trainer ranks need a GPU each (NCCL refuses two ranks on one GPU); this "
+                 "machine has %ld", n, gpus);
+        else
+            line(p, "ok", "ranks", "%ld GPU trainer ranks over NCCL, started by %s", n, how ? how : "cpt local-ranks");
         return;
     }
     char plugin[4200];

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trainer ranks on the CPU through Open MPI (issue 21): SFT with 2 ranks under mpirun equals 1 rank with the same
-# global batch (grad_accum 2) to fp32 rounding, while a different batch is far off (the check is not vacuous);
+# global batch (grad_accum 2) to fp32 rounding, while a different batch is far off (the check is not vacuous); DPO
+# with 2 ranks equals 1 rank;
 # `cpt run` with slurm.trainer_tasks=2 starts the ranks under mpirun as one supervised trainer (rank 1 logs to
 # logs/trainer.rank1.log) and ends bitwise equal to the direct mpirun run; a Ctrl-C stops both ranks at the same
 # step with a checkpoint and --resume finishes; kill -9 of `cpt run` leaves no rank behind; preflight refuses online
@@ -67,6 +68,19 @@ echo "2 ranks vs 1 rank (grad_accum 2): max |dw| $d_same; vs another batch: $d_o
 python3 -c "import sys; s, o = $d_same, $d_other; sys.exit(0 if s < 1e-6 and o > 1e-4 else 1)" ||
   fail "2 ranks differ from 1 rank by $d_same (another batch: $d_other)"
 
+# DPO: the step's pairs are split over the ranks, so two ranks equal one rank with the same config
+dpo=("$SRC/examples/dpo_arithmetic.toml" train.steps=3 train.tokens_per_micro_batch=400 train.threads=1
+     checkpoint.every=0 tokenizer.path="$SRC/examples/tiny-tokenizer" data.eval=
+     data.train="$SRC/examples/data/arithmetic_pref_train.jsonl" optim.lr=1e-3)
+"$BUILD/cpt-train" "${dpo[@]}" run.dir="$T/dpo1" 2> "$T/dpo1.log" || { cat "$T/dpo1.log"; fail "dpo, one rank"; }
+"$BUILD/cpt-train" "${dpo[@]}" run.dir="$T/dpo1b" optim.lr=5e-4 2> "$T/dpo1b.log" || { cat "$T/dpo1b.log"; fail "dpo, lr"; }
+"${mpi[@]}" "$BUILD/cpt-train" "${dpo[@]}" run.dir="$T/dpo2" > "$T/dpo2.log" 2>&1 || { cat "$T/dpo2.log"; fail "dpo, two ranks"; }
+dpo_same=$(maxdiff "$(model "$T/dpo1" 3)" "$(model "$T/dpo2" 3)")
+dpo_other=$(maxdiff "$(model "$T/dpo1" 3)" "$(model "$T/dpo1b" 3)")
+echo "dpo: 2 ranks vs 1 rank: max |dw| $dpo_same; vs half the learning rate: $dpo_other"
+python3 -c "import sys; s, o = $dpo_same, $dpo_other; sys.exit(0 if s < 1e-6 and o > 1e-4 else 1)" ||
+  fail "dpo: 2 ranks differ from 1 rank by $dpo_same (half the lr: $dpo_other)"
+
 # 2. cpt run with two trainer ranks: one supervised trainer, rank logs, the same weights as the direct run
 "$BUILD/cpt" run "$T/j.toml" run.dir="$T/run" slurm.trainer_tasks=2 2> "$T/run.log" || { cat "$T/run.log"; fail "cpt run, 2 ranks"; }
 grep -q "ok    ranks .*2 CPU trainer ranks over Open MPI, started by mpirun" "$T/run.log" || { cat "$T/run.log"; fail "preflight line"; }
@@ -110,4 +124,11 @@ rc=0
   weights.transport=cuda_ipc train.cuda_device=1 > "$T/pf.log" 2>&1 && fail "cuda_ipc from trainer rank 0 on GPU 0 was accepted"
 grep -q "FAIL  ranks .*weights.transport = cuda_ipc announces train.cuda_device = 1" "$T/pf.log" ||
   { cat "$T/pf.log"; fail "cuda_ipc with trainer ranks: no reason given"; }
-echo "test_dp_cpu_ranks: ok (2 ranks = 1 rank to $d_same; stop at step $s0 on both ranks, resumed)"
+# GPU ranks on a machine without enough GPUs: refused before anything starts
+if [ ! -e /dev/nvidia1 ]; then
+  rc=0
+  "$BUILD/cpt" preflight "$T/j.toml" slurm.trainer_tasks=2 train.device=cuda > "$T/pf2.log" 2>&1 || rc=$?
+  [ "$rc" -ne 0 ] && grep -q "FAIL  ranks .*2 GPU trainer ranks need a GPU each" "$T/pf2.log" ||
+    { cat "$T/pf2.log"; fail "2 GPU ranks without 2 GPUs were not refused"; }
+fi
+echo "test_dp_cpu_ranks: ok (2 ranks = 1 rank to $d_same, dpo $dpo_same; stop at step $s0 on both ranks, resumed)"
