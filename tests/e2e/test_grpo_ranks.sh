@@ -2,7 +2,7 @@
 # GRPO with two trainer ranks on the CPU (`cpt run` starting the trainer under Open MPI's mpirun): the run finishes
 # with the exactly-once counts (check_groups in grpo_small.sh) and final weights close to a one-rank run with the
 # same seed (sync mode on the CPU); a SIGTERM to cpt run mid-run stops both ranks at the same step, `latest` is that
-# step, and `cpt run --resume` finishes with the counts.
+# step, and `cpt run --resume` finishes with the counts; the same for PPO (the critic, ppo_epochs = 2).
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -72,5 +72,23 @@ latest=$(cat "$T/stop/checkpoints/latest")
 grep -q "trainer rank 1 resumed from .*step-$s0" "$T/stop/logs/"trainer*.log || fail "rank 1 did not load step-$s0"
 check_groups "$T/stop" 40 4 || fail "exactly-once counts after stop and resume"
 
+# 3. PPO (a critic, two optimizer updates per step): stopped and resumed on two ranks, the critic's checkpoint too
+ppo=(examples/ppo_arithmetic.toml "${GRPO_ARGS[@]:1}" critic.path= train.threads=1 checkpoint.every=5
+     slurm.trainer_tasks=2)
+"$CPT" run "${ppo[@]}" train.steps=30 run.dir="$T/ppo" 2> "$T/ppo.log" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '"step":3,' "$T/ppo/metrics.jsonl" 2>/dev/null && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+rc=0; wait "$pid" || rc=$?; pid=
+[ "$rc" -eq 3 ] || { cat "$T/ppo.log"; fail "ppo SIGTERM: exit status $rc, expected 3"; }
+p0=$(grep -o 'stopping at step [0-9]*' "$T/ppo/logs/trainer.log" | awk '{print $4}' | tail -1)
+[ -d "$T/ppo/critic/checkpoints/step-$p0" ] || fail "no critic checkpoint at the ppo stop step $p0"
+"$CPT" run --resume "$T/ppo" 2> "$T/ppo2.log" || { cat "$T/ppo2.log" "$T/ppo/logs/trainer"*.log; fail "ppo --resume failed"; }
+grep -q "trainer rank 1 resumed from .*step-$p0" "$T/ppo/logs/"trainer*.log || fail "ppo rank 1 did not load step-$p0"
+check_groups "$T/ppo" 30 4 || fail "exactly-once counts of the resumed ppo run"
+
 echo "test_grpo_ranks: ok (2 ranks: $STEPS steps in ${t2}s, weights within $d of 1 rank, moved $moved; SIGTERM: both ranks" \
-     "stopped at step $s0, resumed to 40 with the counts)"
+     "stopped at step $s0, resumed to 40 with the counts; ppo stopped at $p0 and resumed)"
