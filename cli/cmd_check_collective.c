@@ -5,7 +5,8 @@
  *   bcast_bytes of a header then a payload from rank 0,
  *   allreduce_model_grads and finish on a tiny random model: each rank's own backward (its own tokens), averaged,
  *   against the average of every rank's backward that each rank also runs locally,
- * prints one line, and exits 1 when anything is off. */
+ * prints one line, and exits 1 when anything is off. --fail-rank K: rank K fails before the collectives (the others
+ * wait in the first one) and ends the group with cpt_dp_abort. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,11 +63,14 @@ static int grads_to_host(cpt_model *m, cpt_err *err) { return cpt_model_on_cuda(
 
 int cmd_check_collective(int argc, char **argv) {
     const char *backend = "auto", *device = "cpu";
+    int fail_rank = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: cpt check-collective [--backend auto|mpi|nccl] [--device cpu|cuda]\n");
+            fprintf(stderr, "usage: cpt check-collective [--backend auto|mpi|nccl] [--device cpu|cuda] "
+                            "[--fail-rank K]\n");
             return 2;
         }
     }
@@ -87,6 +91,14 @@ int cmd_check_collective(int argc, char **argv) {
         if (cpt_model_use_cuda(m, dev, &err)) cpt_die(&err);
     }
     if (cpt_dp_attach_model(dp, m, &err)) cpt_die(&err);
+    if (r == fail_rank) { /* a rank failing while the others enter a collective: it must end the job, not hang it */
+        cpt_errf(&err, "rank %d: failing on purpose (--fail-rank)", r);
+        cpt_dp_abort(dp, 1, &err);
+        cpt_model_free(m);
+        cpt_dp_free(dp);
+        fprintf(stderr, "cpt check-collective: %s\n", err.msg);
+        return 1;
+    }
     int bad = 0;
     double tri = (double)w * (w + 1) / 2; /* the sum of (r + 1) over the ranks */
 

@@ -254,6 +254,13 @@ void cpt_dp_free(cpt_dp *dp) {
     free(dp);
 }
 
+void cpt_dp_abort(cpt_dp *dp, int status, const cpt_err *err) {
+    if (!dp || !dp->mpi) return;
+    fprintf(stderr, "dp rank %d/%d: ending every rank (MPI_Abort, status %d)%s%s\n", dp->rank, dp->size, status,
+            err && err->msg[0] ? ": " : "", err && err->msg[0] ? err->msg : "");
+    cpt_dp_mpi_abort(dp->mpi, status);
+}
+
 int cpt_dp_rank(const cpt_dp *dp) { return dp->rank; }
 int cpt_dp_size(const cpt_dp *dp) { return dp->size; }
 const char *cpt_dp_bootstrap_name(const cpt_dp *dp) { return dp->boot_name; }

@@ -76,7 +76,14 @@ typedef struct cpt_dp_opts {
 typedef struct cpt_dp cpt_dp;
 
 cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err);
+/* The end of a group that went well: over MPI it finalises, which waits for every rank to get there. */
 void cpt_dp_free(cpt_dp *dp);
+/* The end of a rank that failed while the others may be inside a collective (they would wait for it forever, and
+ * MPI's finalise would wait for them): over MPI it prints err (when given) and ends every rank of the job
+ * (MPI_Abort with status; mpirun and srun then exit non-zero) and does not return; otherwise it returns and the
+ * caller exits non-zero (srun --kill-on-bad-exit and `cpt local-ranks` end the other ranks). Call it on the
+ * failure path before cpt_dp_free. */
+void cpt_dp_abort(cpt_dp *dp, int status, const cpt_err *err);
 int cpt_dp_rank(const cpt_dp *dp);
 int cpt_dp_size(const cpt_dp *dp);
 const char *cpt_dp_bootstrap_name(const cpt_dp *dp); /* "pmix", "file", "redis", or "mpi" (MPI's own) */

@@ -125,6 +125,12 @@ void cpt_dp_mpi_close(cpt_dp_mpi *m) {
     free(m); /* the plugin stays loaded: MPI cannot be initialised again in this process anyway */
 }
 
+void cpt_dp_mpi_abort(cpt_dp_mpi *m, int status) {
+    fflush(stdout);
+    fflush(stderr);
+    m->api->abort(m->comm, status);
+}
+
 int cpt_dp_mpi_sum(cpt_dp_mpi *m, float *buf, size_t n, cpt_err *err) {
     if (m->api->sum_floats(m->comm, buf, n, err) == 0) return 0;
     return cpt_err_prefix(err, "dp rank %d/%d (mpi): summing %zu floats: ", m->rank, m->size, n);

@@ -4,8 +4,10 @@
  *
  * A rank that dies does not leave the others waiting forever: mpirun aborts the whole job when one rank exits
  * without finalising (or by a signal), and cpt-sched's steps run with srun --kill-on-bad-exit=1. MPI itself has no
- * timeout on a collective; those launchers are the guard. MPI is initialised once per process and finalised by
- * cpt_dp_mpi_close (it cannot be initialised again in that process). */
+ * timeout on a collective; those launchers are the guard. A rank that fails (an error, not a crash) must end the
+ * job with cpt_dp_mpi_abort rather than finalise, which would wait for the others while they wait for it. MPI is
+ * initialised once per process and finalised by cpt_dp_mpi_close (it cannot be initialised again in that
+ * process). */
 #ifndef CPT_TRAINER_DP_MPI_H
 #define CPT_TRAINER_DP_MPI_H
 
@@ -24,6 +26,8 @@ int cpt_dp_mpi_find_plugin(char *path, size_t cap);
  * (OMPI_COMM_WORLD_*, SLURM_PROCID / SLURM_STEP_NUM_TASKS under srun, CPT_RANK / CPT_WORLD_SIZE when set). */
 cpt_dp_mpi *cpt_dp_mpi_open(int *rank, int *size, cpt_err *err);
 void cpt_dp_mpi_close(cpt_dp_mpi *m);
+/* Ends every rank of the job with status (MPI_Abort); does not return. */
+void cpt_dp_mpi_abort(cpt_dp_mpi *m, int status);
 int cpt_dp_mpi_sum(cpt_dp_mpi *m, float *buf, size_t n, cpt_err *err);
 int cpt_dp_mpi_bcast(cpt_dp_mpi *m, void *buf, size_t n, cpt_err *err); /* from rank 0 */
 int cpt_dp_mpi_barrier(cpt_dp_mpi *m, cpt_err *err);

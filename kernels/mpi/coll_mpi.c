@@ -77,6 +77,11 @@ static void finalize(void *comm) {
     if (!done) MPI_Finalize();
 }
 
+static void abort_all(void *comm, int status) {
+    MPI_Abort(comm ? *(MPI_Comm *)comm : MPI_COMM_WORLD, status);
+    exit(status); /* MPI_Abort does not return; this is for the compiler and a broken library */
+}
+
 static const char *library_version(void) {
     static char v[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
@@ -91,6 +96,7 @@ static const cpt_coll_mpi_api api = {
     .bcast_bytes = bcast_bytes,
     .barrier = barrier,
     .finalize = finalize,
+    .abort = abort_all,
     .library_version = library_version,
 };
 

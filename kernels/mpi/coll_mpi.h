@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-#define CPT_COLL_MPI_ABI 1
+#define CPT_COLL_MPI_ABI 2
 #define CPT_COLL_MPI_FILE "libcpt-coll-mpi.so"
 #define CPT_COLL_MPI_SYMBOL "cpt_coll_mpi_get"
 
@@ -29,6 +29,8 @@ typedef struct cpt_coll_mpi_api {
     int (*barrier)(void *comm, cpt_err *err);
     /* Frees the communicator and finalises MPI. */
     void (*finalize)(void *comm);
+    /* Ends every rank of the job (MPI_Abort) with status; does not return. */
+    void (*abort)(void *comm, int status);
     /* The library's own version string ("Open MPI v4.1.4, ..."). */
     const char *(*library_version)(void);
 } cpt_coll_mpi_api;
