@@ -81,6 +81,7 @@ typedef struct online_ctx {
     int rank, world;
     int stop_all;       /* a stop request seen by some rank at the last step */
     int peers_at_header; /* rank 0: the other ranks wait for a header (a failure here can be told to them) */
+    int rank0_failed;    /* a follower: rank 0 told it failed (every rank is out of the collectives) */
     int64_t ck_every;
 } online_ctx;
 
@@ -788,6 +789,7 @@ static int follow(online_ctx *c, cpt_err *err) {
     cpt_ranks_header h;
     cpt_ranks_groups gs;
     if (cpt_ranks_recv(c->dp, &h, &gs, err)) return -1;
+    c->rank0_failed = h.command == CPT_RANKS_FAIL;
     if (h.command == CPT_RANKS_FAIL)
         return cpt_errf(err, "trainer rank %d: rank 0 failed before the first step (its log says why)", c->rank);
     if (h.command != CPT_RANKS_START)
@@ -821,6 +823,7 @@ static int follow(online_ctx *c, cpt_err *err) {
                      h.step, h.status);
             return (int)h.status;
         case CPT_RANKS_FAIL:
+            c->rank0_failed = 1;
             return cpt_errf(err, "trainer rank %d: rank 0 failed after step %" PRId64 " (its log says why)", c->rank,
                             h.step);
         default:
@@ -941,10 +944,14 @@ int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile si
     if (rc < 0) {
         cpt_err_prefix(err, "%s", config_path ? config_path : "online");
         rc = 1;
-        /* the other ranks wait for rank 0's next header: tell them, so they end too */
-        cpt_err e2;
-        if (c.rank == 0 && c.peers_at_header)
-            (void)cpt_ranks_send(c.dp, CPT_RANKS_FAIL, c.st.step, 1, &e2);
+        if (c.world > 1) {
+            /* the others wait for rank 0's next header: tell them, and every rank ends cleanly; a failure anywhere
+             * else may leave ranks inside a collective, so it ends them all */
+            cpt_err e2;
+            int told = c.rank == 0 && c.peers_at_header &&
+                       cpt_ranks_send(c.dp, CPT_RANKS_FAIL, c.st.step, 1, &e2) == 0;
+            if (!told && !c.rank0_failed) cpt_dp_abort(c.dp, 1, err);
+        }
     }
     ctx_free(&c);
     return rc;
