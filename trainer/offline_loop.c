@@ -8,6 +8,7 @@
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
+#include "weights/devices.h"
 #include "weights/model_init.h"
 
 int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
@@ -104,7 +105,7 @@ int cpt_offline_dp_open(cpt_offline *o, cpt_err *err) {
     const cpt_config *cfg = o->cfg;
     char boot[CPT_CKPT_PATH_MAX + 16];
     snprintf(boot, sizeof boot, "%s/bootstrap", cpt_cfg_str(cfg, "run.dir"));
-    int gpu = !strcmp(cpt_cfg_str(cfg, "train.device"), "cuda");
+    int gpu = !strcmp(cpt_device_resolve(cfg, "train.device"), "cuda");
     /* GPU ranks average over NCCL; CPU ranks over Open MPI (started by mpirun or srun --mpi=pmix) */
     cpt_dp_opts d = {.bootstrap = cpt_cfg_str(cfg, "train.dp_bootstrap"), .boot_dir = boot,
                      .bucket_bytes = (size_t)cpt_cfg_int(cfg, "train.dp_bucket_mb") << 20,

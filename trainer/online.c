@@ -25,6 +25,7 @@
 #include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
+#include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_pub.h"
 #include "weights/weights_tx.h"
@@ -139,7 +140,7 @@ static int place(online_ctx *c, cpt_model *m, const char *what, cpt_err *err) {
     d = cpt_dp_device(c->dp, cpt_cuda_device_count());
 #endif
     /* cuda_ipc announces train.cuda_device as the device its readers open the weights on */
-    if (c->rank == 0 && !strcmp(cpt_cfg_str(c->cfg, "weights.transport"), "cuda_ipc") &&
+    if (c->rank == 0 && !strcmp(cpt_transport_resolve(c->cfg), "cuda_ipc") &&
         d != (int)cpt_cfg_int(c->cfg, "train.cuda_device"))
         return cpt_errf(err, "weights.transport = \"cuda_ipc\" announces train.cuda_device = %d, but trainer rank 0 "
                         "of %d runs on CUDA device %d (its local rank): set train.cuda_device = %d",
@@ -768,10 +769,10 @@ static void ctx_free(online_ctx *c) {
 static int open_ranks(online_ctx *c, cpt_err *err) {
     char boot[CPT_CKPT_PATH_MAX + 16];
     snprintf(boot, sizeof boot, "%s/bootstrap", c->run_dir);
-    /* CPU ranks average host gradients over MPI, GPU ranks over NCCL ("auto": NCCL when a GPU is visible) */
-    const char *dev = cpt_cfg_str(c->cfg, "train.device");
+    /* CPU ranks average host gradients over MPI, GPU ranks over NCCL */
+    const char *dev = cpt_device_resolve(c->cfg, "train.device");
     cpt_dp_opts d = {.bootstrap = cpt_cfg_str(c->cfg, "train.dp_bootstrap"), .boot_dir = boot,
-                     .backend = !strcmp(dev, "cuda") ? "nccl" : !strcmp(dev, "cpu") ? "mpi" : "auto"};
+                     .backend = !strcmp(dev, "cuda") ? "nccl" : "mpi"};
     c->dp = cpt_dp_new(&d, err);
     if (!c->dp) return cpt_err_prefix(err, "trainer ranks");
     c->rank = cpt_dp_rank(c->dp);
