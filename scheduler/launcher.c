@@ -328,7 +328,7 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
         /* Local trainer ranks (slurm.trainer_tasks): one supervised process either way, so a stop reaches every rank
          * and every rank dies with the launcher. */
         snprintf(nranks, sizeof nranks, "%d", tasks);
-        if (cpt_preflight_gpu_ranks(L->cfg)) { /* NCCL: N processes, the file bootstrap in RUN_DIR/bootstrap */
+        if (!strcmp(L->dev.train, "cuda")) { /* NCCL: N processes, the file bootstrap in RUN_DIR/bootstrap */
             snprintf(cpt_prog, sizeof cpt_prog, "%s/cpt", L->bin_dir);
             snprintf(boot_dir, sizeof boot_dir, "%s/bootstrap", L->run_dir);
             const char *pre[] = {cpt_prog, "local-ranks", nranks, "--clear", boot_dir, "--"};

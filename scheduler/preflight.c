@@ -444,8 +444,6 @@ static void check_queue_url(cpt_preflight *p) {
     check_queue_tls(p);
 }
 
-int cpt_preflight_gpu_ranks(const cpt_config *cfg) { return !strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"); }
-
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
     char buf[4200];
@@ -478,8 +476,8 @@ static void check_trainer_ranks(cpt_preflight *p) {
         return;
     }
     const char *how = p->slurm ? "srun --mpi=pmix" : NULL;
-    /* train.device = auto: as the launcher will resolve it (check_devices) */
-    if (p->dev_ok ? !strcmp(p->dev.train, "cuda") : cpt_preflight_gpu_ranks(c)) {
+    if (!p->dev_ok) return; /* the devices line says what is wrong */
+    if (!strcmp(p->dev.train, "cuda")) {
         long gpus = p->slurm ? n : local_gpus();
         if (gpus < n)
             line(p, "FAIL", "ranks", "%ld GPU trainer ranks need a GPU each (NCCL refuses two ranks on one GPU); this "

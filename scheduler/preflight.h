@@ -38,8 +38,4 @@ void cpt_preflight_resources(const cpt_config *cfg, cpt_resources *out);
  * SLURM_JOB_NUM_NODES, SLURM_GPUS_ON_NODE, SLURM_GPUS, SLURM_JOB_GPUS, SLURM_STEP_GPUS). -1: not given. */
 void cpt_preflight_slurm_alloc(cpt_resources *out);
 
-/* Trainer ranks (slurm.trainer_tasks) are GPU ranks (NCCL; locally `cpt local-ranks`) when train.device is cuda,
- * else CPU ranks (Open MPI through the plugin libcpt-coll-mpi.so; locally mpirun). */
-int cpt_preflight_gpu_ranks(const cpt_config *cfg);
-
 #endif

@@ -29,7 +29,7 @@ rc=0; wait $pid || rc=$?
 
 # a failing rank: the others are ended and its status comes back, quickly
 start=$(date +%s)
-rc=0; "$bin" local-ranks 3 -- bash -c '[ "$CPT_RANK" = 1 ] && exit 5; sleep 60' 2> "$dir/fail.log" || rc=$?
+rc=0; "$bin" local-ranks 3 -- bash -c '[ "$CPT_RANK" = 1 ] && exit 5; exec sleep 60' 2> "$dir/fail.log" || rc=$?
 [ "$rc" -eq 5 ] || fail "a failing rank: status $rc, want 5"
 [ $(( $(date +%s) - start )) -lt 20 ] || fail "the other ranks were not ended"
 grep -q "rank 1 exited with status 5; stopping the other ranks" "$dir/fail.log" || fail "no message about rank 1"
