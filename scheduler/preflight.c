@@ -466,9 +466,13 @@ static void check_trainer_ranks(cpt_preflight *p) {
     long n = (long)cpt_cfg_int(c, "slurm.trainer_tasks");
     if (n <= 1) return;
     const char *algo = cpt_cfg_str(c, "algo.type");
-    if (is_online(algo)) { /* online ranks: odp flips this */
-        line(p, "FAIL", "ranks", "%s with %ld trainer ranks (slurm.trainer_tasks) is not supported yet: the online "
-             "trainer trains on one rank; set slurm.trainer_tasks = 1", algo, n);
+    /* online: rank 0 owns the queue and the bookkeeping, the others follow it (docs/online.md "Trainer ranks") */
+    const char *transport = p->dev_ok ? p->dev.transport : cpt_cfg_str(c, "weights.transport");
+    if (is_online(algo) && !strcmp(transport, "cuda_ipc") &&
+        cpt_cfg_int(c, "train.cuda_device") != 0) {
+        line(p, "FAIL", "ranks", "%s with %ld trainer ranks: rank 0 runs on its local rank's GPU (0), but "
+             "weights.transport = cuda_ipc announces train.cuda_device = %ld; set train.cuda_device = 0", algo, n,
+             (long)cpt_cfg_int(c, "train.cuda_device"));
         return;
     }
     const char *how = p->slurm ? "srun --mpi=pmix" : NULL;

@@ -114,11 +114,16 @@ kill -9 "$pid"
 for _ in $(seq 1 50); do pgrep -f "$T/kill/config.toml" > /dev/null || break; sleep 0.1; done
 if pgrep -f "$T/kill/config.toml" > /dev/null; then fail "ranks outlived the launcher: $(pgrep -af "$T/kill/config.toml")"; fi
 
-# 5. online methods with trainer ranks: refused with the reason (not a stall)
+# 5. online methods with trainer ranks: accepted (rank 0 owns the queue, the others follow; test_grpo_ranks.sh)
 rc=0
 "$BUILD/cpt" preflight "$SRC/examples/grpo_arithmetic.toml" slurm.trainer_tasks=2 > "$T/pf.log" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && grep -q "FAIL  ranks .*grpo with 2 trainer ranks (slurm.trainer_tasks) is not supported yet" "$T/pf.log" ||
-  { cat "$T/pf.log"; fail "grpo with 2 trainer ranks was not refused"; }
+[ "$rc" -eq 0 ] && grep -q "ok    ranks .*2 CPU trainer ranks over Open MPI" "$T/pf.log" ||
+  { cat "$T/pf.log"; fail "grpo with 2 trainer ranks was not accepted"; }
+# ... but not cuda_ipc from a rank 0 that is not on the announced train.cuda_device
+"$BUILD/cpt" preflight "$SRC/examples/grpo_arithmetic.toml" slurm.trainer_tasks=2 train.device=cuda rollout.device=cuda \
+  weights.transport=cuda_ipc train.cuda_device=1 > "$T/pf.log" 2>&1 && fail "cuda_ipc from trainer rank 0 on GPU 0 was accepted"
+grep -q "FAIL  ranks .*weights.transport = cuda_ipc announces train.cuda_device = 1" "$T/pf.log" ||
+  { cat "$T/pf.log"; fail "cuda_ipc with trainer ranks: no reason given"; }
 # GPU ranks on a machine without enough GPUs: refused before anything starts
 if [ ! -e /dev/nvidia1 ]; then
   rc=0
