@@ -307,7 +307,7 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table
     return 0;
 }
 
-/* argv for a role, wrapped in an srun step under Slurm. */
+/* argv for a role, wrapped in an srun step under Slurm, or in a local launcher of trainer ranks. */
 static int add_role(cpt_launcher *L, const char *name, const char *program, const char *worker_id, int tasks,
                     int cpus, int gpus, int pmix, cpt_restart_policy policy, cpt_err *err) {
     char prog[2300], log[2200], env_run[2200], env_role[128], ntasks[32], ncpus[32], ngpus[48], jobname[96];
@@ -321,8 +321,25 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
     snprintf(ncpus, sizeof ncpus, "--cpus-per-task=%d", cpus);
     snprintf(ngpus, sizeof ngpus, "--gpus-per-task=%d", gpus);
     snprintf(jobname, sizeof jobname, "--job-name=cpt-%s", name);
-    const char *argv[24];
-    int n = 0;
+    const char *argv[32];
+    int n = 0, stop_signal = 0;
+    char cpt_prog[2300], boot_dir[2200], nranks[16];
+    if (L->exec != CPT_EXEC_SLURM && tasks > 1) {
+        /* Local trainer ranks (slurm.trainer_tasks): one supervised process either way, so a stop reaches every rank
+         * and every rank dies with the launcher. */
+        snprintf(nranks, sizeof nranks, "%d", tasks);
+        if (!strcmp(L->dev.train, "cuda")) { /* NCCL: N processes, the file bootstrap in RUN_DIR/bootstrap */
+            snprintf(cpt_prog, sizeof cpt_prog, "%s/cpt", L->bin_dir);
+            snprintf(boot_dir, sizeof boot_dir, "%s/bootstrap", L->run_dir);
+            const char *pre[] = {cpt_prog, "local-ranks", nranks, "--clear", boot_dir, "--"};
+            for (size_t k = 0; k < sizeof pre / sizeof pre[0]; k++) argv[n++] = pre[k];
+        } else { /* CPU: Open MPI's launcher; it forwards SIGUSR1 and waits, but kills its ranks 2 s after a SIGTERM */
+            const char *pre[] = {"mpirun", "-n", nranks, "--oversubscribe", "--bind-to", "none"};
+            for (size_t k = 0; k < sizeof pre / sizeof pre[0]; k++) argv[n++] = pre[k];
+            if (geteuid() == 0) argv[n++] = "--allow-run-as-root";
+            stop_signal = SIGUSR1;
+        }
+    }
     if (L->exec == CPT_EXEC_SLURM) {
         argv[n++] = "srun";
         argv[n++] = "--exact";
@@ -352,6 +369,7 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
     char *env[] = {env_run, env_role, NULL};
     int i = cpt_sup_add(&L->sup, name, (char *const *)argv, env, log, policy, err);
     if (i < 0) return -1;
+    L->sup.procs[i].stop_signal = stop_signal;
     return cpt_sup_start(&L->sup, i, err) == 0 ? i : -1;
 }
 

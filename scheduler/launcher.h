@@ -19,6 +19,11 @@
  * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
  * RUN_DIR/logs/<name>.log.
  *
+ * Trainer ranks (slurm.trainer_tasks = N > 1): under Slurm one step `srun --mpi=pmix --ntasks=N`; locally, CPU ranks
+ * under `mpirun -n N --oversubscribe --bind-to none` (stopped with SIGUSR1, which mpirun forwards), GPU ranks
+ * (train.device = cuda) under `cpt local-ranks N` (local_ranks.h). Either way the supervisor sees one "trainer";
+ * rank 0 logs to RUN_DIR/logs/trainer.log, rank K to trainer.rankK.log (cli/trainer_rank.h).
+ *
  * Under Slurm, scale-out goes inside the allocation while it has room for one more step of the role (placement.h)
  * and to satellite jobs beyond it (satellite.h); scale-down drains satellites first. A drain never blocks the loop:
  * the stop signal is sent, the process is reaped when it exits, and it is killed past roles.drain_grace_s. */

@@ -15,6 +15,7 @@
 #include "core/redact.h"
 #include "core/safetensors.h"
 #include "core/tokenizer.h"
+#include "kernels/mpi/coll_mpi.h"
 #include "model/model.h"
 #include "queue/redis.h"
 #include "queue/tls.h"
@@ -443,6 +444,65 @@ static void check_queue_url(cpt_preflight *p) {
     check_queue_tls(p);
 }
 
+static int on_path(const char *prog) {
+    const char *path = getenv("PATH");
+    char buf[4200];
+    for (const char *s = path ? path : ""; *s;) {
+        const char *end = strchr(s, ':');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)len, s, prog);
+        if (len && access(buf, X_OK) == 0) return 1;
+        s += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+static long local_gpus(void);
+
+/* Trainer ranks: what launches them and what they talk through must be there; what the trainer cannot do with
+ * several ranks is refused here, never left to stall. */
+static void check_trainer_ranks(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    long n = (long)cpt_cfg_int(c, "slurm.trainer_tasks");
+    if (n <= 1) return;
+    const char *algo = cpt_cfg_str(c, "algo.type");
+    /* online: rank 0 owns the queue and the bookkeeping, the others follow it (docs/online.md "Trainer ranks") */
+    const char *transport = p->dev_ok ? p->dev.transport : cpt_cfg_str(c, "weights.transport");
+    if (is_online(algo) && !strcmp(transport, "cuda_ipc") &&
+        cpt_cfg_int(c, "train.cuda_device") != 0) {
+        line(p, "FAIL", "ranks", "%s with %ld trainer ranks: rank 0 runs on its local rank's GPU (0), but "
+             "weights.transport = cuda_ipc announces train.cuda_device = %ld; set train.cuda_device = 0", algo, n,
+             (long)cpt_cfg_int(c, "train.cuda_device"));
+        return;
+    }
+    const char *how = p->slurm ? "srun --mpi=pmix" : NULL;
+    if (!p->dev_ok) return; /* the devices line says what is wrong */
+    if (!strcmp(p->dev.train, "cuda")) {
+        long gpus = p->slurm ? n : local_gpus();
+        if (gpus < n)
+            line(p, "FAIL", "ranks", "%ld GPU trainer ranks need a GPU each (NCCL refuses two ranks on one GPU); this "
+                 "machine has %ld (train.device = cpu: CPU ranks over Open MPI)", n, gpus);
+        else
+            line(p, "ok", "ranks", "%ld GPU trainer ranks over NCCL, started by %s", n, how ? how : "cpt local-ranks");
+        return;
+    }
+    char plugin[4200];
+    snprintf(plugin, sizeof plugin, "%s/%s", p->bin_dir ? p->bin_dir : ".", CPT_COLL_MPI_FILE);
+    int bad = 0;
+    if (access(plugin, R_OK) != 0) {
+        line(p, "FAIL", "ranks", "%ld CPU trainer ranks need Open MPI through %s, which is absent (cpt was built "
+             "without MPI: apt-get install libopenmpi-dev openmpi-bin, then rebuild), or GPU ranks (train.device = "
+             "cuda)", n, plugin);
+        bad = 1;
+    }
+    if (!p->slurm && !on_path("mpirun")) {
+        line(p, "FAIL", "ranks", "%ld local CPU trainer ranks start under mpirun, which is not on PATH (apt-get "
+             "install openmpi-bin)", n);
+        bad = 1;
+    }
+    if (!bad) line(p, "ok", "ranks", "%ld CPU trainer ranks over Open MPI, started by %s", n, how ? how : "mpirun");
+}
+
 static void check_roles(cpt_preflight *p) {
     const cpt_config *c = p->cfg;
     const char *algo = cpt_cfg_str(c, "algo.type");
@@ -608,6 +668,7 @@ int cpt_preflight_run(cpt_preflight *p) {
         check_reward(p);
     }
     check_roles(p);
+    check_trainer_ranks(p);
     check_resources(p);
     return p->problems;
 }
