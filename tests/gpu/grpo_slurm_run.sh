@@ -94,7 +94,9 @@ t1=$(date +%s.%N)
 
 echo "job $job: $st, Restarts=$(job_field "$job" Restarts), $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}') s from sbatch to COMPLETED"
 grep -E "cpt-sched: job|cpt: devices|requeue" "$W/job.log" | head -8 || true
-echo "trainer: $(grep -m1 -E 'resumed from' "$W/run/logs/trainer.log" || echo 'NO resume line')"
+resumed=$(grep -m1 -E 'resumed from' "$W/run/logs/trainer.log") ||
+  fail "no resume line in the trainer's log: the run ended before the requeue took hold (raise STEPS)"
+echo "trainer: $resumed"
 summary=$(check_groups "$W/run" "$STEPS" "$G") || fail "exactly-once: $summary"
 echo "exactly-once: $summary"
 python3 - "$W/run/metrics.jsonl" <<'PY'

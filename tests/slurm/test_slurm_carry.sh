@@ -29,11 +29,12 @@ grep -q "slurm_device.sh check: ok" "$T/check.log" || { echo "FAIL: the carried 
 grep -q "^ok: srun --mpi=pmix -n 2 cpt check-bootstrap" "$T/check.log" || { echo "FAIL: no cpt check-bootstrap"; exit 1; }
 
 # the device's GRPO stage on the CPUs: sbatch sbatch/grpo_4gpu.sh, a requeue, COMPLETED, every group once
-tests/gpu/hide_system_slurm.sh env MODE=cpu STEPS=12 OUT="$T/grpo" tests/gpu/grpo_slurm_run.sh run "$T/carry" |
+# (90 steps: the requeue at step 30 must land before the last step, and this run makes about 30 steps a second)
+tests/gpu/hide_system_slurm.sh env MODE=cpu STEPS=90 OUT="$T/grpo" tests/gpu/grpo_slurm_run.sh run "$T/carry" |
   tee "$T/grpo.log"
 grep -q "^grpo_slurm_run: ok" "$T/grpo.log" || { echo "FAIL: grpo_slurm_run.sh MODE=cpu"; exit 1; }
 grep -q "COMPLETED, Restarts=1," "$T/grpo.log" || { echo "FAIL: the job was not requeued once"; exit 1; }
-grep -q "exactly-once: groups: cursor 48 = 12 x 4 + 0 skipped, 0 outstanding" "$T/grpo.log" ||
+grep -q "exactly-once: groups: cursor 360 = 90 x 4 + 0 skipped, 0 outstanding" "$T/grpo.log" ||
   { echo "FAIL: exactly-once counts"; exit 1; }
 grep -q "^trainer: .*resumed from" "$T/grpo.log" || { echo "FAIL: no resume line"; exit 1; }
 echo "test_slurm_carry: ok ($(du -sh "$T/carry/slurm" | cut -f1) carried; GRPO requeued and finished on it)"
