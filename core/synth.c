@@ -76,7 +76,7 @@ int cpt_synth_arithmetic(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) {
 
 int cpt_synth_arithmetic_1digit(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) {
     memset(it, 0, sizeof *it);
-    int a = 10 + (int)cpt_rng_below(rng, 90), b = 1 + (int)cpt_rng_below(rng, 9);
+    int a = 10 + (int)cpt_rng_below(rng, 990), b = 1 + (int)cpt_rng_below(rng, 9);
     char op = cpt_rng_below(rng, 2) ? '-' : '+';
     it->target = op == '+' ? a + b : a - b;
     return finish_binary(it, a, op, b, err);

@@ -1,8 +1,9 @@
 /* Synthetic tasks for examples and tests, each instance verified by the generator and reproducible from a seed.
  *
  *   arithmetic  "What is 47 + 38?" with +, - (never negative) and * of small numbers; answer: the integer.
- *   arithmetic-1digit  "What is 47 + 8?": a two-digit number plus or minus a one-digit one (never negative), a task
- *               a tiny model learns in minutes on a CPU (the online example's task).
+ *   arithmetic-1digit  "What is 647 + 8?": a number of 10-999 plus or minus a one-digit one (never negative): a
+ *               tiny model learns it in minutes on a CPU, and its ~18k questions are too many to memorise (the
+ *               main online example's task).
  *   countdown   2-4 numbers and a target reachable with + - * / and parentheses, each number used at most once
  *               (the reference solution uses every number once, every step a positive integer, division exact).
  *

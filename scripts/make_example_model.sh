@@ -2,8 +2,8 @@
 # Makes examples/models/tiny-arith1-sft, the model the main job (examples/grpo_arithmetic.toml, ./run.sh) starts
 # from: a tiny Qwen2-style model (hidden 128, 2 layers, the 709-token tiny tokenizer) SFT'd by cpt itself
 # (examples/sft_arithmetic.toml: raw prompt -> answer, no chat template) on the arithmetic-1digit task with answers
-# in the math reward's format ("What is 47 + 8?" -> "#### 55"), 400 steps at lr 1e-3: it knows the format and
-# gets about a fifth of the held-out questions right (greedy exact match ~0.2), which leaves GRPO room.
+# in the math reward's format ("What is 647 + 8?" -> "#### 655"), 400 steps at lr 1e-3: it knows the format and
+# gets a few of the held-out questions right (greedy exact match ~0.08-0.10), which leaves GRPO room.
 # The SFT data is the task's sft split; GRPO's prompts (examples/data/arithmetic1_rl_train.jsonl) are its rl split
 # and the evaluation questions its eval split: no question is in two of them (scripts/check_splits.py,
 # tests/e2e/test_data_splits.sh).

@@ -22,6 +22,7 @@ python3 scripts/check_splits.py sft="$T/sft/train.jsonl" eval="$T/sft/eval.jsonl
 cat "$T/out"
 # the main job's questions are the same task's: the check above compares like with like
 grep -q '"What is [0-9]* [-+] [0-9]?"' "$rl" || fail "$rl: not the arithmetic-1digit task"
+[ "$(grep -c '"What is [0-9]* [-+] [0-9]?"' "$rl")" -eq "$(wc -l < "$rl")" ] || fail "$rl: not only arithmetic-1digit"
 "$BUILD/cpt" data gen arithmetic-1digit --format rl --split train --n 30000 --seed 1 > "$T/train_all.jsonl"
 if python3 scripts/check_splits.py sft="$T/train_all.jsonl" rl="$rl" > "$T/out"; then
   cat "$T/out"; fail "the checker missed the overlap of the whole train split with the RL prompts"
