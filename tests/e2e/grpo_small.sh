@@ -34,7 +34,10 @@ for line in open(sys.argv[4]):
 dyn = max((r.get("groups/dynamic_dropped", 0) for r in rows.values()), default=0)
 # groups/skipped: whole-run total of groups that failed past their retries (never trained, behind the cursor)
 skipped = rows[max(rows)].get("groups/skipped", 0) if rows else 0
-consumed = cur["epoch"] * 1000 + cur["index"]  # examples/data/arithmetic_rl_train.jsonl: 1000 prompts an epoch
+import tomllib  # an epoch is every prompt of the example's data.train once
+with open("examples/grpo_arithmetic.toml", "rb") as f:
+    per_epoch = sum(1 for l in open(tomllib.load(f)["data"]["train"]) if l.strip())
+consumed = cur["epoch"] * per_epoch + cur["index"]
 if out: sys.exit(f"{len(out)} groups outstanding at the end: {out[:5]}")
 if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
 if dyn == 0 and consumed != steps * g + skipped:
