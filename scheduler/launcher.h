@@ -23,6 +23,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "queue/redis_server.h"
+#include "scheduler/autoscale.h"
 #include "scheduler/placement.h"
 #include "scheduler/satellite.h"
 #include "scheduler/supervisor.h"
@@ -60,6 +61,7 @@ typedef struct cpt_launcher {
     double redis_next_start;  /* when a failed restart is tried again */
     cpt_supervisor sup;
     int want[2];            /* desired rollout, reward workers */
+    cpt_autoscaler autoscale; /* rollout=auto: want[rollout] follows its decisions (autoscale.h) */
     int limited;            /* Slurm with a known allocation: steps are counted against alloc */
     cpt_alloc alloc;        /* what Slurm granted (placement.h) */
     int satellites_on;      /* workers beyond the allocation go to satellite jobs; the queue listens on TCP */
