@@ -745,7 +745,11 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
         if (control && now - L->last_control >= 2.0) {
             L->last_control = now;
             read_control(L, control);
-            if (L->satellites_on) cpt_sat_refresh(&L->sats);
+            if (L->satellites_on) {
+                cpt_sat_refresh(&L->sats);
+                cpt_sat_release_ended(&L->sats, control, cpt_cfg_str(L->cfg, "run.name"),
+                                      cpt_cfg_int(L->cfg, "queue.claim_idle_ms"));
+            }
             if (apply_scale(L, err) != 0) cpt_errf(err, "scaling: %s", err->msg);
             write_counts(L, control);
         }

@@ -99,6 +99,7 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     S->cpus[1] = (int)cpt_cfg_int(cfg, "slurm.reward_cpus");
     S->gpus[1] = 0;
     S->check_s = cpt_cfg_float(cfg, "slurm.satellite_check_s");
+    S->warn_s = (int)cpt_cfg_int(cfg, "slurm.satellite_warn_s");
     const char *rc = getenv("SLURM_RESTART_COUNT");
     S->restart = rc ? atoi(rc) : 0;
     for (int r = 0; r < 2; r++) S->backoff[r] = 5.0;
@@ -196,7 +197,7 @@ int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err) {
         S->cap = cap;
     }
     char worker[64], jobname[256], comment[64], out_arg[2300], cpus[32], gres[48], part[160], acct[160], tlim[96];
-    char check[32], url[800], pw[2200], extra[1024], id_out[256];
+    char check[32], url[800], pw[2200], extra[1024], id_out[256], sig[48];
     if (S->restart > 0)
         snprintf(worker, sizeof worker, "%s-sat%d-r%d", role_name(role), S->next_index[role], S->restart);
     else
@@ -227,6 +228,8 @@ int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err) {
     if (S->account[0]) argv[n++] = acct;
     if (S->time_limit[0]) argv[n++] = tlim;
     argv[n++] = "--no-requeue";
+    snprintf(sig, sizeof sig, "--signal=B:USR2@%d", S->warn_s);
+    argv[n++] = sig;
     argv[n++] = "--open-mode=append";
     argv[n++] = out_arg;
     /* The user's arguments last but before the script, so they can override ours. */
@@ -313,9 +316,24 @@ void cpt_sat_refresh(cpt_satellites *S) {
         /* A job Slurm no longer lists ended long ago (MinJobAge); give a fresh submission a few seconds. */
         int gone = seen[i] ? !is_live_state(s->state) && strcmp(s->state, "COMPLETING") : now - s->submitted_at > 10;
         if (gone) {
+            if (S->n_ended < (int)(sizeof S->ended / sizeof S->ended[0])) {
+                snprintf(S->ended[S->n_ended], sizeof S->ended[0], "%s", s->worker);
+                S->ended_role[S->n_ended++] = s->role;
+            }
+            int ran = s->started_at > 0 ? (int)(now - s->started_at) : 0;
+            /* COMPLETED: the worker stopped cleanly, which it does only on a signal (the preemption's or the time
+             * limit's USR2, a user's scancel --signal): no failure to back off from */
+            int replaced = !strcmp(s->state, "PREEMPTED") || !strcmp(s->state, "TIMEOUT") ||
+                           !strcmp(s->state, "COMPLETED");
             if (s->draining) {
                 fprintf(stderr, "cpt: satellite %s (job %s) drained: %s\n", s->worker, s->job,
                         s->state[0] ? s->state : "ended");
+            } else if (replaced) { /* backfill: the partition took it back, or its time is up; not a failure */
+                fprintf(stderr, "cpt: satellite %s (job %s) ended %s after %d s (preempted or at its time limit); "
+                                "a new one is submitted while the desired count asks for it\n",
+                        s->worker, s->job, s->state, ran);
+                S->next_submit_at[s->role] = now;
+                S->backoff[s->role] = 5.0;
             } else {
                 int r = s->role;
                 int ran_long = s->started_at > 0 && now - s->started_at > 60;
