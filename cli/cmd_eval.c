@@ -1,4 +1,5 @@
-/* cpt eval --model HF_DIR|CHECKPOINT --data FILE.jsonl --reward NAME [options] [reward.key=value ...] */
+/* cpt eval --model HF_DIR|CHECKPOINT --data FILE.jsonl --reward NAME [options] [reward.key=value ...]
+ * --device auto (the default) generates on the GPU engine when this process sees a GPU (weights/devices.h). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "reward/eval.h"
 #include "reward/reward_model.h"
 #include "reward/teacher.h"
+#include "weights/devices.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -28,6 +30,7 @@ static void usage(FILE *f) {
             "  --max-records N        only the first N records\n"
             "  --tokenizer PATH       default: the model folder\n"
             "  --chat-template NAME   auto | chatml | qwen3 | llama3 | none (default auto)\n"
+            "  --device auto|cpu|cuda the GPU engine (bf16, GPU 0) or the CPU; auto: cuda when a GPU is seen (default)\n"
             "  --json                 print one JSON object instead of text\n");
 }
 
@@ -43,7 +46,7 @@ static int parse_num(const char *opt, const char *v, double lo, double hi, doubl
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *rname = NULL, *tokp = NULL, *tname = "auto";
+    const char *model = NULL, *data = NULL, *rname = NULL, *tokp = NULL, *tname = "auto", *device = "auto";
     int json_out = 0;
     cpt_eval_opts o;
     cpt_eval_opts_default(&o);
@@ -72,6 +75,13 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--reward")) rname = v, ok = 1;
         else if (!strcmp(a, "--tokenizer")) tokp = v, ok = 1;
         else if (!strcmp(a, "--chat-template")) tname = v, ok = 1;
+        else if (!strcmp(a, "--device")) {
+            if (!cpt_device_pick(v, 0)) {
+                fprintf(stderr, "cpt eval: --device %s: expected auto, cpu or cuda\n", v);
+                goto bad;
+            }
+            device = v, ok = 1;
+        }
         else if (!strcmp(a, "--samples")) {
             if (parse_num(a, v, 1, 1024, &x)) goto bad;
             o.samples = (int)x, ok = 1;
@@ -140,6 +150,10 @@ int cmd_eval(int argc, char **argv) {
         o.tpl = &tpl;
     }
     if (!(m = cpt_frozen_model_load(model, &err))) goto fail;
+    if (!strcmp(cpt_device_pick(device, cpt_gpus_visible()), "cuda") && cpt_model_use_cuda_infer(m, 0, &err)) {
+        cpt_err_prefix(&err, "--device %s", device);
+        goto fail;
+    }
     cpt_dataset_opts dopt = {.format = CPT_DATA_RL_PROMPT};
     if (!(ds = cpt_dataset_load(data, &dopt, &err))) goto fail;
     if (is_model) {

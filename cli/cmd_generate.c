@@ -2,13 +2,14 @@
  *
  *   cpt generate --model HF_DIR|CHECKPOINT [--tokenizer PATH] (--prompt TEXT | --prompt-ids 1,2,3 |
  *       --prompts FILE.jsonl) [--max-new-tokens N] [--greedy | --temperature T --top-p P --top-k K --min-p M]
- *       [--seed S] [--n N] [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json] [--device cpu|cuda]
+ *       [--seed S] [--n N] [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json] [--device auto|cpu|cuda]
  *   cpt generate --bench [--bench-config hidden=256,layers=4,vocab=1024,heads=4,kv_heads=4,inter=688]
  *       [--batch B] [--prompt-len 64] [--max-new-tokens 128] [--threads N]
  *
  * FILE.jsonl holds one prompt per line: {"prompt": "text"} or {"prompt_ids": [1, 2, 3]}. --json prints one line
  * per sample with the prompt and completion ids, behaviour logprobs, the finish reason and the text. --device cuda
- * places the model on GPU 0 for inference (bf16 weights, cpt_model_use_cuda_infer) before the same engine runs. */
+ * places the model on GPU 0 for inference (bf16 weights, cpt_model_use_cuda_infer) before the same engine runs;
+ * auto (the default) does when this process sees a GPU (weights/devices.h). */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -25,6 +26,7 @@
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
 #include "rollout/prompts.h"
+#include "weights/devices.h"
 
 typedef struct gen_args {
     const char *model, *tokenizer, *prompt, *prompt_ids, *prompts_file, *bench_config;
@@ -42,7 +44,7 @@ static void usage(void) {
             "usage: cpt generate --model HF_DIR|CHECKPOINT [--tokenizer PATH]\n"
             "           (--prompt TEXT | --prompt-ids 1,2,3 | --prompts FILE.jsonl) [--max-new-tokens N]\n"
             "           [--greedy | --temperature T --top-p P --top-k K --min-p M] [--seed S] [--n N]\n"
-            "           [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json] [--device cpu|cuda]\n"
+            "           [--slots N] [--stop TEXT]... [--stop-id ID]... [--no-eos] [--json] [--device auto|cpu|cuda]\n"
             "       cpt generate --bench [--bench-config hidden=256,layers=4,vocab=1024,heads=4,kv_heads=4,inter=688]\n"
             "           [--batch B] [--prompt-len 64] [--max-new-tokens 128] [--threads N]\n");
 }
@@ -74,6 +76,7 @@ static int parse_float(const char *flag, const char *s, float *out) {
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->max_new = -1, a->n = 1, a->slots = 0, a->batch = 1, a->prompt_len = 64;
+    a->cuda = !strcmp(cpt_device_pick("auto", cpt_gpus_visible()), "cuda");
     a->sp = (cpt_sample_params){1.0f, 0, 1.0f, 0.0f};
     int greedy = 0, sampling_flag = 0;
     for (int i = 1; i < argc; i++) {
@@ -109,8 +112,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             if (!strcmp(f, "--model")) a->model = s;
             else if (!strcmp(f, "--tokenizer")) a->tokenizer = s;
             else if (!strcmp(f, "--device")) {
-                if (strcmp(s, "cpu") && strcmp(s, "cuda")) { fprintf(stderr, "cpt generate: --device %s: expected cpu or cuda\n", s); return -1; }
-                a->cuda = !strcmp(s, "cuda");
+                const char *d = cpt_device_pick(s, cpt_gpus_visible());
+                if (!d) { fprintf(stderr, "cpt generate: --device %s: expected auto, cpu or cuda\n", s); return -1; }
+                a->cuda = !strcmp(d, "cuda");
             }
             else if (!strcmp(f, "--prompt")) a->prompt = s;
             else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = s;

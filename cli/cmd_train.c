@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_keys.h"
+#include "cli/trainer_rank.h"
 #include "core/config.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dpo.h"
@@ -33,6 +34,7 @@ int cmd_train(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     umask(077); /* cpt-train and `cpt train`: what the trainer writes into the run directory is its owner's only */
+    cpt_cli_trainer_rank_setup();
     cpt_err err;
     cpt_config *cfg = cpt_config_load(argv[1], argc - 2, argv + 2, &err);
     if (!cfg) {

@@ -22,5 +22,7 @@ int cmd_plot(int argc, char **argv);            /* cpt plot RUN_DIR */
 int cmd_sched(int argc, char **argv);           /* cpt-sched (Slurm batch step) */
 int cmd_scale(int argc, char **argv);           /* cpt-scale rollout=N */
 int cmd_check_bootstrap(int argc, char **argv); /* cpt check-bootstrap [--kind K] [--dir D] */
+int cmd_check_collective(int argc, char **argv); /* cpt check-collective [--backend B] [--device D] */
+int cmd_local_ranks(int argc, char **argv);      /* cpt local-ranks N [--clear DIR] -- PROGRAM ARGS */
 
 #endif

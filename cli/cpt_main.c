@@ -25,6 +25,8 @@ static const cpt_command commands[] = {
     {"plot", cmd_plot, "plot RUN_DIR                               metrics as PNG"},
     {"queue", cmd_queue, "queue stats|peek|dead                     (same as cpt-queue)"},
     {"check-bootstrap", cmd_check_bootstrap, "check-bootstrap [--kind auto|pmix|file] [--dir D]  test rank bootstrap"},
+    {"check-collective", cmd_check_collective, "check-collective [--backend B] [--device D]  test the dp collectives"},
+    {"local-ranks", cmd_local_ranks, "local-ranks N [--clear DIR] -- PROG ARGS  N local GPU trainer ranks as one"},
     {"scale", cmd_scale, "scale rollout=N [reward=M]                (same as cpt-scale)"},
 };
 

@@ -14,6 +14,7 @@
 #include "queue/stream.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
+#include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_rx.h"
 
@@ -378,7 +379,7 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     memset(w, 0, sizeof *w);
     w->bad_version = UINT64_MAX; /* no version has failed yet (version 0 is a real one) */
     w->cfg = cfg, w->me = worker_id, w->stop = stop, w->st = stats ? stats : &local;
-    w->on_gpu = !strcmp(cpt_cfg_str(cfg, "rollout.device"), "cuda");
+    w->on_gpu = !strcmp(cpt_device_resolve(cfg, "rollout.device"), "cuda");
     memset(w->st, 0, sizeof *w->st);
     const char *rd = getenv("CPT_RUN");
     snprintf(w->run_dir, sizeof w->run_dir, "%s", rd && *rd ? rd : cpt_cfg_str(cfg, "run.dir"));
@@ -400,9 +401,9 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     }
     if (open_queue(w, err)) goto done;
     if (!(w->rx = cpt_weights_rx_new(cfg, worker_id, w->q, err))) goto done;
-    cpt_info("cpt-rollout %s: run %s, %s, %d slots", worker_id, w->conn.run,
+    cpt_info("cpt-rollout %s: run %s, %s, %d slots, on %s, weights over %s", worker_id, w->conn.run,
              random_init ? "model from the first weight version" : cpt_cfg_str(cfg, "model.path"),
-             (int)cpt_cfg_int(cfg, "rollout.slots"));
+             (int)cpt_cfg_int(cfg, "rollout.slots"), w->on_gpu ? "GPU 0" : "the CPU", cpt_transport_resolve(cfg));
 
     const double poll_s = cpt_cfg_int(cfg, "rollout.weight_poll_ms") / 1000.0;
     const double hb_s = cpt_cfg_float(cfg, "rollout.heartbeat_s"), max_wait = cpt_cfg_float(cfg, "rollout.max_wait_weights_s");

@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
-# GRPO on one 4-GPU node: trainer on 1 GPU, 3 rollout workers on 1 GPU each, 2 reward workers on CPUs.
-# Submit: sbatch sbatch/grpo_4gpu.sh [CONFIG] [section.key=value ...]
+# GRPO on one 4-GPU node: the trainer on one GPU, a rollout worker on each other GPU (3; weights over NCCL), 2 reward
+# workers on CPUs. Asks for 1 node, 6 tasks x 8 CPUs, 4 GPUs, 24 hours (the #SBATCH lines below).
+#
+# Submit from the repository root; CONFIG is optional (default examples/grpo_arithmetic.toml), overrides follow:
+#   sbatch sbatch/grpo_4gpu.sh [CONFIG] [section.key=value ...]        e.g. sbatch sbatch/grpo_4gpu.sh train.steps=10
+# The roles follow the allocation (its GPUs, --ntasks, --cpus-per-task), so sbatch options alone shrink it:
+#   one GPU, shared by the trainer and one rollout worker (weights over cuda_ipc):
+#     sbatch --gres=gpu:1 --ntasks=3 --cpus-per-task=4 sbatch/grpo_4gpu.sh
+#   a CPU-only node (every role on the CPU, weights as files):
+#     sbatch --gres=none --ntasks=3 --cpus-per-task=1 sbatch/grpo_4gpu.sh
+#   N GPUs: --gres=gpu:N --ntasks=N+2 gives N-1 rollout workers with a GPU each.
+# Role counts and slurm.* given as overrides win (docs/run-guide.md). The start of the job log says where each role
+# runs: "cpt: devices: trainer cuda (GPU 0), rollout cuda (a GPU per worker), reward cpu; weights over nccl".
 # Preemption-safe: USR1 arrives GRACE seconds before the end or on preemption; cpt-sched checkpoints, drains and
 # requeues; the requeued job resumes from the run directory's checkpoints/latest.
 #
@@ -19,8 +30,23 @@
 #SBATCH --output=cpt-grpo-%j.log
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
-config=${1:-examples/grpo_arithmetic.toml}
-shift || true
+config=examples/grpo_arithmetic.toml
+if [ $# -gt 0 ] && [[ $1 != *=* ]]; then config=$1; shift; fi
+# The allocation: GPUs on the node, tasks, CPUs per task (each role's step gets that many CPUs).
+gpus=${SLURM_GPUS_ON_NODE:-0} tasks=${SLURM_NTASKS:-1} cpus=${SLURM_CPUS_PER_TASK:-1}
+reward=2 share=()
+if [ "$gpus" -ge 2 ]; then   # a GPU for the trainer, one for each rollout worker
+  rollout=$((gpus - 1)) tgpus=1 rgpus=1
+elif [ "$gpus" -eq 1 ]; then # the rollout worker beside the trainer, on its GPU
+  rollout=1 tgpus=1 rgpus=0 share=(rollout.device=cuda)
+else
+  rollout=1 tgpus=0 rgpus=0
+fi
+if [ $((1 + rollout + reward)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
+  reward=1
+  rollout=$((tasks - 2 > rollout ? rollout : tasks - 2 > 1 ? tasks - 2 : 1))
+fi
 CPT_BIN=${CPT_BIN:-$PWD/build}
-exec "$CPT_BIN/cpt-sched" "$config" roles.rollout=3 roles.reward=2 \
-  slurm.trainer_gpus=1 slurm.rollout_gpus=1 slurm.trainer_cpus=8 slurm.rollout_cpus=8 slurm.reward_cpus=4 "$@"
+exec "$CPT_BIN/cpt-sched" "$config" roles.rollout=$rollout roles.reward=$reward slurm.trainer_gpus=$tgpus \
+  slurm.rollout_gpus=$rgpus slurm.trainer_cpus=$cpus slurm.rollout_cpus=$cpus slurm.reward_cpus=$cpus \
+  "${share[@]}" "$@"

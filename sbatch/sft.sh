@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Supervised fine-tuning on one GPU (offline: trainer only, no queue).
-# Submit: sbatch sbatch/sft.sh [CONFIG] [section.key=value ...]
-# Preemption-safe: see sbatch/grpo_4gpu.sh.
+# Supervised fine-tuning on one GPU (offline: the trainer only, no queue).
+# Asks for 1 node, 1 task x 16 CPUs, 1 GPU, 24 hours (the #SBATCH lines below).
+#
+# Submit from the repository root; CONFIG is optional (default examples/sft_arithmetic.toml), overrides follow:
+#   sbatch sbatch/sft.sh [CONFIG] [section.key=value ...]        e.g. sbatch sbatch/sft.sh train.steps=10
+# The trainer follows the allocation (a GPU if it has one, --cpus-per-task CPUs), so sbatch options alone shrink it:
+#   a CPU-only node:  sbatch --gres=none --cpus-per-task=2 sbatch/sft.sh
+# More trainer ranks (data parallel, a GPU each): add slurm.trainer_tasks=N with --ntasks=N --gres=gpu:N.
+# The job log says where the trainer runs ("cpt: devices: trainer cuda"). Preemption-safe: see sbatch/grpo_4gpu.sh.
 #
 # Edit the resource lines for your cluster:
 #SBATCH --job-name=cpt-sft
@@ -18,7 +24,8 @@
 #SBATCH --output=cpt-sft-%j.log
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
-config=${1:-examples/sft_arithmetic.toml}
-shift || true
+config=examples/sft_arithmetic.toml
+if [ $# -gt 0 ] && [[ $1 != *=* ]]; then config=$1; shift; fi
+gpus=${SLURM_GPUS_ON_NODE:-0} cpus=${SLURM_CPUS_PER_TASK:-1}
 CPT_BIN=${CPT_BIN:-$PWD/build}
-exec "$CPT_BIN/cpt-sched" "$config" slurm.trainer_gpus=1 slurm.trainer_cpus=16 "$@"
+exec "$CPT_BIN/cpt-sched" "$config" slurm.trainer_gpus=$((gpus > 0 ? 1 : 0)) slurm.trainer_cpus=$cpus "$@"

@@ -160,6 +160,26 @@ static int setup_satellites(cpt_launcher *L, cpt_err *err) {
     return load_config(L, err);
 }
 
+/* Every auto of train.device, rollout.device and weights.transport becomes the concrete value (weights/devices.h), so
+ * each role, a restart and a requeue read the same; said in one line. */
+static int resolve_devices(cpt_launcher *L, cpt_err *err) {
+    cpt_devices_view v = {.slurm = L->exec == CPT_EXEC_SLURM, .gpus = L->exec == CPT_EXEC_SLURM ? 0 : cpt_gpus_visible()};
+    if (cpt_devices_resolve(L->cfg, &v, &L->dev, err)) return -1;
+    const char *keys[3] = {"train.device", "rollout.device", "weights.transport"};
+    const char *vals[3] = {L->dev.train, L->dev.rollout, L->dev.transport};
+    int added = 0;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(cpt_cfg_str(L->cfg, keys[i]), "auto")) {
+            if (add_override(L, keys[i], vals[i], err)) return -1;
+            added = 1;
+        }
+    char line[256];
+    if (is_online(cpt_cfg_str(L->cfg, "algo.type"))) cpt_devices_describe(&L->dev, line, sizeof line);
+    else snprintf(line, sizeof line, "trainer %s", L->dev.train);
+    fprintf(stderr, "cpt: devices: %s\n", line);
+    return added ? load_config(L, err) : 0;
+}
+
 /* `--resume` continues from a checkpoint: a run folder without a good one would silently start over at step 0. */
 static int check_resumable(cpt_launcher *L, int from_scratch, cpt_err *err) {
     char ckpt[CPT_CKPT_PATH_MAX];
@@ -250,6 +270,7 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table
         return cpt_errf(err, "preflight: %d problem%s (listed above); nothing was started", problems,
                         problems == 1 ? "" : "s");
     fprintf(stderr, "preflight: ok\n");
+    if (resolve_devices(L, err)) return -1;
     if (!resume_dir) {
         const char *dir = cpt_cfg_str(L->cfg, "run.dir");
         if (cpt_mkdir_p(dir, 0700, err) != 0) return -1;
@@ -290,10 +311,12 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table
     return 0;
 }
 
-/* argv for a role, wrapped in an srun step under Slurm. */
+/* argv for a role, wrapped in an srun step under Slurm, or in a local launcher of trainer ranks. */
 static int add_role(cpt_launcher *L, const char *name, const char *program, const char *worker_id, int tasks,
                     int cpus, int gpus, int pmix, cpt_restart_policy policy, cpt_err *err) {
     char prog[2300], log[2200], env_run[2200], env_role[128], ntasks[32], ncpus[32], ngpus[48], jobname[96];
+    /* a rollout worker on the GPU with none of its own: beside the trainer, on the GPU its step holds */
+    int beside = worker_id && !strncmp(name, "rollout-", 8) && gpus == 0 && L->dev.rollout_shares_gpu;
     snprintf(prog, sizeof prog, "%s/%s", L->bin_dir, program);
     snprintf(log, sizeof log, "%s/logs/%s.log", L->run_dir, name);
     snprintf(env_run, sizeof env_run, "CPT_RUN=%s", L->run_dir);
@@ -302,14 +325,38 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
     snprintf(ncpus, sizeof ncpus, "--cpus-per-task=%d", cpus);
     snprintf(ngpus, sizeof ngpus, "--gpus-per-task=%d", gpus);
     snprintf(jobname, sizeof jobname, "--job-name=cpt-%s", name);
-    const char *argv[24];
-    int n = 0;
+    const char *argv[32];
+    int n = 0, stop_signal = 0;
+    char cpt_prog[2300], boot_dir[2200], nranks[16];
+    if (L->exec != CPT_EXEC_SLURM && tasks > 1) {
+        /* Local trainer ranks (slurm.trainer_tasks): one supervised process either way, so a stop reaches every rank
+         * and every rank dies with the launcher. */
+        snprintf(nranks, sizeof nranks, "%d", tasks);
+        if (!strcmp(L->dev.train, "cuda")) { /* NCCL: N processes, the file bootstrap in RUN_DIR/bootstrap */
+            snprintf(cpt_prog, sizeof cpt_prog, "%s/cpt", L->bin_dir);
+            snprintf(boot_dir, sizeof boot_dir, "%s/bootstrap", L->run_dir);
+            const char *pre[] = {cpt_prog, "local-ranks", nranks, "--clear", boot_dir, "--"};
+            for (size_t k = 0; k < sizeof pre / sizeof pre[0]; k++) argv[n++] = pre[k];
+        } else { /* CPU: Open MPI's launcher; it forwards SIGUSR1 and waits, but kills its ranks 2 s after a SIGTERM */
+            const char *pre[] = {"mpirun", "-n", nranks, "--oversubscribe", "--bind-to", "none"};
+            for (size_t k = 0; k < sizeof pre / sizeof pre[0]; k++) argv[n++] = pre[k];
+            if (geteuid() == 0) argv[n++] = "--allow-run-as-root";
+            stop_signal = SIGUSR1;
+        }
+    }
     if (L->exec == CPT_EXEC_SLURM) {
         argv[n++] = "srun";
         argv[n++] = "--exact";
         argv[n++] = ntasks;
         argv[n++] = ncpus;
-        if (gpus > 0) argv[n++] = ngpus;
+        if (gpus > 0) {
+            argv[n++] = ngpus;
+        } else if (beside) {
+            argv[n++] = "--overlap";
+            argv[n++] = "--gpus-per-task=1";
+        } else {
+            argv[n++] = "--gres=none"; /* else the step would ask every GPU of the job (Slurm's default) */
+        }
         /* PMIx only where ranks must meet: a one-rank trainer needs no bootstrap, and skipping the PMIx server
          * removes a launch path that was seen failing under load ("task 0 launch failed"). */
         argv[n++] = pmix && tasks > 1 ? "--mpi=pmix" : "--mpi=none";
@@ -326,6 +373,7 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
     char *env[] = {env_run, env_role, NULL};
     int i = cpt_sup_add(&L->sup, name, (char *const *)argv, env, log, policy, err);
     if (i < 0) return -1;
+    L->sup.procs[i].stop_signal = stop_signal;
     return cpt_sup_start(&L->sup, i, err) == 0 ? i : -1;
 }
 
@@ -396,7 +444,10 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
     cpt_plan_scale(&room, L->want, base, inside, sats, cpus, gpus, left < 0 ? 0 : left, moves);
     for (int role = 0; role < 2; role++) {
         cpt_scale_move m = moves[role];
-        if (m.submit && !cpt_sat_may_submit(&L->sats, role)) { /* backing off after a satellite failed */
+        /* backing off after a satellite failed; or rollout workers on the trainer's GPU, which a satellite on
+         * another node cannot share (cuda_ipc is one host's) */
+        if (m.submit && (!cpt_sat_may_submit(&L->sats, role) ||
+                         (role == CPT_ROLE_ROLLOUT && L->dev.rollout_shares_gpu))) {
             m.unplaced += m.submit;
             m.submit = 0;
         }
@@ -431,8 +482,8 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
             if (m.unplaced > 0)
                 fprintf(stderr, "cpt: %d %s worker%s wanted but not placed: the allocation has no room%s; they start "
                                 "when room frees\n", m.unplaced, role_names[role], m.unplaced == 1 ? "" : "s",
-                        L->satellites_on ? " and no satellite may be submitted now (slurm.max_satellites, or a "
-                                           "backoff after a satellite failed)"
+                        L->satellites_on ? " and no satellite may be submitted now (slurm.max_satellites, a "
+                                           "backoff after a satellite failed, or rollout workers on the trainer's GPU)"
                                          : " and satellites are off (slurm.max_satellites = 0, or no TCP queue)");
             else
                 fprintf(stderr, "cpt: every %s worker placed\n", role_names[role]);

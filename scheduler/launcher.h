@@ -8,9 +8,21 @@
  * workers. It holds RUN_DIR/.lock while it lives (run_lock.h), and everything it starts dies with it
  * (supervisor.h, redis_server.c), so a killed launcher leaves nothing running.
  *
+ * Devices: train.device, rollout.device and weights.transport = auto are resolved once here (weights/devices.h: under
+ * Slurm from slurm.*_gpus, locally from the GPUs this process sees), written into RUN_DIR/config.toml and printed in
+ * one line ("cpt: devices: ..."). Under Slurm a step that asks no GPU runs with --gres=none (else Slurm would give it
+ * every GPU of the job and it would wait for the others' steps to end), and a rollout step on the trainer's GPU
+ * (rollout.device = cuda, slurm.rollout_gpus = 0) runs with --overlap --gpus-per-task=1, which gives it the job's
+ * first GPU whatever other steps hold: in a one-GPU job, the trainer's (tests/slurm/test_sbatch_gpu_steps.sh).
+ *
  * Role processes: `cpt-train RUN_DIR/config.toml`, `cpt-rollout RUN_DIR/config.toml --worker-id rollout-K`,
  * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
  * RUN_DIR/logs/<name>.log.
+ *
+ * Trainer ranks (slurm.trainer_tasks = N > 1): under Slurm one step `srun --mpi=pmix --ntasks=N`; locally, CPU ranks
+ * under `mpirun -n N --oversubscribe --bind-to none` (stopped with SIGUSR1, which mpirun forwards), GPU ranks
+ * (train.device = cuda) under `cpt local-ranks N` (local_ranks.h). Either way the supervisor sees one "trainer";
+ * rank 0 logs to RUN_DIR/logs/trainer.log, rank K to trainer.rankK.log (cli/trainer_rank.h).
  *
  * Under Slurm, scale-out goes inside the allocation while it has room for one more step of the role (placement.h)
  * and to satellite jobs beyond it (satellite.h); scale-down drains satellites first. A drain never blocks the loop:
@@ -27,13 +39,14 @@
 #include "scheduler/placement.h"
 #include "scheduler/satellite.h"
 #include "scheduler/supervisor.h"
+#include "weights/devices.h"
 
 typedef enum { CPT_EXEC_LOCAL = 0, CPT_EXEC_SLURM } cpt_executor;
 
 /* A role that stopped on request after saving its state exits CPT_EXIT_STOPPED (core/exit_status.h). */
 #include "core/exit_status.h"
 
-#define CPT_LAUNCHER_MAX_EXTRA 6
+#define CPT_LAUNCHER_MAX_EXTRA 10 /* run.dir, queue.*, run.fresh's, and the resolved devices and transport */
 
 typedef struct cpt_launcher {
     cpt_executor exec;
@@ -64,6 +77,7 @@ typedef struct cpt_launcher {
     cpt_autoscaler autoscale; /* rollout=auto: want[rollout] follows its decisions (autoscale.h) */
     int limited;            /* Slurm with a known allocation: steps are counted against alloc */
     cpt_alloc alloc;        /* what Slurm granted (placement.h) */
+    cpt_devices dev;        /* where the roles run and how weights travel, every auto resolved (weights/devices.h) */
     int satellites_on;      /* workers beyond the allocation go to satellite jobs; the queue listens on TCP */
     cpt_satellites sats;
     int tcp_port;           /* the private redis-server's TCP port when satellites are on */

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <stdarg.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,12 +15,14 @@
 #include "core/redact.h"
 #include "core/safetensors.h"
 #include "core/tokenizer.h"
+#include "kernels/mpi/coll_mpi.h"
 #include "model/model.h"
 #include "queue/redis.h"
 #include "queue/tls.h"
 #include "reward/plugin.h"
 #include "reward/reward.h"
 #include "trainer/rl_data.h"
+#include "weights/devices.h"
 
 static void line(cpt_preflight *p, const char *tag, const char *what, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -62,11 +65,86 @@ static void check_gpu_shape(cpt_preflight *p, const char *what, const cpt_model_
     if (!policy && strcmp(what, "critic")) return;
     cpt_err err;
     cpt_err_clear(&err);
-    if (!strcmp(cpt_cfg_str(c, "train.device"), "cuda") && cpt_model_cuda_shape_check(mc, 0, &err))
+    if (!p->dev_ok) return; /* the devices line says why */
+    if (!strcmp(p->dev.train, "cuda") && cpt_model_cuda_shape_check(mc, 0, &err))
         line(p, "FAIL", what, "train.device = cuda: %s", err.msg);
-    else if (policy && is_online(cpt_cfg_str(c, "algo.type")) && !strcmp(cpt_cfg_str(c, "rollout.device"), "cuda") &&
+    else if (policy && is_online(cpt_cfg_str(c, "algo.type")) && !strcmp(p->dev.rollout, "cuda") &&
              cpt_model_cuda_shape_check(mc, 1, &err))
         line(p, "FAIL", what, "rollout.device = cuda: %s", err.msg);
+}
+
+/* GPUs the job or this machine offers: the allocation's under Slurm, else what this process sees; a CUDA_VISIBLE_DEVICES
+ * list counts too (a build without CUDA sees none, yet the GPUs are there). */
+static long gpus_offered(const cpt_preflight *p) {
+    long n = 0;
+    if (p->slurm) {
+        cpt_resources have;
+        cpt_preflight_slurm_alloc(&have);
+        n = have.gpus > 0 ? have.gpus : 0;
+    } else {
+        n = cpt_gpus_visible();
+    }
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (!n && cvd && *cvd && strcmp(cvd, "-1") && strcasecmp(cvd, "none") && strcasecmp(cvd, "NoDevFiles")) {
+        n = 1;
+        for (const char *s = cvd; *s; s++) n += *s == ',';
+    }
+    return n;
+}
+
+/* Where each role runs with every auto resolved, as the launcher will write it into RUN_DIR/config.toml. A role on
+ * cuda whose step gets no GPU is a problem under Slurm (cpt-sched gives a step only the GPUs slurm.*_gpus ask); a
+ * GPU held but used by no role is a warning. */
+static void check_devices(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    int online = is_online(cpt_cfg_str(c, "algo.type"));
+    cpt_devices_view v = {.slurm = p->slurm, .gpus = p->slurm ? 0 : cpt_gpus_visible()};
+    cpt_err err;
+    cpt_err_clear(&err);
+    p->dev_ok = cpt_devices_resolve(c, &v, &p->dev, &err) == 0;
+    if (!p->dev_ok) {
+        line(p, "FAIL", "devices", "%s", err.msg);
+        return;
+    }
+    char d[256];
+    if (online) cpt_devices_describe(&p->dev, d, sizeof d);
+    else snprintf(d, sizeof d, "trainer %s", p->dev.train);
+    line(p, "ok", "devices", "%s (%s)", d, p->slurm ? "from slurm.*_gpus" : "from the GPUs this process sees");
+    long tg = (long)cpt_cfg_int(c, "slurm.trainer_gpus"), rg = online ? (long)cpt_cfg_int(c, "slurm.rollout_gpus") : 0;
+    int t_gpu = !strcmp(p->dev.train, "cuda"), r_gpu = online && !strcmp(p->dev.rollout, "cuda");
+    if (p->slurm) {
+        if (t_gpu && tg == 0)
+            line(p, "FAIL", "devices", "train.device = cuda, but slurm.trainer_gpus = 0: the trainer's step gets no GPU; "
+                 "set slurm.trainer_gpus=1 or train.device=auto");
+        if (r_gpu && rg == 0 && !t_gpu)
+            line(p, "FAIL", "devices", "rollout.device = cuda, but slurm.rollout_gpus = 0 and the trainer is on the CPU: "
+                 "the rollout steps get no GPU; set slurm.rollout_gpus=1 or rollout.device=auto");
+        if (tg > 0 && !t_gpu)
+            line(p, "warn", "devices", "slurm.trainer_gpus = %ld, but train.device = cpu: the trainer's GPUs stay unused",
+                 tg);
+        if (rg > 0 && !r_gpu)
+            line(p, "warn", "devices", "slurm.rollout_gpus = %ld, but rollout.device = cpu: each rollout step's GPUs stay "
+                 "unused", rg);
+    } else if (cpt_gpus_visible() == 0 && (t_gpu || r_gpu)) {
+        line(p, "warn", "devices", "%s = cuda, but this process sees no GPU%s: the role fails at start unless it "
+             "sees one", t_gpu ? "train.device" : "rollout.device",
+#ifdef CPT_HAVE_CUDA
+             ""
+#else
+             " (this cpt is built without CUDA)"
+#endif
+        );
+    }
+    long offered = gpus_offered(p);
+    if (offered > 0 && !t_gpu && !r_gpu)
+        line(p, "warn", "devices", "%s %ld GPU%s, but every role runs on the CPU%s", p->slurm ? "the allocation holds" :
+             "this machine shows", offered, offered == 1 ? "" : "s",
+#ifdef CPT_HAVE_CUDA
+             " (train.device, rollout.device, slurm.*_gpus)"
+#else
+             " (this cpt is built without CUDA)"
+#endif
+        );
 }
 
 /* config.json parses and the weights open (headers only: the tensors are mapped, not read). */
@@ -366,6 +444,65 @@ static void check_queue_url(cpt_preflight *p) {
     check_queue_tls(p);
 }
 
+static int on_path(const char *prog) {
+    const char *path = getenv("PATH");
+    char buf[4200];
+    for (const char *s = path ? path : ""; *s;) {
+        const char *end = strchr(s, ':');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)len, s, prog);
+        if (len && access(buf, X_OK) == 0) return 1;
+        s += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+static long local_gpus(void);
+
+/* Trainer ranks: what launches them and what they talk through must be there; what the trainer cannot do with
+ * several ranks is refused here, never left to stall. */
+static void check_trainer_ranks(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    long n = (long)cpt_cfg_int(c, "slurm.trainer_tasks");
+    if (n <= 1) return;
+    const char *algo = cpt_cfg_str(c, "algo.type");
+    /* online: rank 0 owns the queue and the bookkeeping, the others follow it (docs/online.md "Trainer ranks") */
+    const char *transport = p->dev_ok ? p->dev.transport : cpt_cfg_str(c, "weights.transport");
+    if (is_online(algo) && !strcmp(transport, "cuda_ipc") &&
+        cpt_cfg_int(c, "train.cuda_device") != 0) {
+        line(p, "FAIL", "ranks", "%s with %ld trainer ranks: rank 0 runs on its local rank's GPU (0), but "
+             "weights.transport = cuda_ipc announces train.cuda_device = %ld; set train.cuda_device = 0", algo, n,
+             (long)cpt_cfg_int(c, "train.cuda_device"));
+        return;
+    }
+    const char *how = p->slurm ? "srun --mpi=pmix" : NULL;
+    if (!p->dev_ok) return; /* the devices line says what is wrong */
+    if (!strcmp(p->dev.train, "cuda")) {
+        long gpus = p->slurm ? n : local_gpus();
+        if (gpus < n)
+            line(p, "FAIL", "ranks", "%ld GPU trainer ranks need a GPU each (NCCL refuses two ranks on one GPU); this "
+                 "machine has %ld (train.device = cpu: CPU ranks over Open MPI)", n, gpus);
+        else
+            line(p, "ok", "ranks", "%ld GPU trainer ranks over NCCL, started by %s", n, how ? how : "cpt local-ranks");
+        return;
+    }
+    char plugin[4200];
+    snprintf(plugin, sizeof plugin, "%s/%s", p->bin_dir ? p->bin_dir : ".", CPT_COLL_MPI_FILE);
+    int bad = 0;
+    if (access(plugin, R_OK) != 0) {
+        line(p, "FAIL", "ranks", "%ld CPU trainer ranks need Open MPI through %s, which is absent (cpt was built "
+             "without MPI: apt-get install libopenmpi-dev openmpi-bin, then rebuild), or GPU ranks (train.device = "
+             "cuda)", n, plugin);
+        bad = 1;
+    }
+    if (!p->slurm && !on_path("mpirun")) {
+        line(p, "FAIL", "ranks", "%ld local CPU trainer ranks start under mpirun, which is not on PATH (apt-get "
+             "install openmpi-bin)", n);
+        bad = 1;
+    }
+    if (!bad) line(p, "ok", "ranks", "%ld CPU trainer ranks over Open MPI, started by %s", n, how ? how : "mpirun");
+}
+
 static void check_roles(cpt_preflight *p) {
     const cpt_config *c = p->cfg;
     const char *algo = cpt_cfg_str(c, "algo.type");
@@ -380,10 +517,13 @@ static void check_roles(cpt_preflight *p) {
     check_program(p, "rollout", "cpt-rollout");
     check_program(p, "reward", "cpt-reward");
     cpt_err werr;
-    if (cpt_weights_tx_check_config(c, &werr))
-        line(p, "FAIL", "weights", "%s", werr.msg);
-    else
-        line(p, "ok", "weights", "weights.transport = %s", cpt_cfg_str(c, "weights.transport"));
+    if (p->dev_ok && cpt_weights_choice_check(p->dev.transport, p->dev.train, p->dev.rollout,
+                                              !strcmp(cpt_cfg_str(c, "model.init"), "random"), &werr))
+        line(p, "FAIL", "weights", "%s%s", strcmp(cpt_cfg_str(c, "weights.transport"), "auto") ? "" :
+             "weights.transport = auto picks the GPU transport of the devices above: ", werr.msg);
+    else if (p->dev_ok)
+        line(p, "ok", "weights", "weights.transport = %s%s", p->dev.transport,
+             strcmp(cpt_cfg_str(c, "weights.transport"), "auto") ? "" : " (auto)");
     if (!strcmp(algo, "opd")) {
         if (!cpt_cfg_str(c, "teacher.path")[0]) line(p, "FAIL", "roles", "opd needs a teacher: set teacher.path");
         else check_model_dir(p, "teacher", cpt_cfg_str(c, "teacher.path"));
@@ -548,6 +688,7 @@ int cpt_preflight_run(cpt_preflight *p) {
     const char *algo = cpt_cfg_str(c, "algo.type");
     line(p, "ok", "config", "algo.type = %s, run.name = %s, run.dir = %s", algo, cpt_cfg_str(c, "run.name"),
          cpt_cfg_str(c, "run.dir"));
+    check_devices(p);
     check_model(p);
     check_tokenizer(p);
     check_data_file(p, "data.train", 1);
@@ -557,6 +698,7 @@ int cpt_preflight_run(cpt_preflight *p) {
         check_reward(p);
     }
     check_roles(p);
+    check_trainer_ranks(p);
     check_resources(p);
     return p->problems;
 }

@@ -1,7 +1,8 @@
 /* Preflight: every check a run needs before it takes resources, each printed as a line, all problems collected
  * (not only the first), so one look tells a user everything to fix.
  *
- * Checks: the model (HF folder: config.json parses and safetensors open; or model.init = random), the tokenizer
+ * Checks: where each role runs (train.device, rollout.device, weights.transport with auto resolved: by slurm.*_gpus
+ * under Slurm, by the GPUs this process sees otherwise; a GPU held but used by no role is a warning), the model (HF folder: config.json parses and safetensors open; or model.init = random), the tokenizer
  * loads, the data files parse in the format the method needs, the reward builds (online methods), the roles the
  * method needs and their programs, redis-server (online, private queue), and the resources the roles ask
  * (slurm.* x roles) against Slurm's allocation (SLURM_* environment) or this machine. */
@@ -11,6 +12,7 @@
 #include <stdio.h>
 
 #include "core/config.h"
+#include "weights/devices.h"
 
 typedef struct cpt_preflight {
     const cpt_config *cfg;
@@ -19,6 +21,8 @@ typedef struct cpt_preflight {
     FILE *out;            /* where each check's line goes (NULL: nowhere) */
     int problems, warnings;
     long model_vocab;     /* the model's vocabulary once checked (0: unknown or from the tokenizer) */
+    cpt_devices dev;      /* where the roles run, every auto resolved (weights/devices.h) */
+    int dev_ok;           /* dev is valid */
 } cpt_preflight;
 
 /* Runs every check; returns the number of problems (0: the run can start). */

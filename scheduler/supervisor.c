@@ -189,11 +189,15 @@ static void on_exit_status(cpt_supervisor *s, cpt_proc *p, int status) {
 
 int cpt_sup_draining(const cpt_proc *p) { return p->state == CPT_PROC_RUNNING && p->stop_requested; }
 
+static int stop_signal_of(const cpt_supervisor *s, const cpt_proc *p) {
+    return p->stop_signal ? p->stop_signal : s->stop_signal;
+}
+
 /* A stopping process past its deadline: SIGTERM first when the polite signal was another one (srun ends its step
  * and the tasks with it), SIGKILL 5 s later. */
 static void escalate(cpt_supervisor *s, cpt_proc *p, double now) {
     if (!cpt_sup_draining(p) || now < p->stop_deadline || p->stop_stage >= 2) return;
-    if (p->stop_stage == 0 && s->stop_signal != SIGTERM) {
+    if (p->stop_stage == 0 && stop_signal_of(s, p) != SIGTERM) {
         fprintf(stderr, "cpt: %s did not stop within its grace; SIGTERM\n", p->name);
         kill(p->pid, SIGTERM);
         p->stop_stage = 1;
@@ -244,7 +248,7 @@ void cpt_sup_request_stop(cpt_supervisor *s, int i, double grace) {
     p->stop_stage = 0;
     p->stop_at = cpt_now();
     p->stop_deadline = p->stop_at + grace;
-    kill(p->pid, s->stop_signal);
+    kill(p->pid, stop_signal_of(s, p));
 }
 
 

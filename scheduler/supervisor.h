@@ -34,6 +34,8 @@ typedef struct cpt_proc {
     double stop_at;       /* when the stop was asked */
     double stop_deadline; /* a stopping process still running then is escalated (see cpt_sup_request_stop) */
     int stop_stage;       /* 0 asked with stop_signal, 1 SIGTERM sent, 2 SIGKILL sent */
+    int stop_signal;      /* this process's polite stop when not 0 (a local mpirun forwards SIGUSR1 to its ranks and
+                             waits for them, but kills them 2 s after a SIGTERM); else the supervisor's */
 } cpt_proc;
 
 typedef struct cpt_supervisor {

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev libomp-14-dev
       libhiredis-dev libmsgpack-dev libpmix-dev libjansson-dev libpcre2-dev libutf8proc-dev libssl-dev openssl
-      redis-server redis-tools slurm-wlm munge gnuplot-nox nodejs npm python3 ca-certificates)
+      libopenmpi-dev openmpi-bin redis-server redis-tools slurm-wlm munge gnuplot-nox nodejs npm python3 ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -359,6 +359,11 @@ fail:
 }
 
 int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_train_state *state, cpt_err *err) {
+    return cpt_ckpt_load_steps(ckpt_dir, model, opt, 1, state, err);
+}
+
+int cpt_ckpt_load_steps(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, int64_t opt_steps_per_step,
+                        cpt_train_state *state, cpt_err *err) {
     char p[CPT_CKPT_PATH_MAX + 64];
     if (cpt_ckpt_verify(ckpt_dir, err)) return -1;
     snprintf(p, sizeof p, "%s/trainer_state.json", ckpt_dir);
@@ -368,9 +373,9 @@ int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_tr
     if (opt) {
         snprintf(p, sizeof p, "%s/optimizer.safetensors", ckpt_dir);
         if (cpt_adamw_load(opt, p, err)) goto fail;
-        if (opt->step != state->step) {
-            cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64, ckpt_dir, opt->step,
-                     state->step);
+        if (opt->step != state->step * opt_steps_per_step) {
+            cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64 " x %" PRId64
+                     " optimizer updates per step", ckpt_dir, opt->step, state->step, opt_steps_per_step);
             goto fail;
         }
     }

@@ -91,6 +91,10 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
 
 /* Loads a verified checkpoint into an existing model (same shapes), optimizer (may be NULL) and state. */
 int cpt_ckpt_load(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, cpt_train_state *state, cpt_err *err);
+/* The same where each trainer step is opt_steps_per_step optimizer updates (PPO's train.ppo_epochs): the optimizer's
+ * step count must be state->step x that. */
+int cpt_ckpt_load_steps(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, int64_t opt_steps_per_step,
+                        cpt_train_state *state, cpt_err *err);
 
 /* One writer per run directory: an exclusive flock on RUN_DIR/checkpoints/lock (created with the folders), held
  * until cpt_ckpt_unlock or the process ends (kill -9 included). A second trainer is refused with a message naming

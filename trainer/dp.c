@@ -12,6 +12,7 @@
 #include "model/cuda_model.h"
 #include "model/model.h"
 #include "queue/redis.h"
+#include "trainer/dp_mpi.h"
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/nccl_dp.h"
 #endif
@@ -93,6 +94,9 @@ struct cpt_dp {
     void *nccl;       /* cpt_nccl * */
     void *cuda_ctx;   /* the model's context (cpt_cuda_ctx *) */
     float *host_sums; /* device scratch of cpt_dp_sum_host */
+    void *stage;      /* device staging of cpt_dp_sum_floats / cpt_dp_bcast_bytes */
+    size_t stage_bytes;
+    cpt_dp_mpi *mpi;  /* the MPI backend (CPU ranks), or NULL */
     /* per step */
     int sync;
     unsigned char *ready;   /* [n_params] */
@@ -142,6 +146,33 @@ static int share_uid_redis(cpt_dp *dp, cpt_err *err) {
 
 #endif
 
+/* 1 for the MPI backend, 0 for NCCL, -1 with err for a name that is neither. */
+static int wants_mpi(const cpt_dp_opts *o, cpt_err *err) {
+    const char *b = o->backend && *o->backend ? o->backend : "auto";
+    if (o->force_nccl || !strcmp(b, "nccl")) return 0;
+    if (!strcmp(b, "mpi")) return 1;
+    if (strcmp(b, "auto")) return cpt_errf(err, "dp: backend \"%s\" is not nccl, mpi or auto", b);
+    /* the file and redis bootstraps exist only to hand out NCCL's unique id */
+    const char *boot = o->bootstrap && *o->bootstrap ? o->bootstrap : "auto";
+    if (!strcmp(boot, "file") || !strcmp(boot, "redis")) return 0;
+#ifdef CPT_HAVE_CUDA
+    return cpt_cuda_device_count() > 0 ? 0 : 1;
+#else
+    return 1;
+#endif
+}
+
+/* CPU ranks: the launcher (mpirun, srun --mpi=pmix) announced the size; MPI gives rank and size. */
+static cpt_dp *open_mpi(cpt_dp *dp, cpt_err *err) {
+    snprintf(dp->boot_name, sizeof dp->boot_name, "mpi");
+    dp->mpi = cpt_dp_mpi_open(&dp->rank, &dp->size, err);
+    if (!dp->mpi) {
+        free(dp);
+        return NULL;
+    }
+    return dp;
+}
+
 cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err) {
     cpt_dp *dp = calloc(1, sizeof *dp);
     if (!dp) {
@@ -153,6 +184,13 @@ cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err) {
     if (!dp->opts.bucket_bytes) dp->opts.bucket_bytes = CPT_DP_BUCKET_BYTES_DEFAULT;
     const char *kind = dp->opts.bootstrap && *dp->opts.bootstrap ? dp->opts.bootstrap : "auto";
     dp->sync = 1;
+    int mpi = wants_mpi(&dp->opts, err);
+    if (mpi < 0) {
+        free(dp);
+        return NULL;
+    }
+    /* One rank takes the path below whatever the backend: no library, the bootstrap's view of rank 0 of 1. */
+    if (mpi && cpt_dp_mpi_env_size() > 1) return open_mpi(dp, err);
     int is_redis = !strcmp(kind, "redis");
     if (is_redis) {
         /* Ranks from the variables the file transport reads; the id travels through Redis, not a folder. */
@@ -206,7 +244,9 @@ void cpt_dp_free(cpt_dp *dp) {
 #ifdef CPT_HAVE_CUDA
     cpt_nccl_free(dp->nccl);
     cpt_cuda_free(dp->host_sums);
+    cpt_cuda_free(dp->stage);
 #endif
+    cpt_dp_mpi_close(dp->mpi);
     if (dp->boot_open) cpt_boot_finalize(&dp->boot);
     cpt_dp_plan_free(&dp->plan);
     free(dp->ready);
@@ -214,10 +254,21 @@ void cpt_dp_free(cpt_dp *dp) {
     free(dp);
 }
 
+void cpt_dp_abort(cpt_dp *dp, int status, const cpt_err *err) {
+    if (!dp || !dp->mpi) return;
+    fprintf(stderr, "dp rank %d/%d: ending every rank (MPI_Abort, status %d)%s%s\n", dp->rank, dp->size, status,
+            err && err->msg[0] ? ": " : "", err && err->msg[0] ? err->msg : "");
+    cpt_dp_mpi_abort(dp->mpi, status);
+}
+
 int cpt_dp_rank(const cpt_dp *dp) { return dp->rank; }
 int cpt_dp_size(const cpt_dp *dp) { return dp->size; }
 const char *cpt_dp_bootstrap_name(const cpt_dp *dp) { return dp->boot_name; }
 int cpt_dp_uses_nccl(const cpt_dp *dp) { return dp->use_nccl; }
+int cpt_dp_backend(const cpt_dp *dp) {
+    return dp->mpi ? CPT_DP_BACKEND_MPI : dp->use_nccl ? CPT_DP_BACKEND_NCCL : CPT_DP_BACKEND_NONE;
+}
+const char *cpt_dp_library(const cpt_dp *dp) { return dp->mpi ? cpt_dp_mpi_version(dp->mpi) : ""; }
 const unsigned char *cpt_dp_unique_id(const cpt_dp *dp) { return dp->uid; }
 const cpt_dp_plan *cpt_dp_get_plan(const cpt_dp *dp) { return &dp->plan; }
 size_t cpt_dp_buckets_overlapped(const cpt_dp *dp) { return dp->last_overlapped; }
@@ -290,6 +341,13 @@ int cpt_dp_attach_model(cpt_dp *dp, cpt_model *m, cpt_err *err) {
         free(numel), free(off);
         return cpt_errf(err, "dp rank %d/%d: data parallel over NCCL needs the model on the GPU (train.device cuda)",
                         dp->rank, dp->size);
+    } else {
+        dev_grads = host_base; /* the MPI backend averages the host buffer */
+    }
+    if (dp->mpi && ctx) {
+        free(numel), free(off);
+        return cpt_errf(err, "dp rank %d/%d: CPU ranks (MPI) average host gradients, but the model is on the GPU: GPU "
+                        "ranks use NCCL (dp backend nccl)", dp->rank, dp->size);
     }
     int rc = cpt_dp_attach(dp, ctx, dev_grads, numel, off, n, err);
     free(numel), free(off);
@@ -341,6 +399,13 @@ int cpt_dp_grads_ready(cpt_dp *dp, size_t first_param, size_t last_param, cpt_er
     return 0;
 }
 
+static int average_host(cpt_dp *dp, float *buf, size_t n, cpt_err *err) {
+    if (cpt_dp_mpi_sum(dp->mpi, buf, n, err)) return -1;
+    float inv = 1.0f / (float)dp->size;
+    for (size_t i = 0; i < n; i++) buf[i] *= inv;
+    return 0;
+}
+
 int cpt_dp_finish(cpt_dp *dp, cpt_err *err) {
     if (!dp->sync || !dp->attached) return 0;
     if (dp->failed) {
@@ -353,6 +418,12 @@ int cpt_dp_finish(cpt_dp *dp, cpt_err *err) {
 #ifdef CPT_HAVE_CUDA
     if (dp->nccl && cpt_nccl_join(dp->nccl, err) != 0) return -1;
 #endif
+    if (dp->mpi) {
+        /* One all-reduce of the span the plan covers: bucket 0 holds the last params, the last bucket the first. */
+        const cpt_dp_bucket *hi = &dp->plan.buckets[0], *lo = &dp->plan.buckets[dp->plan.n_buckets - 1];
+        if (average_host(dp, dp->grads + lo->offset, hi->offset + hi->count - lo->offset, err)) return -1;
+        dp->overlapped = 0;
+    }
     dp->last_overlapped = dp->overlapped;
     reset_step(dp);
     return 0;
@@ -361,6 +432,7 @@ int cpt_dp_finish(cpt_dp *dp, cpt_err *err) {
 int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err) {
     if (n < 0 || n > CPT_DP_HOST_SUM_MAX) return cpt_errf(err, "dp: %d host values to sum (at most %d)", n,
                                                          CPT_DP_HOST_SUM_MAX);
+    if (dp->mpi) return n ? cpt_dp_mpi_sum(dp->mpi, vals, (size_t)n, err) : 0;
     if (!dp->nccl || n == 0) return 0; /* one rank: the sums are the values */
 #ifdef CPT_HAVE_CUDA
     if (!dp->host_sums) {
@@ -377,6 +449,89 @@ int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err) {
     return 0;
 #else
     (void)vals;
+    return cpt_errf(err, "dp: built without CUDA");
+#endif
+}
+
+#ifdef CPT_HAVE_CUDA
+/* The NCCL side of the host collectives: a device buffer of at least bytes on the attached model's context. */
+static void *staging(cpt_dp *dp, size_t bytes, const char *what, cpt_err *err) {
+    if (!dp->nccl || !dp->cuda_ctx) {
+        cpt_errf(err, "dp rank %d/%d: %s over NCCL before cpt_dp_attach: attach the model first", dp->rank, dp->size,
+                 what);
+        return NULL;
+    }
+    if (bytes > dp->stage_bytes) {
+        cpt_cuda_free(dp->stage);
+        dp->stage_bytes = 0;
+        if (!(dp->stage = cpt_cuda_malloc(bytes, "dp staging", err))) return NULL;
+        dp->stage_bytes = bytes;
+    }
+    return dp->stage;
+}
+#endif
+
+int cpt_dp_sum_floats(cpt_dp *dp, float *host, size_t n, cpt_err *err) {
+    if (n == 0) return 0;
+    if (dp->mpi) return cpt_dp_mpi_sum(dp->mpi, host, n, err);
+    if (!dp->use_nccl) return 0; /* one rank: the sums are the values */
+#ifdef CPT_HAVE_CUDA
+    float *d = staging(dp, n * sizeof(float), "summing floats", err);
+    /* The copies synchronise the compute stream; the join orders the comm stream before the copy back. */
+    if (!d || cpt_cuda_memcpy_h2d(dp->cuda_ctx, d, host, n * sizeof(float), err) ||
+        cpt_nccl_allreduce_sum(dp->nccl, d, n, err) || cpt_nccl_join(dp->nccl, err) ||
+        cpt_cuda_memcpy_d2h(dp->cuda_ctx, host, d, n * sizeof(float), err))
+        return cpt_err_prefix(err, "dp rank %d/%d (nccl): summing %zu floats: ", dp->rank, dp->size, n);
+    return 0;
+#else
+    (void)host;
+    return cpt_errf(err, "dp: built without CUDA");
+#endif
+}
+
+int cpt_dp_bcast_bytes(cpt_dp *dp, void *host, size_t n, cpt_err *err) {
+    if (n == 0) return 0;
+    if (dp->mpi) return cpt_dp_mpi_bcast(dp->mpi, host, n, err);
+    if (!dp->use_nccl) return 0;
+#ifdef CPT_HAVE_CUDA
+    void *d = staging(dp, n, "broadcasting bytes", err);
+    if (!d || cpt_cuda_memcpy_h2d(dp->cuda_ctx, d, host, n, err) || cpt_nccl_broadcast(dp->nccl, d, n, 0, err) ||
+        cpt_nccl_join(dp->nccl, err) || cpt_cuda_memcpy_d2h(dp->cuda_ctx, host, d, n, err))
+        return cpt_err_prefix(err, "dp rank %d/%d (nccl): broadcasting %zu bytes from rank 0: ", dp->rank, dp->size, n);
+    return 0;
+#else
+    (void)host;
+    return cpt_errf(err, "dp: built without CUDA");
+#endif
+}
+
+int cpt_dp_allreduce_model_grads(cpt_dp *dp, cpt_model *m, cpt_err *err) {
+    if (!dp->mpi && !dp->use_nccl) return 0;
+    size_t n = cpt_model_numel(m);
+    if (n == 0) return 0;
+    /* a deferred zero_grad (a rank without a backward this step) becomes zeros, not stale values */
+    if (cpt_model_grads_settle(m, err)) return -1;
+    if (dp->mpi) {
+        if (cpt_model_on_cuda(m))
+            return cpt_errf(err, "dp rank %d/%d: CPU ranks (MPI) average host gradients, but the model is on the GPU",
+                            dp->rank, dp->size);
+        return average_host(dp, cpt_model_grads(m), n, err);
+    }
+#ifdef CPT_HAVE_CUDA
+    cpt_cuda_param_view v;
+    cpt_param *p0 = cpt_model_param(m, 0);
+    if (!cpt_model_on_cuda(m) || cpt_model_cuda_param(m, p0, &v) != 0)
+        return cpt_errf(err, "dp rank %d/%d: data parallel over NCCL needs the model on the GPU (train.device cuda)",
+                        dp->rank, dp->size);
+    if (!dp->nccl) return cpt_errf(err, "dp rank %d/%d: averaging a model's gradients over NCCL before cpt_dp_attach",
+                                   dp->rank, dp->size);
+    float *dev = v.grad - (p0->grad - cpt_model_grads(m));
+    /* The model may have its own stream (a critic): its backward is waited for on the host, then the comm stream
+     * runs the all-reduce and is waited for too, so the call is blocking for any model. */
+    if (cpt_model_wait(m, err) || cpt_nccl_allreduce_avg(dp->nccl, dev, n, err) || cpt_nccl_sync(dp->nccl, err))
+        return cpt_err_prefix(err, "dp rank %d/%d (nccl): averaging %zu gradients: ", dp->rank, dp->size, n);
+    return 0;
+#else
     return cpt_errf(err, "dp: built without CUDA");
 #endif
 }

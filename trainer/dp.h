@@ -1,5 +1,11 @@
 /* Data-parallel training: every rank runs the same step on its own micro-batch, and the fp32 gradients are
- * averaged over the ranks with NCCL all-reduces that overlap the backward pass.
+ * averaged over the ranks: GPU ranks with NCCL all-reduces that overlap the backward pass, CPU ranks with one
+ * Open MPI all-reduce of the host gradients per step (trainer/dp_mpi.h: a plugin loaded only when needed).
+ *
+ * Backends (opts.backend): "nccl" for GPU ranks, "mpi" for CPU ranks (started by `mpirun -n N` or
+ * `srun --mpi=pmix -n N`; rank and size come from MPI, which does its own PMIx; the bootstrap option is not used),
+ * "auto" nccl with an explicit file or redis bootstrap (they only hand out NCCL's id) or when the build has CUDA
+ * and a GPU is visible, else mpi. One rank never loads either library.
  *
  * Setup, in this order:
  *   cpt_dp_new      rank and world size from core/bootstrap.h ("auto": PMIx under `srun --mpi=pmix`, else
@@ -64,29 +70,44 @@ typedef struct cpt_dp_opts {
     double timeout_s;       /* bootstrap waits and NCCL init; 0: 300 */
     size_t bucket_bytes;    /* 0: CPT_DP_BUCKET_BYTES_DEFAULT */
     int force_nccl;         /* a communicator even for one rank (tests and benches of the NCCL path) */
+    const char *backend;    /* "nccl", "mpi" or "auto" (NULL, ""): see above */
 } cpt_dp_opts;
 
 typedef struct cpt_dp cpt_dp;
 
 cpt_dp *cpt_dp_new(const cpt_dp_opts *opts, cpt_err *err);
+/* The end of a group that went well: over MPI it finalises, which waits for every rank to get there. */
 void cpt_dp_free(cpt_dp *dp);
+/* The end of a rank that failed while the others may be inside a collective (they would wait for it forever, and
+ * MPI's finalise would wait for them): over MPI it prints err (when given) and ends every rank of the job
+ * (MPI_Abort with status; mpirun and srun then exit non-zero) and does not return; otherwise it returns and the
+ * caller exits non-zero (srun --kill-on-bad-exit and `cpt local-ranks` end the other ranks). Call it on the
+ * failure path before cpt_dp_free. */
+void cpt_dp_abort(cpt_dp *dp, int status, const cpt_err *err);
 int cpt_dp_rank(const cpt_dp *dp);
 int cpt_dp_size(const cpt_dp *dp);
-const char *cpt_dp_bootstrap_name(const cpt_dp *dp); /* "pmix", "file" or "redis" */
+const char *cpt_dp_bootstrap_name(const cpt_dp *dp); /* "pmix", "file", "redis", or "mpi" (MPI's own) */
 /* The CUDA device index this rank should use, given how many the process sees. */
 int cpt_dp_device(const cpt_dp *dp, int device_count);
 /* The NCCL unique id every rank holds after cpt_dp_new (128 bytes; zeros without NCCL), for logs and tests. */
 const unsigned char *cpt_dp_unique_id(const cpt_dp *dp);
 /* 1 when all-reduces go through NCCL (world > 1 or force_nccl). */
 int cpt_dp_uses_nccl(const cpt_dp *dp);
+/* 1 when the group talks over MPI (CPU ranks), 2 over NCCL, 0 one rank without a library. */
+#define CPT_DP_BACKEND_NONE 0
+#define CPT_DP_BACKEND_MPI 1
+#define CPT_DP_BACKEND_NCCL 2
+int cpt_dp_backend(const cpt_dp *dp);
+/* The MPI library's version string, or "" for the other backends (logs). */
+const char *cpt_dp_library(const cpt_dp *dp);
 
 /* cuda_ctx is a cpt_cuda_ctx * (kernels/cuda/cuda_ops.h) whose stream runs the backward; dev_grads the flat
  * fp32 gradient buffer on its device; numel/offsets as cpt_dp_plan_buckets. */
 int cpt_dp_attach(cpt_dp *dp, void *cuda_ctx, float *dev_grads, const size_t *numel, const size_t *offsets,
                   size_t n_params, cpt_err *err);
 const cpt_dp_plan *cpt_dp_get_plan(const cpt_dp *dp);
-/* The same for a model: its CUDA context, device gradient buffer and parameter offsets (cpt_model_use_cuda first;
- * a CPU model is accepted for one rank without NCCL only). */
+/* The same for a model: its CUDA context, device gradient buffer and parameter offsets (cpt_model_use_cuda first);
+ * a CPU model with the MPI backend (its host gradient buffer) or for one rank without NCCL. */
 struct cpt_model;
 int cpt_dp_attach_model(cpt_dp *dp, struct cpt_model *m, cpt_err *err);
 
@@ -96,12 +117,26 @@ void cpt_dp_set_sync(cpt_dp *dp, int sync);
 int cpt_dp_grads_ready(cpt_dp *dp, size_t first_param, size_t last_param, cpt_err *err);
 /* cpt_dp_grads_ready with the group as a void *, the shape of a callback the model's backward can hold. */
 int cpt_dp_grads_ready_cb(void *dp, size_t first_param, size_t last_param, cpt_err *err);
+/* MPI backend: one blocking all-reduce (average) of the whole host gradient buffer; grads_ready is bookkeeping. */
 int cpt_dp_finish(cpt_dp *dp, cpt_err *err);
 /* Sums n (<= CPT_DP_HOST_SUM_MAX) host floats over the ranks, in place, blocking: the per-step agreements of a
  * trainer (a stop request seen by any rank stops every rank at the same step; the step's loss and token counts for
  * metrics). Call it at the same point of the step on every rank. One rank: the values are left as they are. */
 #define CPT_DP_HOST_SUM_MAX 64
 int cpt_dp_sum_host(cpt_dp *dp, float *vals, int n, cpt_err *err);
+/* The collectives of a step outside the gradient buckets. Every rank calls each at the same point, blocking; one
+ * rank without a library: no-ops that leave the values as they are. NCCL: through a device staging buffer on the
+ * attached model's CUDA context and the comm stream, so call them after cpt_dp_attach(_model).
+ *
+ * In-place sum over the ranks of n host floats (any n), blocking; every rank calls it at the same point. */
+int cpt_dp_sum_floats(cpt_dp *dp, float *host, size_t n, cpt_err *err);
+/* Broadcast of n host bytes from rank 0 to every rank, blocking (n must be equal on every rank: send it first
+ * with a fixed-size header). */
+int cpt_dp_bcast_bytes(cpt_dp *dp, void *host, size_t n, cpt_err *err);
+/* Averages the flat gradient buffer of a model over the ranks (cpt_model_grads; on the device for a CUDA
+ * training placement, on the host for a CPU model), blocking, not overlapped: for a second model (a critic) or
+ * a backend without buckets. */
+int cpt_dp_allreduce_model_grads(cpt_dp *dp, struct cpt_model *m, cpt_err *err);
 /* Buckets launched by grads_ready (before finish) in the last finished step: how much overlap was possible. */
 size_t cpt_dp_buckets_overlapped(const cpt_dp *dp);
 /* The NCCL state (a cpt_nccl *, kernels/cuda/nccl_dp.h) for timing in tests; NULL without NCCL. */

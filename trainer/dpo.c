@@ -313,6 +313,7 @@ int cpt_dpo_run(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_dpo_resu
     c.o.name = "dpo";
     c.stop = stop ? stop : &never;
     int rc = run(&c, res, err);
+    if (rc && c.o.dp) cpt_dp_abort(c.o.dp, 1, err); /* other ranks may wait in a collective for this one */
     ctx_free(&c);
     if (rc) return -1;
     return res->interrupted ? 1 : 0;

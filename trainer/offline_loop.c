@@ -8,6 +8,7 @@
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
+#include "weights/devices.h"
 #include "weights/model_init.h"
 
 int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err) {
@@ -104,17 +105,17 @@ int cpt_offline_dp_open(cpt_offline *o, cpt_err *err) {
     const cpt_config *cfg = o->cfg;
     char boot[CPT_CKPT_PATH_MAX + 16];
     snprintf(boot, sizeof boot, "%s/bootstrap", cpt_cfg_str(cfg, "run.dir"));
+    int gpu = !strcmp(cpt_device_resolve(cfg, "train.device"), "cuda");
+    /* GPU ranks average over NCCL; CPU ranks over Open MPI (started by mpirun or srun --mpi=pmix) */
     cpt_dp_opts d = {.bootstrap = cpt_cfg_str(cfg, "train.dp_bootstrap"), .boot_dir = boot,
-                     .bucket_bytes = (size_t)cpt_cfg_int(cfg, "train.dp_bucket_mb") << 20};
+                     .bucket_bytes = (size_t)cpt_cfg_int(cfg, "train.dp_bucket_mb") << 20,
+                     .backend = gpu ? "nccl" : "mpi"};
     o->dp = cpt_dp_new(&d, err);
     if (!o->dp) return cpt_err_prefix(err, "data parallel");
     o->rank = cpt_dp_rank(o->dp);
     o->world = cpt_dp_size(o->dp);
     o->dp_device = 0;
-    if (o->world == 1) return 0;
-    if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
-        return cpt_errf(err, "data parallel over %d ranks needs train.device = \"cuda\" (NCCL averages GPU gradients)",
-                        o->world);
+    if (o->world == 1 || !gpu) return 0;
 #ifdef CPT_HAVE_CUDA
     o->dp_device = cpt_dp_device(o->dp, cpt_cuda_device_count());
 #endif
@@ -123,6 +124,12 @@ int cpt_offline_dp_open(cpt_offline *o, cpt_err *err) {
 
 int cpt_offline_place(cpt_offline *o, cpt_model *m, const char *what, int attach, cpt_err *err) {
     if (o->world <= 1) return cpt_trainer_place_model(o->cfg, m, what, err);
+    if (cpt_dp_backend(o->dp) == CPT_DP_BACKEND_MPI) { /* CPU ranks: the host gradients, one all-reduce a step */
+        if (!attach) return 0;
+        if (cpt_dp_attach_model(o->dp, m, err)) return -1;
+        cpt_info("%s: data parallel rank %d/%d on the CPU (%s)", o->name, o->rank, o->world, cpt_dp_library(o->dp));
+        return 0;
+    }
     if (cpt_model_use_cuda(m, o->dp_device, err)) return cpt_err_prefix(err, "%s, rank %d", what, o->rank);
     cpt_model_set_recompute(m, cpt_cfg_bool(o->cfg, "train.recompute"));
     if (!attach) return 0;

@@ -19,13 +19,19 @@
 #include "reward/eval.h"
 #include "reward/reward.h"
 #include "trainer/checkpoint.h"
+#include "trainer/dp.h"
 #include "trainer/online_book.h"
 #include "trainer/online_dead.h"
+#include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
+#include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_pub.h"
 #include "weights/weights_tx.h"
+#ifdef CPT_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 /* Whole-run counters kept in the checkpoint's trainer state, so a restart adds to them. */
 enum { T_TRAINED, T_STALE, T_DUPLICATES, T_UNKNOWN, T_REISSUED, T_DYNAMIC, T_FAILED, T_SKIPPED, N_TOTALS };
@@ -71,6 +77,13 @@ typedef struct online_ctx {
     /* held-out validation (validation.*): greedy or sampled generations scored with the run's reward */
     cpt_dataset *val;
     cpt_reward *val_reward;
+    /* trainer ranks (trainer/online_ranks.h): rank 0 is this trainer, the others follow its headers */
+    cpt_dp *dp;
+    int rank, world;
+    int stop_all;       /* a stop request seen by some rank at the last step */
+    int peers_at_header; /* rank 0: the other ranks wait for a header (a failure here can be told to them) */
+    int rank0_failed;    /* a follower: rank 0 told it failed (every rank is out of the collectives) */
+    int64_t ck_every;
 } online_ctx;
 
 /* ---------------- setup ---------------- */
@@ -82,6 +95,7 @@ static void add_stop(online_ctx *c, int32_t id) {
     c->stop_ids[c->n_stop++] = id;
 }
 
+/* Every rank's: the tokenizer gives the models' vocabulary and end tokens. */
 static int setup_data(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
     const char *tp = cpt_cfg_str(cfg, "tokenizer.path");
@@ -99,6 +113,12 @@ static int setup_data(online_ctx *c, cpt_err *err) {
     add_stop(c, cpt_tokenizer_token_id(c->tok, "<|im_end|>"));
     add_stop(c, cpt_tokenizer_token_id(c->tok, "<|eot_id|>"));
     add_stop(c, cpt_tokenizer_token_id(c->tok, "<|endoftext|>"));
+    return 0;
+}
+
+/* Rank 0's: the prompts and their order. */
+static int setup_dataset(online_ctx *c, cpt_err *err) {
+    const cpt_config *cfg = c->cfg;
     const char *train = cpt_cfg_str(cfg, "data.train");
     if (!*train) return cpt_errf(err, "data.train is empty (an rl_prompt JSONL file)");
     c->ds = cpt_dataset_load_config(train, cfg, err);
@@ -108,6 +128,27 @@ static int setup_data(online_ctx *c, cpt_err *err) {
                         cpt_data_format_name(cpt_dataset_format(c->ds)));
     return cpt_data_order_init(&c->order, cpt_dataset_count(c->ds), (uint64_t)cpt_cfg_int(cfg, "run.seed"),
                                cpt_cfg_bool(cfg, "data.shuffle"), err);
+}
+
+/* With several ranks on GPUs (the NCCL backend) each rank takes its own device (the local rank modulo the visible
+ * devices). */
+static int place(online_ctx *c, cpt_model *m, const char *what, cpt_err *err) {
+    if (c->world <= 1 || cpt_dp_backend(c->dp) != CPT_DP_BACKEND_NCCL)
+        return cpt_trainer_place_model(c->cfg, m, what, err);
+    int d = 0;
+#ifdef CPT_HAVE_CUDA
+    d = cpt_dp_device(c->dp, cpt_cuda_device_count());
+#endif
+    /* cuda_ipc announces train.cuda_device as the device its readers open the weights on */
+    if (c->rank == 0 && !strcmp(cpt_transport_resolve(c->cfg), "cuda_ipc") &&
+        d != (int)cpt_cfg_int(c->cfg, "train.cuda_device"))
+        return cpt_errf(err, "weights.transport = \"cuda_ipc\" announces train.cuda_device = %d, but trainer rank 0 "
+                        "of %d runs on CUDA device %d (its local rank): set train.cuda_device = %d",
+                        (int)cpt_cfg_int(c->cfg, "train.cuda_device"), c->world, d, d);
+    if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s, trainer rank %d", what, c->rank);
+    cpt_model_set_recompute(m, cpt_cfg_bool(c->cfg, "train.recompute"));
+    cpt_info("%s: trainer rank %d/%d on CUDA device %d", what, c->rank, c->world, d);
+    return 0;
 }
 
 static int setup_models(online_ctx *c, cpt_err *err) {
@@ -132,11 +173,15 @@ static int setup_models(online_ctx *c, cpt_err *err) {
             return -1;
     }
     /* on a GPU every objective runs there: they all meet the model at logprobs (and values) */
-    if (cpt_trainer_place_model(cfg, c->policy, "policy", err) ||
-        (c->ref && cpt_trainer_place_model(cfg, c->ref, "reference model", err)) ||
-        (c->critic && cpt_trainer_place_model(cfg, c->critic, "critic", err)))
+    if (place(c, c->policy, "policy", err) || (c->ref && place(c, c->ref, "reference model", err)) ||
+        (c->critic && place(c, c->critic, "critic", err)))
         return -1;
-    return cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err);
+    if (cpt_online_learner_init(&c->L, cfg, &c->oc, c->policy, c->ref, c->critic, err)) return -1;
+    c->L.dp = c->dp;
+    /* the group's collectives run on the policy's device (NCCL); gradients are averaged whole after the backward */
+    if (c->world > 1 && cpt_dp_attach_model(c->dp, c->policy, err))
+        return cpt_err_prefix(err, "trainer rank %d", c->rank);
+    return 0;
 }
 
 /* One trainer per queue and per run folder: the lease before anything is written (its token then goes with every
@@ -271,6 +316,18 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     return 0;
 }
 
+static int load_critic(online_ctx *c, int64_t step, cpt_err *err) {
+    if (!c->critic) return 0;
+    char cdir[CPT_CKPT_PATH_MAX], cstep[CPT_CKPT_PATH_MAX + 64];
+    critic_run_dir(c, cdir, sizeof cdir);
+    snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, step);
+    cpt_train_state cst;
+    memset(&cst, 0, sizeof cst);
+    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.ppo_epochs, &cst, err);
+    cpt_train_state_free(&cst);
+    return rc ? cpt_err_prefix(err, "resume: the critic of step %" PRId64, step) : 0;
+}
+
 static int resume(online_ctx *c, cpt_err *err) {
     c->last_saved_step = -1;
     uint64_t hash = cpt_config_hash(c->cfg);
@@ -278,17 +335,8 @@ static int resume(online_ctx *c, cpt_err *err) {
     int found = cpt_cfg_bool(c->cfg, "train.resume") ? cpt_ckpt_find_latest(c->run_dir, ckpt, sizeof ckpt, err) : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
-        if (cpt_ckpt_load(ckpt, c->policy, c->L.opt, &c->st, err)) return -1;
-        if (c->critic) {
-            char cdir[CPT_CKPT_PATH_MAX], cstep[CPT_CKPT_PATH_MAX + 64];
-            critic_run_dir(c, cdir, sizeof cdir);
-            snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, c->st.step);
-            cpt_train_state cst;
-            memset(&cst, 0, sizeof cst);
-            int rc = cpt_ckpt_load(cstep, c->critic, c->L.copt, &cst, err);
-            cpt_train_state_free(&cst);
-            if (rc) return cpt_err_prefix(err, "resume: the critic of step %" PRId64, c->st.step);
-        }
+        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err)) return -1;
+        if (load_critic(c, c->st.step, err)) return -1;
         if (c->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
         c->last_saved_step = c->st.step;
@@ -568,21 +616,63 @@ static void fmt_duration(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", t);
 }
 
-static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err *err) {
-    size_t n = (size_t)c->groups_per_step;
-    qsort(c->held, c->n_held, sizeof *c->held, cmp_held);
+/* The step's packed batch from its groups (the same on every rank). */
+static int build_batch(online_ctx *c, const cpt_rollout_group *g, size_t stride, size_t n, cpt_err *err) {
     cpt_rl_batch_reset(&c->batch);
     const cpt_model_config *mc = cpt_model_cfg(c->policy);
     int max_len = (int)cpt_cfg_int(c->cfg, "train.max_seq_len");
     if (max_len > mc->max_position_embeddings) max_len = mc->max_position_embeddings;
-    double stale_sum = 0;
     for (size_t i = 0; i < n; i++) {
-        if (cpt_rl_batch_add_group(&c->batch, &c->held[i].rollout, max_len, mc->vocab_size, err)) return -1;
-        stale_sum += (double)(c->st.weight_version - (int64_t)c->held[i].rollout.weight_version);
+        const cpt_rollout_group *gi = (const cpt_rollout_group *)((const char *)g + i * stride);
+        if (cpt_rl_batch_add_group(&c->batch, gi, max_len, mc->vocab_size, err)) return -1;
     }
+    return 0;
+}
+
+static int is_checkpoint_step(const online_ctx *c, int64_t step) {
+    return c->ck_every > 0 && step % c->ck_every == 0 && step != c->total_steps;
+}
+
+/* Every rank's replicas must be identical where rank 0 writes a checkpoint. */
+static int check_replicas(online_ctx *c, int64_t step, cpt_err *err) {
+    cpt_model *models[2] = {c->policy, c->critic};
+    return cpt_ranks_check_replicas(c->dp, models, c->critic ? 2 : 1, step, err);
+}
+
+/* Every rank after its learner step: the stop agreement, and at a checkpoint step the replicas' check. */
+static int after_step(online_ctx *c, int64_t step_done, cpt_err *err) {
+    if (c->world <= 1) return 0;
+    if (cpt_ranks_agree_stop(c->dp, c->stop && *c->stop, &c->stop_all, err)) return -1;
+    return is_checkpoint_step(c, step_done) ? check_replicas(c, step_done, err) : 0;
+}
+
+/* Rank 0 with other ranks: the step's groups go to every rank first, and every rank builds its batch from them. */
+static int share_and_build(online_ctx *c, size_t n, cpt_err *err) {
+    const cpt_rollout_group **in = malloc(n * sizeof *in);
+    if (!in) return cpt_errf(err, "out of memory");
+    for (size_t i = 0; i < n; i++) in[i] = &c->held[i].rollout;
+    cpt_ranks_groups gs;
+    c->peers_at_header = 0;
+    int rc = cpt_ranks_send_step(c->dp, c->st.step, in, n, &gs, err);
+    free(in);
+    if (!rc) rc = build_batch(c, gs.g, sizeof *gs.g, gs.n, err);
+    cpt_ranks_groups_free(&gs);
+    return rc;
+}
+
+static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err *err) {
+    size_t n = (size_t)c->groups_per_step;
+    qsort(c->held, c->n_held, sizeof *c->held, cmp_held);
+    double stale_sum = 0;
+    for (size_t i = 0; i < n; i++)
+        stale_sum += (double)(c->st.weight_version - (int64_t)c->held[i].rollout.weight_version);
+    if (c->world > 1 ? share_and_build(c, n, err) : build_batch(c, &c->held[0].rollout, sizeof *c->held, n, err))
+        return -1;
     double t0 = cpt_now();
     cpt_online_step_stats ss;
     if (cpt_online_learner_step(&c->L, &c->batch, c->st.step, &ss, err)) return -1;
+    if (after_step(c, c->st.step + 1, err)) return -1;
+    c->peers_at_header = c->world > 1;
     double t_train = cpt_now() - t0;
     c->st.step++;
     c->st.weight_version = c->st.step;
@@ -673,7 +763,77 @@ static void ctx_free(online_ctx *c) {
     free(c->config_text);
     if (c->val) cpt_dataset_free(c->val);
     if (c->val_reward) cpt_reward_free(c->val_reward);
+    cpt_dp_free(c->dp);
 }
+
+static int open_ranks(online_ctx *c, cpt_err *err) {
+    char boot[CPT_CKPT_PATH_MAX + 16];
+    snprintf(boot, sizeof boot, "%s/bootstrap", c->run_dir);
+    /* CPU ranks average host gradients over MPI, GPU ranks over NCCL */
+    const char *dev = cpt_device_resolve(c->cfg, "train.device");
+    cpt_dp_opts d = {.bootstrap = cpt_cfg_str(c->cfg, "train.dp_bootstrap"), .boot_dir = boot,
+                     .backend = !strcmp(dev, "cuda") ? "nccl" : "mpi"};
+    c->dp = cpt_dp_new(&d, err);
+    if (!c->dp) return cpt_err_prefix(err, "trainer ranks");
+    c->rank = cpt_dp_rank(c->dp);
+    c->world = cpt_dp_size(c->dp);
+    if (c->world > 1)
+        cpt_info("online: trainer rank %d of %d (bootstrap %s)%s", c->rank, c->world, cpt_dp_bootstrap_name(c->dp),
+                 c->rank ? ": following rank 0" : "");
+    return 0;
+}
+
+/* A rank other than 0: the same models and learner, no queue, lease, metrics or weights; each step's groups come
+ * from rank 0 (trainer/online_ranks.h). Returns the exit status rank 0 sends. */
+static int follow(online_ctx *c, cpt_err *err) {
+    if (setup_data(c, err) || setup_models(c, err)) return -1;
+    cpt_ranks_header h;
+    cpt_ranks_groups gs;
+    if (cpt_ranks_recv(c->dp, &h, &gs, err)) return -1;
+    c->rank0_failed = h.command == CPT_RANKS_FAIL;
+    if (h.command == CPT_RANKS_FAIL)
+        return cpt_errf(err, "trainer rank %d: rank 0 failed before the first step (its log says why)", c->rank);
+    if (h.command != CPT_RANKS_START)
+        return cpt_errf(err, "trainer rank %d: expected rank 0's start, got command %" PRId64, c->rank, h.command);
+    if (h.step >= 0) {
+        /* read only: rank 0 holds the checkpoint folder, and writes nothing before the first step's exchange */
+        char ckpt[CPT_CKPT_PATH_MAX + 64];
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoints/step-%" PRId64, c->run_dir, h.step);
+        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err) || load_critic(c, h.step, err))
+            return cpt_err_prefix(err, "trainer rank %d", c->rank);
+        cpt_info("online: trainer rank %d resumed from %s", c->rank, ckpt);
+    }
+    c->st.step = h.step >= 0 ? h.step : 0;
+    for (;;) {
+        if (cpt_ranks_recv(c->dp, &h, &gs, err)) return -1;
+        switch (h.command) {
+        case CPT_RANKS_TRAIN: {
+            cpt_online_step_stats ss;
+            int rc = build_batch(c, gs.g, sizeof *gs.g, gs.n, err);
+            cpt_ranks_groups_free(&gs);
+            if (rc || cpt_online_learner_step(&c->L, &c->batch, h.step, &ss, err)) return -1;
+            c->st.step = h.step + 1;
+            if (after_step(c, c->st.step, err)) return -1;
+            break;
+        }
+        case CPT_RANKS_FINISH:
+            if (check_replicas(c, h.step, err)) return -1;
+            break;
+        case CPT_RANKS_EXIT:
+            cpt_info("online: trainer rank %d ends at step %" PRId64 " with rank 0 (status %" PRId64 ")", c->rank,
+                     h.step, h.status);
+            return (int)h.status;
+        case CPT_RANKS_FAIL:
+            c->rank0_failed = 1;
+            return cpt_errf(err, "trainer rank %d: rank 0 failed after step %" PRId64 " (its log says why)", c->rank,
+                            h.step);
+        default:
+            return cpt_errf(err, "trainer rank %d: unknown command %" PRId64 " from rank 0", c->rank, h.command);
+        }
+    }
+}
+
+static int finish(online_ctx *c, cpt_err *err);
 
 static int run(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
@@ -686,12 +846,17 @@ static int run(online_ctx *c, cpt_err *err) {
     c->groups_per_step = cpt_cfg_int(cfg, "train.groups_per_step");
     c->total_steps = cpt_cfg_int(cfg, "train.steps");
     if (cpt_cfg_int(cfg, "train.threads") > 0) omp_set_num_threads((int)cpt_cfg_int(cfg, "train.threads"));
+    c->ck_every = cpt_cfg_int(cfg, "checkpoint.every");
     if (cpt_weights_tx_check_config(cfg, err)) return -1; /* before any model is loaded */
+    if (open_ranks(c, err)) return -1;
+    if (c->rank > 0) return follow(c, err);
+    c->peers_at_header = c->world > 1;
     if (open_queue(c, err)) return -1; /* holds the lease before anything of the run is read or written */
-    if (setup_data(c, err) || setup_models(c, err) || setup_validation(c, err)) return -1;
+    if (setup_data(c, err) || setup_dataset(c, err) || setup_models(c, err) || setup_validation(c, err)) return -1;
     c->config_text = cpt_config_dump(cfg);
     if (!c->config_text) return cpt_errf(err, "out of memory");
     if (resume(c, err)) return -1;
+    if (c->world > 1 && cpt_ranks_send(c->dp, CPT_RANKS_START, c->last_saved_step, 0, err)) return -1;
     if (cpt_mkdir_p(c->run_dir, 0755, err)) return -1;
     char mpath[CPT_CKPT_PATH_MAX + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", c->run_dir);
@@ -711,11 +876,10 @@ static int run(online_ctx *c, cpt_err *err) {
     const int64_t val_every = cpt_cfg_int(cfg, "validation.every_steps");
     if (c->st.step == 0 && cpt_cfg_bool(cfg, "validation.before_training") && validate(c, err)) return -1;
     const int64_t this_run = cpt_cfg_int(cfg, "train.max_steps_this_run");
-    const int64_t ck_every = cpt_cfg_int(cfg, "checkpoint.every");
     const int64_t first_step = c->st.step;
     const double idle_warn = cpt_cfg_float(cfg, "online.idle_warn_s");
     double t_start = cpt_now(), last_progress = cpt_now();
-    while (c->st.step < c->total_steps && !(c->stop && *c->stop) &&
+    while (c->st.step < c->total_steps && !(c->stop && *c->stop) && !c->stop_all &&
            !(this_run > 0 && c->st.step - first_step >= this_run)) {
         if (cpt_lease_lost(c->lease) && check_fence(c, err)) return -1;
         if (cpt_dead_reader_poll(&c->dead, c->q, &c->book, cpt_now(), err) < 0) return -1;
@@ -736,11 +900,27 @@ static int run(online_ctx *c, cpt_err *err) {
         if (d > 0 || c->n_held < (size_t)c->groups_per_step) continue;
         if (train_step(c, t_start, first_step, err)) return -1;
         if (val_every > 0 && c->st.step % val_every == 0 && c->st.step != c->total_steps && validate(c, err)) return -1;
-        if (ck_every > 0 && c->st.step % ck_every == 0 && c->st.step != c->total_steps && save_checkpoint(c, err))
-            return -1;
+        if (is_checkpoint_step(c, c->st.step) && save_checkpoint(c, err)) return -1;
     }
-    int stopped = c->stop && *c->stop;
+    int stopped = (c->stop && *c->stop) || c->stop_all;
     if (stopped) cpt_warn("online: stopping at step %" PRId64 " on request", c->st.step);
+    if (c->world > 1) {
+        c->peers_at_header = 0;
+        if (cpt_ranks_send(c->dp, CPT_RANKS_FINISH, c->st.step, 0, err) || check_replicas(c, c->st.step, err))
+            return -1;
+        c->peers_at_header = 1;
+    }
+    int status = finish(c, err);
+    if (status >= 0 && c->world > 1) {
+        c->peers_at_header = 0;
+        if (cpt_ranks_send(c->dp, CPT_RANKS_EXIT, c->st.step, status, err)) return -1;
+    }
+    return status;
+}
+
+/* Rank 0's end: the last checkpoint, and at the end of training the validation and the summary. Returns the exit
+ * status (0 finished, CPT_EXIT_STOPPED) or -1. */
+static int finish(online_ctx *c, cpt_err *err) {
     if (c->last_saved_step != c->st.step && save_checkpoint(c, err)) return -1;
     if (c->st.step >= c->total_steps) {
         if (validate(c, err)) return -1;
@@ -765,6 +945,14 @@ int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile si
     if (rc < 0) {
         cpt_err_prefix(err, "%s", config_path ? config_path : "online");
         rc = 1;
+        if (c.world > 1) {
+            /* the others wait for rank 0's next header: tell them, and every rank ends cleanly; a failure anywhere
+             * else may leave ranks inside a collective, so it ends them all */
+            cpt_err e2;
+            int told = c.rank == 0 && c.peers_at_header &&
+                       cpt_ranks_send(c.dp, CPT_RANKS_FAIL, c.st.step, 1, &e2) == 0;
+            if (!told && !c.rank0_failed) cpt_dp_abort(c.dp, 1, err);
+        }
     }
     ctx_free(&c);
     return rc;

@@ -11,7 +11,10 @@
  * async.mode = sync issues exactly the groups of the next step with min_version = the current version and waits for
  * all of them: every step trains on samples of the current weights (on-policy; deterministic on CPU with fixed
  * seeds). async keeps up to groups_per_step * (max_staleness + 1) groups in flight with min_version = version -
- * max_staleness. */
+ * max_staleness.
+ *
+ * With several trainer ranks (slurm.trainer_tasks) rank 0 is all of the above and the other ranks follow it step by
+ * step, training on their share of each batch (trainer/online_ranks.h, trainer/online_step.h). */
 #ifndef CPT_TRAINER_ONLINE_H
 #define CPT_TRAINER_ONLINE_H
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/dp.h"
+
 static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *s, cpt_err *err) {
     if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &s->kind, err)) return -1;
     s->base_lr = lr;
@@ -120,10 +122,10 @@ int cpt_online_advantages(const cpt_objective_config *oc, const cpt_rl_batch *b,
     return 0;
 }
 
-/* Micro-batches: consecutive sequences [s0, s1) with at most budget tokens (a longer sequence alone). */
-static int next_micro(const cpt_rl_batch *b, int s0, int budget) {
+/* Micro-batches: consecutive sequences [s0, s1), s1 <= end, with at most budget tokens (a longer sequence alone). */
+static int next_micro(const cpt_rl_batch *b, int s0, int end, int budget) {
     int s1 = s0 + 1;
-    while (s1 < b->n_seqs && b->seq_start[s1 + 1] - b->seq_start[s0] <= budget) s1++;
+    while (s1 < end && b->seq_start[s1 + 1] - b->seq_start[s0] <= budget) s1++;
     return s1;
 }
 
@@ -135,13 +137,63 @@ static cpt_batch micro(cpt_online_learner *L, const cpt_rl_batch *b, int s0, int
     return mb;
 }
 
-/* Forward of m over the whole batch into logp / ent / values (any may be NULL); keep = activations for a backward
- * right after (only meaningful when the batch is one micro-batch). */
-static int forward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, float *logp, float *ent,
-                       float *values, int keep, int *n_micro, cpt_err *err) {
+void cpt_online_shard(const cpt_rl_batch *b, int rank, int world, int *s0, int *s1) {
+    if (world <= 1) {
+        *s0 = 0, *s1 = b->n_seqs;
+        return;
+    }
+    /* boundary r: the sequence start nearest to r * n_tokens / world (monotonic in r, 0 and n_seqs at the ends) */
+    int bound[2];
+    for (int k = 0; k < 2; k++) {
+        int r = rank + k;
+        if (r <= 0) bound[k] = 0;
+        else if (r >= world) bound[k] = b->n_seqs;
+        else {
+            double target = (double)r * b->n_tokens / world;
+            int s = 0;
+            while (s < b->n_seqs && b->seq_start[s + 1] <= target) s++;
+            /* s: the first sequence ending after target; its start or its end, whichever is nearer */
+            if (s < b->n_seqs && b->seq_start[s + 1] - target < target - b->seq_start[s]) s++;
+            bound[k] = s;
+        }
+    }
+    *s0 = bound[0], *s1 = bound[1];
+}
+
+/* The rank's part of a step: its sequences [s0, s1) and their tokens [t0, t1). */
+typedef struct shard {
+    int rank, world, s0, s1, t0, t1;
+} shard;
+
+static shard shard_of(const cpt_online_learner *L, const cpt_rl_batch *b) {
+    shard r = {0, 1, 0, b->n_seqs, 0, b->n_tokens};
+    if (L->dp) {
+        r.rank = cpt_dp_rank(L->dp);
+        r.world = cpt_dp_size(L->dp);
+    }
+    cpt_online_shard(b, r.rank, r.world, &r.s0, &r.s1);
+    r.t0 = b->seq_start[r.s0];
+    r.t1 = b->seq_start[r.s1];
+    return r;
+}
+
+/* Every rank's range of a per-token buffer to every rank: zeros outside the own range, then a sum. */
+static int gather(cpt_online_learner *L, const shard *sh, float *buf, int n_tokens, cpt_err *err) {
+    if (sh->world <= 1 || !buf) return 0;
+    memset(buf, 0, (size_t)sh->t0 * sizeof(float));
+    memset(buf + sh->t1, 0, (size_t)(n_tokens - sh->t1) * sizeof(float));
+    if (cpt_dp_sum_floats(L->dp, buf, (size_t)n_tokens, err))
+        return cpt_err_prefix(err, "gathering a step's per-token values over %d ranks", sh->world);
+    return 0;
+}
+
+/* Forward of m over the rank's sequences into logp / ent / values (any may be NULL), gathered to every rank; keep =
+ * activations for a backward right after (only meaningful when the range is one micro-batch). */
+static int forward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, const shard *sh, float *logp,
+                       float *ent, float *values, int keep, int *n_micro, cpt_err *err) {
     int k = 0;
-    for (int s0 = 0; s0 < b->n_seqs;) {
-        int s1 = next_micro(b, s0, L->micro_tokens);
+    for (int s0 = sh->s0; s0 < sh->s1;) {
+        int s1 = next_micro(b, s0, sh->s1, L->micro_tokens);
         cpt_batch mb = micro(L, b, s0, s1);
         int off = b->seq_start[s0];
         cpt_forward_out fo = {.logprobs = logp ? logp + off : NULL, .entropy = ent ? ent + off : NULL,
@@ -151,16 +203,28 @@ static int forward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *
         k++;
     }
     if (n_micro) *n_micro = k;
+    if (gather(L, sh, logp, b->n_tokens, err) || gather(L, sh, ent, b->n_tokens, err) ||
+        gather(L, sh, values, b->n_tokens, err))
+        return -1;
     return 0;
 }
 
-/* Accumulates the gradient of m for the given per-token gradients; kept: the single micro-batch's activations are
- * still there from forward_all. */
-static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, const float *d_logp,
-                        const float *d_ent, const float *d_val, int kept, cpt_err *err) {
+/* Accumulates the gradient of m over the rank's sequences for the given per-token gradients (scaled by the world
+ * size here: the ranks' gradients are then averaged); kept: the single micro-batch's activations are still there
+ * from forward_all. */
+static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, const shard *sh, float *d_logp,
+                        float *d_ent, float *d_val, int kept, cpt_err *err) {
     cpt_model_zero_grad(m);
-    for (int s0 = 0; s0 < b->n_seqs;) {
-        int s1 = next_micro(b, s0, L->micro_tokens);
+    if (sh->world > 1) {
+        float w = (float)sh->world;
+        for (int t = sh->t0; t < sh->t1; t++) {
+            if (d_logp != L->zeros) d_logp[t] *= w;
+            if (d_ent) d_ent[t] *= w;
+            if (d_val) d_val[t] *= w;
+        }
+    }
+    for (int s0 = sh->s0; s0 < sh->s1;) {
+        int s1 = next_micro(b, s0, sh->s1, L->micro_tokens);
         cpt_batch mb = micro(L, b, s0, s1);
         int off = b->seq_start[s0];
         if (!kept) {
@@ -171,6 +235,8 @@ static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch 
             return -1;
         s0 = s1;
     }
+    if (L->dp && cpt_dp_allreduce_model_grads(L->dp, m, err))
+        return cpt_err_prefix(err, "averaging gradients over %d ranks", sh->world);
     return 0;
 }
 
@@ -202,17 +268,19 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
     for (int t = 0; t < b->n_tokens; t++) st->loss_tokens += b->mask[t] != 0;
     if (st->loss_tokens == 0) return cpt_errf(err, "online step: no completion tokens in the batch");
 
-    if (L->ref && oc->kl_beta > 0 && forward_all(L, L->ref, b, L->ref_logp, NULL, NULL, 0, NULL, err))
+    shard sh = shard_of(L, b);
+    st->shard_tokens = sh.t1 - sh.t0;
+    if (L->ref && oc->kl_beta > 0 && forward_all(L, L->ref, b, &sh, L->ref_logp, NULL, NULL, 0, NULL, err))
         return cpt_err_prefix(err, "reference forward");
 
     int single = 0;
     for (int epoch = 0; epoch < L->ppo_epochs; epoch++) {
         int n_micro = 0;
-        if (forward_all(L, L->policy, b, L->logp, L->ent, NULL, 1, &n_micro, err)) return cpt_err_prefix(err, "policy forward");
+        if (forward_all(L, L->policy, b, &sh, L->logp, L->ent, NULL, 1, &n_micro, err)) return cpt_err_prefix(err, "policy forward");
         single = n_micro == 1;
         int csingle = 0;
         if (ppo) {
-            if (forward_all(L, L->critic, b, NULL, NULL, L->values, 1, &n_micro, err)) return cpt_err_prefix(err, "critic forward");
+            if (forward_all(L, L->critic, b, &sh, NULL, NULL, L->values, 1, &n_micro, err)) return cpt_err_prefix(err, "critic forward");
             csingle = n_micro == 1;
         }
         st->n_micro = n_micro;
@@ -243,12 +311,12 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
         /* The critic first: the policy's kept activations would not survive a forward of the same model, and the
          * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
         if (ppo) {
-            if (backward_all(L, L->critic, b, L->zeros, NULL, L->d_val, csingle, err)) return cpt_err_prefix(err, "critic backward");
+            if (backward_all(L, L->critic, b, &sh, L->zeros, NULL, L->d_val, csingle, err)) return cpt_err_prefix(err, "critic backward");
             st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
             st->critic_lr = cpt_lr_at(&L->csched, step);
             cpt_adamw_step(L->copt, st->critic_lr);
         }
-        if (backward_all(L, L->policy, b, L->d_logp, oc->entropy_coef != 0 ? L->d_ent : NULL, NULL, single, err))
+        if (backward_all(L, L->policy, b, &sh, L->d_logp, oc->entropy_coef != 0 ? L->d_ent : NULL, NULL, single, err))
             return cpt_err_prefix(err, "policy backward");
         st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
         if (!isfinite(st->grad_norm))

@@ -7,6 +7,14 @@
  * micro-batch to get the logprobs, and then each micro-batch runs forward again with activations kept and backward
  * with its slice of d(loss)/d(logprob): the gradient is exactly the whole batch's.
  *
+ * Ranks (trainer/dp.h, L->dp with more than one rank): every rank holds the whole batch and forwards only its
+ * contiguous range of sequences (cpt_online_shard: balanced by tokens), for the policy, the reference and the critic
+ * alike. The per-token logprobs / entropy / values are gathered to every rank (each writes its range into a
+ * zero-filled full-length buffer, then one in-place sum), so every rank computes the same objective over the whole
+ * batch. The backward then runs over the rank's range only, with its slice of d(loss)/d(logprob) scaled by the
+ * world size, and the gradients are averaged over the ranks before clipping and AdamW: the update is the whole
+ * batch's, identical on every rank.
+ *
  * Proximal policy: the first pass's logprobs (detached) are logp_old; with train.ppo_epochs = 1 the ratio is 1 and
  * only the rollout's behaviour logprobs (truncated importance weights, algo.tis) correct for staleness; with more
  * epochs the later passes are clipped against the first. */
@@ -38,6 +46,7 @@ typedef struct cpt_online_learner {
     double grad_clip;
     int ppo_epochs;
     int micro_tokens;
+    struct cpt_dp *dp; /* not owned; NULL or one rank: the whole batch here */
     /* scratch, grown to the batch */
     int cap;
     float *logp, *old_logp, *ref_logp, *ent, *adv, *task_adv, *values, *old_values, *returns, *tok_rewards;
@@ -58,7 +67,8 @@ typedef struct cpt_online_step_stats {
     cpt_obj_metrics m;  /* of the last epoch */
     double grad_norm, critic_grad_norm, lr, critic_lr;
     double reward_mean, reward_std, resp_len_mean;
-    long tokens, loss_tokens;
+    long tokens, loss_tokens; /* the whole batch's */
+    long shard_tokens;        /* the tokens this rank forwarded (its shard; the batch's with one rank) */
     int n_micro;
 } cpt_online_step_stats;
 
@@ -66,6 +76,11 @@ typedef struct cpt_online_step_stats {
  * Rewards get the overlong penalty here when algo.overlong_buffer_len > 0. */
 int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_t step, cpt_online_step_stats *st,
                             cpt_err *err);
+
+/* The contiguous sequences [*s0, *s1) of rank `rank` of `world`: boundaries at the sequence starts nearest to
+ * rank * n_tokens / world, so every rank forwards about the same number of tokens (a rank may get none when there
+ * are fewer sequences than ranks). */
+void cpt_online_shard(const cpt_rl_batch *b, int rank, int world, int *s0, int *s1);
 
 /* Advantages of b per token into adv (task rewards and teacher as the objective type asks); values needed for ppo
  * (returns filled then). Exposed for tests. */

@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "model/cuda_model.h"
+#include "weights/devices.h"
 
 #ifdef CPT_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -387,9 +388,9 @@ cpt_param **cpt_model_param_list(cpt_model *m, size_t *n, cpt_err *err) {
 }
 
 int cpt_trainer_place_model(const cpt_config *cfg, cpt_model *m, const char *what, cpt_err *err) {
-    const char *dev = cpt_cfg_str(cfg, "train.device");
+    const char *dev = cpt_device_resolve(cfg, "train.device");
     if (!strcmp(dev, "cpu")) return 0;
-    if (strcmp(dev, "cuda")) return cpt_errf(err, "train.device is \"%s\" (expected cpu or cuda)", dev);
+    if (strcmp(dev, "cuda")) return cpt_errf(err, "train.device is \"%s\" (expected auto, cpu or cuda)", dev);
     int d = (int)cpt_cfg_int(cfg, "train.cuda_device");
     if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s: train.device = \"cuda\"", what);
     cpt_model_set_recompute(m, cpt_cfg_bool(cfg, "train.recompute"));

@@ -326,6 +326,7 @@ int cpt_sft_run(const cpt_config *cfg, cpt_sft_result *res, cpt_err *err) {
     sigaction(SIGUSR1, &sa, &old_usr1);
     sigaction(SIGTERM, &sa, &old_term);
     int rc = run(&c, res, err);
+    if (rc && c.o.dp) cpt_dp_abort(c.o.dp, 1, err); /* other ranks may wait in a collective for this one */
     sigaction(SIGUSR1, &old_usr1, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     ctx_free(&c);

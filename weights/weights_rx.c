@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "weights/devices.h"
 #include "weights/weights_ann.h"
 #include "weights/weights_group.h"
 #include "weights/weights_ipc_book.h"
@@ -38,28 +39,17 @@ struct cpt_weights_rx {
 };
 
 cpt_weights_rx *cpt_weights_rx_new(const cpt_config *cfg, const char *worker, cpt_queue *q, cpt_err *err) {
-    const char *t = cpt_cfg_str(cfg, "weights.transport");
-    int tr = cpt_weights_transport_parse(t);
+    const char *t = cpt_transport_resolve(cfg);
+    int tr = t ? cpt_weights_transport_parse(t) : -1;
     if (tr < 0) {
-        cpt_errf(err, "weights.transport = \"%s\": expected file, nccl or cuda_ipc", t);
+        cpt_errf(err, "weights.transport = \"%s\": expected auto, file, nccl or cuda_ipc",
+                 cpt_cfg_str(cfg, "weights.transport"));
         return NULL;
     }
-    if (tr != CPT_WT_FILE) {
-#ifndef CPT_HAVE_CUDA
-        cpt_errf(err, "weights.transport = \"%s\" needs CUDA, but this cpt was built without it; use \"file\"", t);
+    /* the worker's side only: the trainer's device is the trainer's to check */
+    if (tr != CPT_WT_FILE && cpt_weights_choice_check(t, "cuda", cpt_device_resolve(cfg, "rollout.device"),
+                                                      !strcmp(cpt_cfg_str(cfg, "model.init"), "random"), err))
         return NULL;
-#endif
-        if (strcmp(cpt_cfg_str(cfg, "rollout.device"), "cuda")) {
-            cpt_errf(err, "weights.transport = \"%s\" copies into the GPU engine, but rollout.device = \"%s\"; set "
-                          "rollout.device = \"cuda\" or weights.transport = \"file\"", t, cpt_cfg_str(cfg, "rollout.device"));
-            return NULL;
-        }
-        if (!strcmp(cpt_cfg_str(cfg, "model.init"), "random")) {
-            cpt_errf(err, "weights.transport = \"%s\" needs the worker's model at start (model.path); model.init = "
-                          "random builds it from the first file version", t);
-            return NULL;
-        }
-    }
     cpt_weights_rx *rx = calloc(1, sizeof *rx);
     if (!rx) {
         cpt_errf(err, "out of memory");

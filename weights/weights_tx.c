@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "weights/devices.h"
 #include "weights/weights_ann.h"
 #include "weights/weights_group.h"
 #include "weights/weights_ipc_book.h"
@@ -40,24 +41,9 @@ struct cpt_weights_tx {
 };
 
 int cpt_weights_tx_check_config(const cpt_config *cfg, cpt_err *err) {
-    const char *t = cpt_cfg_str(cfg, "weights.transport");
-    int tr = cpt_weights_transport_parse(t);
-    if (tr < 0) return cpt_errf(err, "weights.transport = \"%s\": expected file, nccl or cuda_ipc", t);
-    if (tr == CPT_WT_FILE) return 0;
-#ifndef CPT_HAVE_CUDA
-    return cpt_errf(err, "weights.transport = \"%s\" needs CUDA, but this cpt was built without it (no nvcc at "
-                         "configure time); use weights.transport = \"file\"", t);
-#else
-    if (strcmp(cpt_cfg_str(cfg, "train.device"), "cuda"))
-        return cpt_errf(err, "weights.transport = \"%s\" sends the trainer's GPU weights, but train.device = \"%s\"; "
-                             "set train.device = \"cuda\" or weights.transport = \"file\"",
-                        t, cpt_cfg_str(cfg, "train.device"));
-    if (strcmp(cpt_cfg_str(cfg, "rollout.device"), "cuda"))
-        return cpt_errf(err, "weights.transport = \"%s\" lands in the GPU engine, but rollout.device = \"%s\"; set "
-                             "rollout.device = \"cuda\" or weights.transport = \"file\"",
-                        t, cpt_cfg_str(cfg, "rollout.device"));
-    return 0;
-#endif
+    return cpt_weights_choice_check(cpt_transport_resolve(cfg), cpt_device_resolve(cfg, "train.device"),
+                                    cpt_device_resolve(cfg, "rollout.device"),
+                                    !strcmp(cpt_cfg_str(cfg, "model.init"), "random"), err);
 }
 
 #ifdef CPT_HAVE_CUDA /* helpers of the GPU transports */
@@ -82,7 +68,7 @@ cpt_weights_tx *cpt_weights_tx_new(const cpt_config *cfg, cpt_queue *q, const ch
     }
     tx->cfg = cfg, tx->q = q, tx->run_dir = run_dir;
     snprintf(tx->run, sizeof tx->run, "%s", run);
-    tx->transport = cpt_weights_transport_parse(cpt_cfg_str(cfg, "weights.transport"));
+    tx->transport = cpt_weights_transport_parse(cpt_transport_resolve(cfg));
     cpt_weights_layout_of(policy, &tx->layout);
     tx->bytes = (size_t)tx->layout.numel * 2;
     if (tx->transport == CPT_WT_FILE) return tx;

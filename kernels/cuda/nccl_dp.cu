@@ -210,14 +210,14 @@ static int stamp_on(cpt_nccl *c, cudaStream_t s) {
     return i;
 }
 
-int cpt_nccl_allreduce_avg(cpt_nccl *c, float *buf, size_t count, cpt_err *err) {
+static int allreduce(cpt_nccl *c, float *buf, size_t count, ncclRedOp_t op, cpt_err *err) {
     cudaError_t e;
     if ((e = cudaEventRecord(c->compute_done, c->ctx->stream)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(c->comm_stream, c->compute_done, 0)) != cudaSuccess)
         return cpt_cuda_err(err, "%s: ordering the all-reduce after the compute stream failed: %s", c->where,
                             cudaGetErrorString(e));
     int start = stamp_on(c, c->comm_stream);
-    ncclResult_t r = c->api.all_reduce(buf, buf, count, ncclFloat32, ncclAvg, c->comm, c->comm_stream);
+    ncclResult_t r = c->api.all_reduce(buf, buf, count, ncclFloat32, op, c->comm, c->comm_stream);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclAllReduce", r, err);
     if (settle(c, "ncclAllReduce", r, 600.0, err)) return -1;
     int end = stamp_on(c, c->comm_stream);
@@ -227,6 +227,14 @@ int cpt_nccl_allreduce_avg(cpt_nccl *c, float *buf, size_t count, cpt_err *err) 
         c->n_ops++;
     }
     return 0;
+}
+
+int cpt_nccl_allreduce_avg(cpt_nccl *c, float *buf, size_t count, cpt_err *err) {
+    return allreduce(c, buf, count, ncclAvg, err);
+}
+
+int cpt_nccl_allreduce_sum(cpt_nccl *c, float *buf, size_t count, cpt_err *err) {
+    return allreduce(c, buf, count, ncclSum, err);
 }
 
 int cpt_nccl_broadcast(cpt_nccl *c, void *buf, size_t bytes, int root, cpt_err *err) {

@@ -43,6 +43,8 @@ void cpt_nccl_free(cpt_nccl *c);
 /* In-place average over the ranks of count floats at buf (device), on the comm stream, after the compute stream's
  * work queued so far. */
 int cpt_nccl_allreduce_avg(cpt_nccl *c, float *buf, size_t count, cpt_err *err);
+/* The same with a sum (trainer/dp.c's host collectives). */
+int cpt_nccl_allreduce_sum(cpt_nccl *c, float *buf, size_t count, cpt_err *err);
 /* In-place broadcast of bytes at buf (device) from rank root to every rank, on the comm stream after the compute
  * stream's work queued so far (the weight transport, trainer/weights_tx.c; needs two GPUs: not run yet). */
 int cpt_nccl_broadcast(cpt_nccl *c, void *buf, size_t bytes, int root, cpt_err *err);

@@ -9,6 +9,9 @@
  *  4. N ranks as child processes (file bootstrap), one per GPU, rank r adding r to known values: every rank gets
  *     the exact average. With one GPU both ranks share it; NCCL normally refuses that, and the error is printed
  *     and recorded, not counted as a failure (one GPU cannot test N > 1).
+ *  5. the host collectives over NCCL at one rank (force_nccl) with a tiny model on the GPU: sum_floats (1 and 1e6
+ *     floats) and bcast_bytes come back unchanged through the device staging buffer, allreduce_model_grads leaves
+ *     a real backward's gradients as they were, backend() says nccl; before attach they refuse with a reason.
  *
  * usage: test_nccl_dp                     all of the above
  *        test_nccl_dp --rank-child DIR    one rank of part 3/4 (CPT_RANK, CPT_WORLD_SIZE, CPT_DP_TIMEOUT from env) */
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "model/model.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/nccl_dp.h"
 #include "tests/check.h"
@@ -93,6 +97,11 @@ static void test_world1_no_nccl(cpt_cuda_ctx *ctx) {
     CHECK(memcmp(back, h, total * 4) == 0);
     CHECK_MSG(!nccl_loaded(), "libnccl.so.2 was loaded by a one-rank group without force_nccl");
     CHECK(cpt_dp_nccl(dp) == NULL);
+    CHECK_EQ_INT(cpt_dp_backend(dp), CPT_DP_BACKEND_NONE);
+    float keep[3] = {1.5f, -2.0f, 7.0f};
+    OK(cpt_dp_sum_floats(dp, keep, 3, &err));
+    OK(cpt_dp_bcast_bytes(dp, keep, sizeof keep, &err));
+    CHECK(keep[0] == 1.5f && keep[1] == -2.0f && keep[2] == 7.0f);
     printf("world 1, no NCCL: %zu params in %zu buckets, grads untouched, libnccl loaded: %s\n", n,
            cpt_dp_get_plan(dp)->n_buckets, nccl_loaded() ? "yes" : "no");
     cpt_dp_free(dp);
@@ -319,6 +328,75 @@ static int count_devices(void) {
     return n;
 }
 
+/* ---- part 5: the host collectives and a model's gradients over NCCL, one rank ---- */
+
+static void test_host_collectives_nccl(void) {
+    cpt_dp_opts o = {.bootstrap = "file", .force_nccl = 1, .timeout_s = 60};
+    cpt_dp *dp = cpt_dp_new(&o, &err);
+    OK(dp == NULL);
+    CHECK_EQ_INT(cpt_dp_backend(dp), CPT_DP_BACKEND_NCCL);
+    float early = 1.0f;
+    cpt_err e;
+    CHECK(cpt_dp_sum_floats(dp, &early, 1, &e) != 0 && strstr(e.msg, "attach"));
+    cpt_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = CPT_ARCH_QWEN2;
+    c.vocab_size = 64, c.hidden_size = 64, c.intermediate_size = 128, c.num_layers = 2;
+    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
+    c.rms_norm_eps = 1e-6f, c.rope_theta = 10000.0f, c.tie_word_embeddings = 1, c.qkv_bias = 1;
+    c.max_position_embeddings = 64, c.bos_token_id = -1, c.eos_token_id = -1;
+    cpt_model *m = cpt_model_new_random(&c, 5, &err);
+    OK(m == NULL);
+    OK(cpt_model_use_cuda(m, 0, &err));
+    OK(cpt_dp_attach_model(dp, m, &err));
+
+    float one = 3.5f;
+    OK(cpt_dp_sum_floats(dp, &one, 1, &err));
+    CHECK(one == 3.5f);
+    size_t big = 1000000;
+    float *v = malloc(big * sizeof *v);
+    OK(v == NULL);
+    for (size_t i = 0; i < big; i++) v[i] = value_at(i, 0);
+    OK(cpt_dp_sum_floats(dp, v, big, &err));
+    size_t wrong = 0;
+    for (size_t i = 0; i < big; i++) wrong += v[i] != value_at(i, 0);
+    CHECK_EQ_INT(wrong, 0);
+    unsigned char bytes[1003];
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)(i * 7 + 3);
+    OK(cpt_dp_bcast_bytes(dp, bytes, sizeof bytes, &err));
+    wrong = 0;
+    for (size_t i = 0; i < sizeof bytes; i++) wrong += bytes[i] != (unsigned char)(i * 7 + 3);
+    CHECK_EQ_INT(wrong, 0);
+
+    int32_t tok[10], tgt[10], start[2] = {0, 10};
+    float d[10];
+    for (int i = 0; i < 10; i++) tok[i] = (i * 5 + 3) % 64, d[i] = i < 9 ? -1.0f / 9 : 0.0f;
+    for (int i = 0; i < 10; i++) tgt[i] = i < 9 ? tok[i + 1] : -1;
+    cpt_batch b = {.n_tokens = 10, .n_seqs = 1, .tokens = tok, .seq_start = start, .targets = tgt};
+    float lp[10];
+    cpt_forward_out out = {.logprobs = lp};
+    cpt_model_zero_grad(m);
+    OK(cpt_model_forward(m, &b, &out, 1, &err));
+    OK(cpt_model_backward(m, &b, d, NULL, NULL, &err));
+    OK(cpt_model_sync_to_host(m, &err));
+    size_t n = cpt_model_numel(m);
+    float *before = malloc(n * sizeof *before);
+    OK(before == NULL);
+    memcpy(before, cpt_model_grads(m), n * sizeof *before);
+    OK(cpt_dp_allreduce_model_grads(dp, m, &err));
+    OK(cpt_model_sync_to_host(m, &err));
+    wrong = 0;
+    double norm = 0;
+    for (size_t i = 0; i < n; i++) wrong += cpt_model_grads(m)[i] != before[i], norm += fabs(before[i]);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_MSG(norm > 0, "the backward produced no gradient: the check is vacuous");
+    printf("host collectives over nccl, one rank: sum 1 and 1e6 floats, bcast 1003 bytes, %zu model gradients: %s\n",
+           n, wrong ? "WRONG" : "unchanged");
+    free(v), free(before);
+    cpt_model_free(m);
+    cpt_dp_free(dp);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--rank-child")) return rank_child(argv[2]);
     unsetenv("CPT_RANK");
@@ -355,6 +433,7 @@ int main(int argc, char **argv) {
 
     test_world1_no_nccl(ctx);
     test_world1_nccl(ctx);
+    test_host_collectives_nccl();
     cpt_cuda_ctx_free(ctx);
     printf("%d checks, %d failed\n", check_count, check_failures);
     return check_failures ? 1 : 0;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# cluster.sh start DIR | stop DIR: a real single-node Slurm cluster (munge + slurmctld + slurmd) in DIR, for the
+# cluster.sh start DIR [GPUS] | stop DIR: a real single-node Slurm cluster (munge + slurmctld + slurmd) in DIR, for the
 # slurm-labelled tests. Needs root (slurmd runs jobs as their users). After start, `source DIR/env` sets SLURM_CONF.
 # Two partitions: `low` (default, preemptible, requeue on preemption) and `high` (preempts low).
+# GPUS > 0: the node declares that many GPUs (gres gpu, device files DIR/dev/nvidiaN made as copies of /dev/null), so
+# Slurm allocates them to jobs and steps and sets CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS as on a GPU node.
 set -euo pipefail
-cmd=$1 dir=$(realpath -m "$2")
+cmd=$1 dir=$(realpath -m "$2") gpus=${3:-0}
 
 stop_slurm() {
   for p in slurmd slurmctld; do
@@ -55,6 +57,14 @@ pick_port() {
   echo "$p"
 }
 
+gres_node="" gres_types=""
+if [ "$gpus" -gt 0 ]; then
+  mkdir -p "$dir/dev"
+  for i in $(seq 0 $((gpus - 1))); do [ -e "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 1 3; done
+  echo "Name=gpu File=$dir/dev/nvidia[0-$((gpus - 1))]" > "$dir/gres.conf"
+  gres_node="Gres=gpu:$gpus" gres_types="GresTypes=gpu"
+fi
+
 write_conf() {
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=cpttest
@@ -87,7 +97,8 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+$gres_types
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus $gres_node State=UNKNOWN
 PartitionName=low Nodes=$node Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10 OverSubscribe=NO
 PartitionName=high Nodes=$node Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF

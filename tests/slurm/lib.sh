@@ -1,5 +1,6 @@
 # Shared by the slurm tests (sourced, not a test): a private cluster, waiting on job states and run steps.
-# Needs: SRC BUILD set; defines T (temp dir) and starts the cluster in $T/cluster, stopped on exit.
+# Needs: SRC BUILD set; defines T (temp dir) and starts the cluster in $T/cluster, stopped on exit; with
+# CLUSTER_GPUS=N set before sourcing, the node declares N GPUs (cluster.sh).
 T=$(mktemp -d /tmp/cpt-slurm-XXXXXX)
 chmod 755 "$T" # munged (user munge) keeps its socket and key below it
 pids=()
@@ -27,7 +28,7 @@ fail() {
   for f in "$T"/*.log "$T"/*/logs/*.log; do [ -f "$f" ] && { echo "== $f"; tail -30 "$f"; } >&2; done
   exit 1
 }
-tests/slurm/cluster.sh start "$T/cluster"
+tests/slurm/cluster.sh start "$T/cluster" "${CLUSTER_GPUS:-0}"
 source "$T/cluster/env"
 export CPT_BIN=$BUILD OMP_NUM_THREADS=1
 

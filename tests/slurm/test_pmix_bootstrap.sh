@@ -20,6 +20,20 @@ for n in 2 4; do
   [ "$(echo "$out" | awk '{print $5}' | head -1)" != "0000000000000000" ] || fail "blob never written"
 done
 
+# The CPU collective (Open MPI from the plugin) under direct launch: Open MPI's own PMIx client meets Slurm's pmix
+# plugin (MpiDefault=none, so --mpi=pmix is what makes it work): sums, broadcast and averaged gradients on every rank.
+if command -v mpirun >/dev/null && [ -f "$CPT_BUILD/libcpt-coll-mpi.so" ]; then
+  out=$(OMP_NUM_THREADS=1 srun --mpi=pmix -n 2 --overlap "$bin" check-collective) || fail "check-collective under srun: $out"
+  echo "$out"
+  [ "$(echo "$out" | grep -c "^rank [01]/2 backend mpi sum1 3 (want 3) sum1e6 maxerr 0 bcast ok .*: ok$")" -eq 2 ] ||
+    fail "srun --mpi=pmix -n 2 check-collective: not both ranks ok"
+  # without PMIx the ranks cannot meet, and say so instead of running as two groups of one
+  if err=$(srun --mpi=none -n 2 --overlap "$bin" check-collective 2>&1); then fail "--mpi=none ran: $err"; fi
+  echo "$err" | grep -q "has no PMIx: start it with .srun --mpi=pmix." || fail "unclear error under --mpi=none: $err"
+else
+  echo "no Open MPI plugin in this build: the srun collective part is not run"
+fi
+
 # Outside srun: the pmix transport says what to do.
 if err=$("$bin" check-bootstrap --kind pmix 2>&1); then fail "pmix outside srun should fail"; fi
 echo "$err" | grep -q "srun --mpi=pmix" || fail "unclear error outside srun: $err"

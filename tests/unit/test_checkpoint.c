@@ -204,6 +204,26 @@ int main(void) {
     CHECK_EQ_INT(cpt_train_state_get_rng(&st2, "nope", &r2, &err), -1);
     cpt_train_state_free(&st2);
 
+    /* two optimizer updates per trainer step (PPO's ppo_epochs): the step-3 optimizer is trainer step 3 x 1 only */
+    CHECK_EQ_INT(cpt_ckpt_load_steps(found, m2, o2, 1, &st2, &err), 0);
+    cpt_train_state_free(&st2);
+    CHECK_EQ_INT(cpt_ckpt_load_steps(found, m2, o2, 2, &st2, &err), -1);
+    CHECK(strstr(err.msg, "optimizer step 3 differs from trainer step 3 x 2") != NULL);
+    st.step = 1; /* the same optimizer (3 updates) as trainer step 1 of 3 updates each */
+    char run3[] = "/tmp/cpt-test-ckpt3-XXXXXX";
+    CHECK(mkdtemp(run3) != NULL);
+    cpt_ckpt_save_args a3 = a;
+    a3.run_dir = run3;
+    char dir3[CPT_CKPT_PATH_MAX + 64];
+    CHECK_EQ_INT(cpt_ckpt_save(&a3, dir3, sizeof dir3, &err), 0);
+    CHECK_EQ_INT(cpt_ckpt_load_steps(dir3, m2, o2, 3, &st2, &err), 0);
+    CHECK_EQ_INT(o2->step, 3);
+    CHECK_EQ_INT(st2.step, 1);
+    cpt_train_state_free(&st2);
+    CHECK_EQ_INT(cpt_ckpt_load(dir3, m2, o2, &st2, &err), -1);
+    cpt_remove_tree(run3, &err);
+    st.step = 3;
+
     /* corrupt the newest: refused (checksum, naming the file), the previous one is used */
     snprintf(p, sizeof p, "%s/checkpoints/step-3/model/model.safetensors", run);
     flip_byte(p, 200);

@@ -324,7 +324,42 @@ static void test_micro_exact(void) {
     free(w[1]);
 }
 
+/* Ranks forward contiguous ranges of sequences balanced by tokens, covering the batch exactly once. */
+static void test_shard(void) {
+    int32_t ss[6] = {0, 10, 12, 30, 31, 40}; /* lengths 10 2 18 1 9 */
+    cpt_rl_batch b;
+    memset(&b, 0, sizeof b);
+    b.n_seqs = 5;
+    b.n_tokens = 40;
+    b.seq_start = ss;
+    int s0, s1;
+    cpt_online_shard(&b, 0, 1, &s0, &s1);
+    CHECK(s0 == 0 && s1 == 5);
+    /* two ranks: half is 20 tokens; the start nearest to it is 12 (30 is farther) */
+    cpt_online_shard(&b, 0, 2, &s0, &s1);
+    CHECK(s0 == 0 && s1 == 2);
+    cpt_online_shard(&b, 1, 2, &s0, &s1);
+    CHECK(s0 == 2 && s1 == 5);
+    /* four ranks: targets 10, 20, 30 -> starts 10, 12, 30 */
+    int want[5] = {0, 1, 2, 3, 5};
+    for (int r = 0; r < 4; r++) {
+        cpt_online_shard(&b, r, 4, &s0, &s1);
+        CHECK_MSG(s0 == want[r] && s1 == want[r + 1], "rank %d of 4: [%d, %d)", r, s0, s1);
+    }
+    /* more ranks than sequences: every sequence once, some ranks get none */
+    int seen = 0, prev = 0;
+    for (int r = 0; r < 8; r++) {
+        cpt_online_shard(&b, r, 8, &s0, &s1);
+        CHECK(s0 == prev && s1 >= s0);
+        seen += s1 - s0;
+        prev = s1;
+    }
+    CHECK_EQ_INT(seen, 5);
+    CHECK_EQ_INT(prev, 5);
+}
+
 int main(void) {
+    test_shard();
     test_prompt_and_extra();
     test_batch();
     test_learns("grpo", 64);

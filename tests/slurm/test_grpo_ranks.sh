@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# GRPO with two trainer ranks through sbatch/grpo_4gpu.sh on a real single-node Slurm, on CPUs:
+# slurm.trainer_tasks=2 makes cpt-sched start the trainer step with `srun --mpi=pmix --ntasks=2`, whose ranks talk
+# through Open MPI (trainer/dp.h's MPI backend, PMIx from Slurm); rank 1 follows rank 0 (trainer/online_ranks.h).
+# `scontrol requeue` mid-run stops both ranks at the same step with a checkpoint; the job reruns, both resume from
+# it, and the run finishes with every group trained once and the final weights of the same two ranks run locally by
+# `cpt run` (mpirun), bitwise.
+set -euo pipefail
+SRC=${CPT_SRC:-$(pwd)}
+BUILD=${CPT_BUILD:-$SRC/build}
+command -v mpirun > /dev/null || { echo "SKIP: Open MPI not installed (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+[ -f "$BUILD/libcpt-coll-mpi.so" ] || { echo "SKIP: $BUILD/libcpt-coll-mpi.so was not built (no MPI found by cmake)"; exit 77; }
+source tests/e2e/grpo_small.sh
+source tests/slurm/lib.sh
+make_tiny_model "$T" || fail "tiny model"
+STEPS=40 G=4
+roles=(roles.rollout=1 roles.reward=1 slurm.trainer_tasks=2 slurm.trainer_gpus=0 slurm.rollout_gpus=0
+       slurm.trainer_cpus=1 slurm.rollout_cpus=1 slurm.reward_cpus=1 train.steps=$STEPS train.groups_per_step=$G
+       train.threads=1 train.device=cpu rollout.device=cpu weights.transport=file)
+
+t0=$SECONDS
+"$BUILD/cpt" run "${GRPO_ARGS[@]}" "${roles[@]}" run.dir="$T/ref" 2> "$T/ref.log" || fail "local two-rank reference run"
+t_ref=$((SECONDS - t0))
+grep -qh "trainer rank 1 ends at step $STEPS" "$T/ref/logs/"trainer*.log || fail "the reference did not run 2 ranks"
+
+t0=$SECONDS
+job=$(sbatch --parsable --gres=none --ntasks=4 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \
+      "${GRPO_ARGS[@]}" "${roles[@]}" run.dir="$T/job")
+wait_run_step "$T/job" 8 120
+scontrol requeue "$job"
+echo "requeued job $job at step $(run_step "$T/job")"
+wait_job_done "$job" 240
+t_job=$((SECONDS - t0))
+
+[ "$(job_field "$job" Restarts)" -ge 1 ] || fail "job $job was not restarted by the requeue"
+grep -qh "trainer rank 1 of 2 (bootstrap mpi)" "$T/job/logs/"trainer*.log || fail "no second trainer rank over MPI"
+s0=$(grep -o 'stopping at step [0-9]*' "$T/job/logs/trainer.log" | awk '{print $4}' | head -1)
+s1=$(grep -ho 'trainer rank 1 ends at step [0-9]*' "$T/job/logs/"trainer*.log | awk '{print $7}' | head -1)
+[ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "on the requeue rank 0 stopped at step '$s0', rank 1 at '$s1'"
+grep -q "resumed from .*step-$s0" "$T/job/logs/trainer.log" || fail "rank 0 did not resume from step-$s0"
+grep -qh "trainer rank 1 resumed from .*step-$s0" "$T/job/logs/"trainer*.log || fail "rank 1 did not load step-$s0"
+grep -qh "trainer rank 1 ends at step $STEPS with rank 0 (status 0)" "$T/job/logs/"trainer*.log ||
+  fail "rank 1 did not end at step $STEPS with rank 0"
+summary=$(check_groups "$T/job" $STEPS $G) || fail "exactly-once: $summary"
+cmp "$T/ref/checkpoints/step-$STEPS/model/model.safetensors" "$T/job/checkpoints/step-$STEPS/model/model.safetensors" ||
+  fail "the requeued two-rank job's final weights differ from the local two-rank run's"
+echo "test_grpo_ranks (slurm): ok (2 trainer ranks under srun --mpi=pmix; reference ${t_ref}s; job $job requeued," \
+     "both ranks stopped at step $s0, resumed, $STEPS steps in ${t_job}s; final weights equal (cmp); $summary)"
