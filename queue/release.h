@@ -1,6 +1,6 @@
 /* Handing a gone consumer's work to the others at once: every entry it holds pending in a stream's group is made to
  * look idle past queue.claim_idle_ms (XCLAIM to itself with IDLE, JUSTID: the delivery count stays), so the next
- * consumer that looks for abandoned work (every claim_idle_ms / 4, at most 5 s) takes it, instead of after
+ * consumer that looks for abandoned work (every claim_idle_ms / 4, at most 1 s) takes it, instead of after
  * claim_idle_ms. The launcher calls it for a satellite whose job ended (preempted, killed, past its time limit):
  * its worker may not have handed back what it held. Exactly-once is unaffected: an entry is acked once, and a
  * result forwarded twice is dropped downstream as a duplicate. */

@@ -75,7 +75,8 @@ REDISCLI_AUTH=$(cat "$R/redis.pass")
 for _ in $(seq 1 240); do [ "$(sats_running)" = 2 ] && break; sleep 0.25; done
 killed= held=0
 for _ in $(seq 1 50); do
-  line=$(pgrep -a -f -- "cpt-rollout $R/config.toml --worker-id rollout-sat" | head -1) || true # this run's only
+  # the worker of this run (not its batch script, whose command line holds the worker's)
+  line=$(pgrep -a -f -- "^[^ ]*/cpt-rollout $R/config.toml --worker-id rollout-sat" | head -1) || true
   [ -n "$line" ] || { sleep 0.2; continue; }
   pid=${line%% *} wid=$(echo "$line" | grep -o -- '--worker-id [^ ]*' | cut -d' ' -f2)
   kill -STOP "$pid" 2>/dev/null || continue
