@@ -85,8 +85,9 @@ typedef struct cpt_autoscaler {
 int cpt_autoscaler_init(cpt_autoscaler *A, const cpt_config *cfg, const char *run_dir, double now, cpt_err *err);
 
 /* Follows the control hash's rollout_mode (auto | fixed), rollout_min and rollout_max fields (cpt-scale writes them);
- * returns 1 when auto mode is on after the read. */
-int cpt_autoscaler_read_control(cpt_autoscaler *A, cpt_redis *r, int current);
+ * returns 1 when auto mode is on after the read. *want is the current rollout count; a launcher's first read of an
+ * auto mode (a resumed or requeued run) sets it to the count the autoscaler had reached. */
+int cpt_autoscaler_read_control(cpt_autoscaler *A, cpt_redis *r, int *want);
 
 /* Called on every launcher tick: samples the backlog, and at the end of a period decides; *want changes only on a
  * decision, which is logged on stderr with its figures and published in the control hash (autoscale_* fields). */

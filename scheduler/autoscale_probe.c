@@ -49,10 +49,23 @@ static void publish(cpt_autoscaler *A, cpt_redis *r, int want) {
     if (rep) freeReplyObject(rep);
 }
 
-int cpt_autoscaler_read_control(cpt_autoscaler *A, cpt_redis *r, int current) {
+/* A resumed or requeued run in auto mode starts where the autoscaler was (its last desired count, within the bounds). */
+static int restored_want(cpt_autoscaler *A, cpt_redis *r, int current) {
+    char last[32], *end;
+    hget(r, A->control_key, "autoscale_want_rollout", last, sizeof last);
+    long v = last[0] ? strtol(last, &end, 10) : -1;
+    return last[0] && !*end && v >= A->p.min && v <= A->p.max ? (int)v : current;
+}
+
+int cpt_autoscaler_read_control(cpt_autoscaler *A, cpt_redis *r, int *want) {
+    int current = *want, first = !A->mode_seen[0];
     char mode[64], lo[32], hi[32];
     hget(r, A->control_key, "rollout_mode", mode, sizeof mode);
-    if (!mode[0]) return A->on; /* never set live: the config decides */
+    if (!mode[0]) { /* never set live: the config decides */
+        if (first && A->on) *want = restored_want(A, r, current);
+        snprintf(A->mode_seen, sizeof A->mode_seen, "-");
+        return A->on;
+    }
     hget(r, A->control_key, "rollout_min", lo, sizeof lo);
     hget(r, A->control_key, "rollout_max", hi, sizeof hi);
     char seen[64];
@@ -86,6 +99,7 @@ int cpt_autoscaler_read_control(cpt_autoscaler *A, cpt_redis *r, int current) {
         A->s.changed = 0;
     }
     A->on = 1;
+    if (first) current = *want = restored_want(A, r, current);
     fprintf(stderr, "cpt: autoscale rollout on: %d..%d workers, a decision every %.0f s (now %d)\n", A->p.min,
             A->p.max, A->period_s, current);
     publish(A, r, current);

@@ -498,7 +498,7 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
 static void read_control(cpt_launcher *L, cpt_redis *r) {
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
-    int rollout_auto = L->online && cpt_autoscaler_read_control(&L->autoscale, r, L->want[CPT_ROLE_ROLLOUT]);
+    int rollout_auto = L->online && cpt_autoscaler_read_control(&L->autoscale, r, &L->want[CPT_ROLE_ROLLOUT]);
     for (int role = rollout_auto ? 1 : 0; role < 2; role++) { /* auto: the autoscaler sets the rollout count */
         const char *argv[] = {"HGET", key, role_names[role]};
         cpt_err err;

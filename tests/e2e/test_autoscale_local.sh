@@ -6,7 +6,8 @@
 #     and the prompts backlog; `cpt-scale` and `cpt-queue stats` show the mode and the last change while it runs.
 #  2. shrink: fast rollouts and a trainer with 8 optimizer passes a batch (its staleness bound holds the prompts back),
 #     roles.rollout_auto = true from the config: 3 -> 2 -> 1, the rollouts idle with the prompts stream empty.
-# Both runs end with exact counts (every group trained once, nothing outstanding), draining included.
+# Both runs end with exact counts (every group trained once, nothing outstanding), draining included; the shrunk
+# run resumed starts with the 1 worker the autoscaler had reached.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -70,4 +71,12 @@ grep -q "cpt: autoscale rollout 1 -> 0" "$T/shrink.log" && fail "shrank below ro
 stopped=$(grep -o 'stopping at step [0-9]*' "$S/logs/trainer.log" | awk '{print $4}')
 [ -n "$stopped" ] || fail "the trainer did not stop at a step boundary"
 check_groups_ahead "$S" "$stopped" 2 || fail "shrink run: group counts"
+# a resumed run in auto mode starts where the autoscaler was (1), not at roles.rollout (3)
+"$CPT" run --resume "$S" 2> "$T/resume.log" & pg=$!
+wait_log "$T/resume.log" "cpt: resuming $S from step $stopped .*rollout=1 reward=1"
+wait_step "$S" $((stopped + 3))
+kill -INT "$pg"
+rc=0; wait "$pg" || rc=$?; pg=
+[ "$rc" = 3 ] || fail "the resumed run: exit status $rc after SIGINT, expected 3"
+grep -q "cpt: started rollout-1" "$T/resume.log" && fail "the resumed run started 2 rollout workers"
 echo "OK: grow 1 -> 3 on a starved trainer (switched on live), shrink 3 -> 1 on idle rollouts, exact counts"
