@@ -3,7 +3,9 @@
 #
 #   tests/gpu/device_all.sh build [BUILD] [DIR]    here: every GPU test/bench program linked against BUILD
 #                                                  (default build-dev), the cpt binaries and redis-server, with
-#                                                  their shared libraries, into DIR (default .carry-all, git-ignored)
+#                                                  their shared libraries, this machine's Slurm and munge
+#                                                  (tests/gpu/slurm_carry.sh), into DIR (default .carry-all,
+#                                                  git-ignored)
 #                                                  and packed as .carry-pack/NAME.txz (carry that: the tool's limit
 #                                                  is 64 MiB with the working tree)
 #   tests/gpu/device_all.sh run DIR|TXZ STAGE...   on the device: the stages named, each under a timeout, each log
@@ -12,7 +14,10 @@
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
-# grpo_lrX_sftY[_file|_cpuroll|_cputrain].
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm.
+# slurm: the carried Slurm starts and runs sbatch, srun --mpi=pmix and a --gres=gpu:1 job (slurm_device.sh check);
+# grpo_slurm: sbatch sbatch/grpo_4gpu.sh on one GPU with a requeue mid-run (grpo_slurm_run.sh). Issue 21 asks:
+#   tests/gpu/device_all.sh run .carry-pack/.carry-all.txz slurm grpo_slurm
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -25,6 +30,7 @@ build() {
     # shellcheck disable=SC2086
     CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} tests/gpu/run_on_device.sh build "$b" "$d" $PROGS > /dev/null
     tests/gpu/grpo_gpu_run.sh build "$b" "$d" > /dev/null
+    tests/gpu/slurm_carry.sh "$d"
     for p in "$d"/test_* "$d"/*_bench; do strip "$p"; done
     # the device tool carries at most 64 MiB with the working tree: send the folder packed, xz with a dictionary
     # larger than the folder (the cpt binaries each hold the same CUDA fatbin: 152 MB -> 11 MB; gzip: 57 MB)
@@ -99,6 +105,13 @@ run() {
         # 1.5B at batches 1 and 256: the defaults
         decodeprof15) stage decodeprof15 300 env PROFILE_SHAPE=1.5b PROFILE_BATCHES="1 256" PROFILE_TIMEOUT=140 \
             bench/decode_bench.sh profile "$d" ;;
+        slurm) stage slurm 120 tests/gpu/slurm_device.sh check /tmp/cpt-slurm-check "$d"
+            mkdir -p "$SUB/slurm" && cp /tmp/cpt-slurm-check/log/*.log "$SUB/slurm/" 2>/dev/null ;;
+        grpo_slurm) # its OUT holds the cluster and the run; the logs and metrics come back in extra.tgz
+            stage grpo_slurm 360 env OUT=/tmp/cpt-grpo-slurm tests/gpu/grpo_slurm_run.sh run "$d"
+            mkdir -p "$SUB/grpo_slurm"
+            cp /tmp/cpt-grpo-slurm/job.log /tmp/cpt-grpo-slurm/run/logs/*.log /tmp/cpt-grpo-slurm/run/metrics.jsonl \
+               /tmp/cpt-grpo-slurm/run/config.toml /tmp/cpt-grpo-slurm/cluster/log/*.log "$SUB/grpo_slurm/" 2>/dev/null ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
@@ -127,5 +140,5 @@ run() {
 case "${1:-}" in
 build) build "${2:-build-dev}" "${3:-.carry-all}" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,11p' "$0"; exit 2 ;;
+*) sed -n '2,20p' "$0"; exit 2 ;;
 esac

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$(pwd)
-BINS="cpt cpt-train cpt-rollout cpt-reward cpt-queue"
+BINS="cpt cpt-train cpt-rollout cpt-reward cpt-queue cpt-sched cpt-scale"
 
 with_marker() { sed 's/"answer":"\([^"]*\)"/"answer":"#### \1"/'; }
 
@@ -107,6 +107,7 @@ build)
       cp -L "$lib" "$D/lib/"
     done
   done
+  cp "$B/cpt-satellite.sh" "$D/bin/" # cpt-sched looks for it beside itself
   du -sh "$D"
   ;;
 run)

@@ -4,6 +4,16 @@
 # Two partitions: `low` (default, preemptible, requeue on preemption) and `high` (preempts low).
 # GPUS > 0: the node declares that many GPUs (gres gpu, device files DIR/dev/nvidiaN made as copies of /dev/null), so
 # Slurm allocates them to jobs and steps and sets CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS as on a GPU node.
+#
+# The environment may point it at another copy of Slurm and describe the node (tests/gpu/slurm_device.sh does, with
+# the copy tests/gpu/slurm_carry.sh gathers for the GPU machine); unset, it uses the system's:
+#   CLUSTER_BIN         folder of slurmctld, slurmd, slurmstepd, sinfo and munged (default: found on PATH)
+#   CLUSTER_PLUGIN_DIR  PluginDir (default: Slurm's built-in one)
+#   CLUSTER_CPUS        the node's CPUs (default: the machine's, at least 8)
+#   CLUSTER_GRES        the node's Gres=, e.g. gpu:1 (GresTypes from its names), with CLUSTER_GRES_CONF: the lines of
+#                       gres.conf, e.g. "AutoDetect=off" and "Name=gpu File=/dev/nvidia0" (one a line); GPUS
+#                       takes precedence
+#   CLUSTER_MUNGE_USER  the user munged runs as (default: munge where that user exists, else root)
 set -euo pipefail
 cmd=$1 dir=$(realpath -m "$2") gpus=${3:-0}
 
@@ -23,9 +33,10 @@ if [ "$cmd" = stop ]; then stop; exit 0; fi
 [ "$(id -u)" -eq 0 ] || { echo "cluster.sh: needs root (slurmd)" >&2; exit 1; }
 
 mkdir -p "$dir"/{spool,state,log,munge}
-node=$(hostname -s)
+node=$(hostname -s 2>/dev/null || uname -n | cut -d. -f1)
 # More CPUs than the machine has (config_overrides keeps the node up) so role steps can run side by side.
-cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
+cpus=${CLUSTER_CPUS:-$(( $(nproc) > 8 ? $(nproc) : 8 ))}
+bin=${CLUSTER_BIN:+$CLUSTER_BIN/}
 
 # munge: our own key and socket, so the test never depends on a system daemon.
 chown munge:munge "$dir/munge" 2>/dev/null || true
@@ -35,12 +46,12 @@ if [ ! -f "$dir/munge/munge.key" ]; then
   chmod 400 "$dir/munge/munge.key"
 fi
 sock="$dir/munge/munge.socket"
-munge_user=munge; id munge >/dev/null 2>&1 || munge_user=root
+munge_user=${CLUSTER_MUNGE_USER:-munge}; id "$munge_user" >/dev/null 2>&1 || munge_user=root
 chmod 755 "$dir"
-if [ "$munge_user" = munge ]; then
-  su -s /bin/sh munge -c "munged --socket=$sock --key-file=$dir/munge/munge.key --pid-file=$dir/munge/munged.pid --log-file=$dir/munge/munged.log --seed-file=$dir/munge/seed --force"
+if [ "$munge_user" != root ]; then
+  su -s /bin/sh "$munge_user" -c "${bin}munged --socket=$sock --key-file=$dir/munge/munge.key --pid-file=$dir/munge/munged.pid --log-file=$dir/munge/munged.log --seed-file=$dir/munge/seed --force"
 else
-  munged --socket="$sock" --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/seed" --force
+  "${bin}munged" --socket="$sock" --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/seed" --force
 fi
 
 # A TCP port in [LO, LO + SPAN) that no socket of this machine holds (any state, from /proc/net/tcp*). Both ranges
@@ -57,13 +68,21 @@ pick_port() {
   echo "$p"
 }
 
+# the optional lines: another PluginDir, generic resources (gres.conf sits beside slurm.conf)
 gres_node="" gres_types=""
+rm -f "$dir/gres.conf" # an earlier start's
 if [ "$gpus" -gt 0 ]; then
   mkdir -p "$dir/dev"
   for i in $(seq 0 $((gpus - 1))); do [ -e "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 1 3; done
   echo "Name=gpu File=$dir/dev/nvidia[0-$((gpus - 1))]" > "$dir/gres.conf"
   gres_node="Gres=gpu:$gpus" gres_types="GresTypes=gpu"
+elif [ -n "${CLUSTER_GRES:-}" ]; then
+  gres_types="GresTypes=$(echo "$CLUSTER_GRES" | tr ',' '\n' | cut -d: -f1 | sort -u | paste -sd,)"
+  gres_node="Gres=$CLUSTER_GRES"
+  printf '%s\n' "${CLUSTER_GRES_CONF:-}" > "$dir/gres.conf"
 fi
+stepd=()
+[ -n "$bin" ] && stepd=(-d "${bin}slurmstepd") # slurmd looks for slurmstepd in its build's prefix otherwise
 
 write_conf() {
 cat > "$dir/slurm.conf" <<CONF
@@ -97,6 +116,7 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
+${CLUSTER_PLUGIN_DIR:+PluginDir=$CLUSTER_PLUGIN_DIR}
 $gres_types
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus $gres_node State=UNKNOWN
 PartitionName=low Nodes=$node Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10 OverSubscribe=NO
@@ -113,16 +133,16 @@ for attempt in 1 2 3; do
   write_conf
   echo "export SLURM_CONF=$dir/slurm.conf" > "$dir/env"
   export SLURM_CONF=$dir/slurm.conf
-  timeout 60 slurmctld -f "$SLURM_CONF" || echo "cluster.sh: slurmctld start failed (rc $?)" >&2
-  timeout 60 slurmd -f "$SLURM_CONF" -N "$node" || echo "cluster.sh: slurmd start failed (rc $?)" >&2
+  timeout 60 "${bin}slurmctld" -f "$SLURM_CONF" || echo "cluster.sh: slurmctld start failed (rc $?)" >&2
+  timeout 60 "${bin}slurmd" -f "$SLURM_CONF" -N "$node" "${stepd[@]}" || echo "cluster.sh: slurmd start failed (rc $?)" >&2
   # by the clock: without a controller each sinfo waits out its message timeout (~10 s), so 60 tries took 10 min
   end=$((SECONDS + 30))
   while [ $SECONDS -lt $end ]; do
-    if timeout 3 sinfo -h -o '%T' 2>/dev/null | grep -q idle; then exit 0; fi
+    if timeout 3 "${bin}sinfo" -h -o '%T' 2>/dev/null | grep -q idle; then exit 0; fi
     sleep 0.5
   done
   echo "cluster.sh: node not idle after 30 s (attempt $attempt, ports $ctld_port/$slurmd_port); logs in $dir/log" >&2
-  timeout 5 sinfo >&2 || true
+  timeout 5 "${bin}sinfo" >&2 || true
   tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2 || true
   stop_slurm
   sleep 1
