@@ -21,6 +21,7 @@
 #include "queue/tls.h"
 #include "reward/plugin.h"
 #include "reward/reward.h"
+#include "scheduler/satellite.h"
 #include "trainer/rl_data.h"
 #include "weights/devices.h"
 
@@ -414,6 +415,18 @@ static void check_queue_tls(cpt_preflight *p) {
              "(the password and all queue traffic in clear); set queue.tls_cert, queue.tls_key and queue.tls_ca");
     else if (satellites)
         line(p, "ok", "queue", "satellites connect with TLS (rediss://, certificate %s)", cert);
+    /* Slurm signals a satellite slurm.satellite_warn_s before its limit: at or above the limit, at once, and every
+     * satellite would hand back as soon as it starts, over and over. */
+    const char *limit = cpt_cfg_str(c, "slurm.satellite_time");
+    long limit_s = limit[0] ? cpt_slurm_time_seconds(limit) : -1;
+    long warn_s = (long)cpt_cfg_int(c, "slurm.satellite_warn_s");
+    if (satellites && limit[0] && limit_s < 0)
+        line(p, "FAIL", "slurm", "slurm.satellite_time = \"%s\" is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, "
+             "D-H:M:S)", limit);
+    else if (satellites && limit_s >= 0 && warn_s >= limit_s)
+        line(p, "FAIL", "slurm", "slurm.satellite_warn_s = %ld is not below slurm.satellite_time = %s (%ld s): every "
+             "satellite would hand back its work as soon as it starts; lower slurm.satellite_warn_s or lengthen the time",
+             warn_s, limit, limit_s);
 }
 
 /* queue.url is printed redacted; a password in it is refused (it would reach config.toml and ps): the roles read

@@ -25,6 +25,36 @@ int cpt_slurm_job_id_valid(const char *id) {
     return m > 0 && m <= 18 && id[n + 1 + m] == '\0';
 }
 
+long cpt_slurm_time_seconds(const char *s) {
+    long v[4];
+    int n = 0, days = -1;
+    const char *p = s;
+    for (;;) {
+        if (*p < '0' || *p > '9' || n == 4) return -1;
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (x > 1000000) return -1;
+        p = end;
+        if (*p == '-' && days < 0 && n == 0) {
+            days = (int)x;
+            p++;
+            continue;
+        }
+        v[n++] = x;
+        if (*p == '\0') break;
+        if (*p != ':') return -1;
+        p++;
+    }
+    if (days >= 0) { /* D-H, D-H:M, D-H:M:S */
+        long h = v[0], m = n > 1 ? v[1] : 0, sec = n > 2 ? v[2] : 0;
+        return n > 3 ? -1 : ((days * 24L + h) * 60 + m) * 60 + sec;
+    }
+    if (n == 1) return v[0] * 60;                  /* M */
+    if (n == 2) return v[0] * 60 + v[1];           /* M:S */
+    if (n == 3) return (v[0] * 60 + v[1]) * 60 + v[2]; /* H:M:S */
+    return -1;
+}
+
 static int run_capture_to(char *const argv[], char *const envp[], char *out, size_t cap, int quiet) {
     int fds[2];
     if (out && cap) out[0] = '\0';

@@ -99,6 +99,10 @@ int cpt_sat_running(const cpt_satellites *S, int role);
 /* "123:RUNNING,124:PENDING,125:DRAINING" for role ("" when none). */
 void cpt_sat_describe(const cpt_satellites *S, int role, char *out, size_t cap);
 
+/* A Slurm time limit (sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds; -1 when it is none of those
+ * ("", "UNLIMITED", ...). */
+long cpt_slurm_time_seconds(const char *s);
+
 /* A Slurm job id as Slurm writes it: digits, or digits_digits for an array task. */
 int cpt_slurm_job_id_valid(const char *id);
 
