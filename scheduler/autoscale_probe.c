@@ -179,10 +179,12 @@ static int read_steps(cpt_autoscaler *A, double *wait, double *total) {
     if (size < A->metrics_off) A->metrics_off = size;
     if (fseek(f, A->metrics_off, SEEK_SET) != 0) { fclose(f); return 0; }
     int steps = 0;
-    char line[16384];
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strlen(line);
-        if (len == 0 || line[len - 1] != '\n') break; /* a line still being written */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    while ((got = getline(&line, &cap, f)) > 0) {
+        size_t len = (size_t)got;
+        if (line[len - 1] != '\n') break; /* a line still being written */
         A->metrics_off += (long)len;
         json_t *j = json_loads(line, 0, NULL);
         if (!j) continue;
@@ -199,6 +201,7 @@ static int read_steps(cpt_autoscaler *A, double *wait, double *total) {
         }
         json_decref(j);
     }
+    free(line);
     fclose(f);
     return steps;
 }
