@@ -10,7 +10,8 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: cpt-rollout CONFIG [--worker-id ID] [section.key=value ...]\n"
                "  Generates completions for the run's prompt groups (queue.url, else $CPT_RUN/queue.json) and\n"
-               "  forwards rollout groups. SIGTERM drains: groups in flight are finished, then it exits 0.\n");
+               "  forwards rollout groups. SIGTERM drains: groups in flight are finished, then it exits 0.\n"
+               "  SIGUSR2 (the job ends in seconds): groups in flight are handed back to the other workers at once.\n");
 }
 
 int cmd_rollout(int argc, char **argv) {

@@ -1,17 +1,23 @@
-/* cpt-scale [rollout=N] [reward=M] [--run RUN_DIR | --job JOBID]: sets the desired worker counts of a live run (with
+/* cpt-scale [rollout=N | rollout=auto[:MIN-MAX]] [reward=M] [--run RUN_DIR | --job JOBID]: sets the desired worker counts of a live run (with
  * neither option: $CPT_RUN, else the user's one live run, scheduler/run_registry.h); the launcher
  * (cpt run or cpt-sched) applies them within seconds. With no counts it prints, per role, the running count
  * (steps inside the allocation plus satellite jobs Slurm runs), the desired one, how many are inside and how many
- * are satellites, and the satellites' job ids with their states (launcher.c, write_counts). */
+ * are satellites, and the satellites' job ids with their states (launcher.c, write_counts), then the rollout mode
+ * (fixed, or auto MIN-MAX with the autoscaler's last change and its figures). rollout=auto hands the rollout count to
+ * the launcher's autoscaler (scheduler/autoscale.h); rollout=N ends auto mode. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/config_keys.h"
+#include "scheduler/autoscale.h"
 #include "scheduler/placement.h"
 #include "scheduler/run_dir.h"
 #include "scheduler/run_registry.h"
+
+static const char USAGE[] =
+    "usage: cpt-scale [rollout=N | rollout=auto[:MIN-MAX]] [reward=M] [--run RUN_DIR | --job JOBID]\n";
 
 static const char *field(const redisReply *r, const char *name) {
     if (!r || r->type != REDIS_REPLY_ARRAY) return NULL;
@@ -22,8 +28,8 @@ static const char *field(const redisReply *r, const char *name) {
 
 int cmd_scale(int argc, char **argv) {
     const char *run = NULL, *job = NULL;
-    const char *set_argv[8];
-    char values[2][32];
+    const char *set_argv[2 + 2 * 8];
+    char values[2][32], bounds[2][32];
     int nset = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--run") && i + 1 < argc) {
@@ -35,17 +41,42 @@ int cmd_scale(int argc, char **argv) {
             continue;
         }
         const char *eq = strchr(argv[i], '=');
-        int v = -1;
+        int v = -1, lo = -1, hi = -1;
         int role = !eq ? -1 : !strncmp(argv[i], "rollout=", 8) ? 0 : !strncmp(argv[i], "reward=", 7) ? 1 : -1;
-        if (role < 0 || cpt_parse_worker_count(eq + 1, &v) != 0) {
-            fprintf(stderr, "cpt-scale: '%s': expected rollout=N or reward=N (N a whole number 0..%d)\n"
-                            "usage: cpt-scale [rollout=N] [reward=M] [--run RUN_DIR | --job JOBID]\n", argv[i], CPT_MAX_WORKERS);
+        int is_auto = role == 0 ? cpt_autoscale_parse_spec(eq + 1, &lo, &hi) : 0;
+        if (role < 0 || is_auto < 0 || (!is_auto && cpt_parse_worker_count(eq + 1, &v) != 0)) {
+            fprintf(stderr, "cpt-scale: '%s': expected rollout=N, rollout=auto, rollout=auto:MIN-MAX or reward=N "
+                            "(N, MIN <= MAX whole numbers 0..%d)\n%s", argv[i], CPT_MAX_WORKERS, USAGE);
             return 2;
+        }
+        if (nset + 3 > 8) {
+            fprintf(stderr, "cpt-scale: too many counts\n%s", USAGE);
+            return 2;
+        }
+        if (is_auto) { /* the launcher's autoscaler takes over the rollout count (scheduler/autoscale.h) */
+            set_argv[2 + 2 * nset] = "rollout_mode";
+            set_argv[3 + 2 * nset] = "auto";
+            nset++;
+            if (lo >= 0) {
+                snprintf(bounds[0], sizeof bounds[0], "%d", lo);
+                snprintf(bounds[1], sizeof bounds[1], "%d", hi);
+                set_argv[2 + 2 * nset] = "rollout_min";
+                set_argv[3 + 2 * nset] = bounds[0];
+                set_argv[4 + 2 * nset] = "rollout_max";
+                set_argv[5 + 2 * nset] = bounds[1];
+                nset += 2;
+            }
+            continue;
         }
         snprintf(values[role], sizeof values[role], "%d", v);
         set_argv[2 + 2 * nset] = role == 0 ? "rollout" : "reward";
         set_argv[3 + 2 * nset] = values[role];
         nset++;
+        if (role == 0) { /* a fixed count ends auto mode */
+            set_argv[2 + 2 * nset] = "rollout_mode";
+            set_argv[3 + 2 * nset] = "fixed";
+            nset++;
+        }
     }
     cpt_config *cfg;
     cpt_redis *r;
@@ -66,7 +97,9 @@ int cmd_scale(int argc, char **argv) {
         } else {
             freeReplyObject(rep);
             printf("desired:");
-            for (int i = 0; i < nset; i++) printf(" %s=%s", set_argv[2 + 2 * i], set_argv[3 + 2 * i]);
+            for (int i = 0; i < nset; i++)
+                if (strcmp(set_argv[2 + 2 * i], "rollout_mode") || strcmp(set_argv[3 + 2 * i], "fixed"))
+                    printf(" %s=%s", set_argv[2 + 2 * i], set_argv[3 + 2 * i]);
             printf("\n");
         }
     } else {
@@ -91,9 +124,15 @@ int cmd_scale(int argc, char **argv) {
                 const char *sat = field(rep, f);
                 snprintf(f, sizeof f, "satellite_jobs_%s", roles[role]);
                 const char *jobs = field(rep, f);
+                const char *mode = role == 0 ? field(rep, "autoscale_rollout") : NULL;
+                if (mode && !strncmp(mode, "auto", 4)) want = field(rep, "autoscale_want_rollout");
                 printf("%-8s %8s %8s %7s %10s  %s\n", roles[role], running ? running : "?", want ? want : cfg_want,
                        inside ? inside : "?", sat ? sat : "?", jobs ? jobs : "-");
             }
+            /* The autoscaler's mode and its last change, with the figures that made it (scheduler/autoscale.h). */
+            const char *mode = field(rep, "autoscale_rollout"), *last = field(rep, "autoscale_last_rollout");
+            if (mode) printf("rollout mode: %s%s%s\n", mode, last && strcmp(last, "-") ? "; last change " : "",
+                             last && strcmp(last, "-") ? last : "");
             freeReplyObject(rep);
         }
     }

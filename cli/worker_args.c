@@ -53,6 +53,11 @@ int cpt_worker_args_parse(cpt_worker_args *a, const char *prog, const char *role
         return 1;
     }
     cpt_cli_catch_stop_signals(on_drain, 0);
+    struct sigaction sa; /* SIGUSR2: the job ends in seconds (a satellite preempted): hand back at once */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_drain;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, NULL);
     a->stop = &drain_requested;
     return -1;
 }

@@ -1,6 +1,7 @@
 /* The command line both queue workers take, `cpt-ROLE CONFIG [--worker-id ID] [section.key=value ...]`, and the
- * signals that drain them (SIGTERM, SIGINT, SIGUSR1: finish the work in hand, take no more, exit 0). cpt-rollout and
- * cpt-reward differ only in what they run. */
+ * signals that drain them (SIGTERM, SIGINT, SIGUSR1: finish the work in hand, take no more, exit 0; SIGUSR2: the
+ * job ends in seconds, as for a preempted satellite: hand back what is held unfinished, at once, and exit 0).
+ * cpt-rollout and cpt-reward differ only in what they run. */
 #ifndef CPT_CLI_WORKER_ARGS_H
 #define CPT_CLI_WORKER_ARGS_H
 

@@ -109,6 +109,16 @@ int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err) {
     }
     freeReplyObject(r);
 
+    const char *ctl[] = {"HMGET", cpt_queue_key(q, CPT_HASH_CONTROL), "autoscale_rollout", "autoscale_want_rollout",
+                         "autoscale_last_rollout"};
+    r = cpt_redis_command(q->redis, 5, ctl, NULL, ctl[1], 0, err);
+    if (!r) return -1;
+    char *dst[3] = {s->autoscale_mode, s->autoscale_want, s->autoscale_last};
+    size_t cap[3] = {sizeof s->autoscale_mode, sizeof s->autoscale_want, sizeof s->autoscale_last};
+    for (size_t i = 0; i < 3 && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING) snprintf(dst[i], cap[i], "%s", r->element[i]->str);
+    freeReplyObject(r);
+
     const char *dl[] = {"XLEN", cpt_queue_key(q, CPT_STREAM_DEAD)};
     if (cpt_redis_integer(q->redis, 2, dl, dl[1], &s->dead, err)) return -1;
 
@@ -181,7 +191,12 @@ void cpt_queue_snapshot_print(FILE *f, const cpt_queue_snapshot *s, const char *
     char ver[32];
     if (s->has_version) snprintf(ver, sizeof ver, "%llu", s->weight_version);
     else snprintf(ver, sizeof ver, "none");
-    fprintf(f, "run %s   %s   weight version %s   dead letters %lld\n\n", s->run, url_shown, ver, s->dead);
+    fprintf(f, "run %s   %s   weight version %s   dead letters %lld\n", s->run, url_shown, ver, s->dead);
+    if (s->autoscale_mode[0])
+        fprintf(f, "rollout workers: %s, desired %s; last change: %s\n", s->autoscale_mode,
+                s->autoscale_want[0] ? s->autoscale_want : "?",
+                s->autoscale_last[0] && strcmp(s->autoscale_last, "-") ? s->autoscale_last : "none");
+    fprintf(f, "\n");
     fprintf(f, "%-9s %8s %8s  %-10s %5s %8s %8s %8s  %s\n", "stream", "length", "in/s", "group", "cons", "pending",
             "lag", "out/s", "staleness (versions behind: max / mean of queued)");
     for (int i = 0; i < 3; i++) {
@@ -312,6 +327,10 @@ void cpt_queue_snapshot_json(FILE *f, const cpt_queue_snapshot *s) {
                                                  "age_s", s->workers[w].age_s, "ok", 1, "gone", s->workers[w].gone));
     }
     json_object_set_new(root, "workers", workers);
+    json_object_set_new(root, "autoscale_rollout",
+                        !s->autoscale_mode[0] ? json_null()
+                                              : json_pack("{s:s, s:s, s:s}", "mode", s->autoscale_mode, "desired",
+                                                          s->autoscale_want, "last", s->autoscale_last));
     char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(10));
     if (text) fprintf(f, "%s\n", text);
     free(text);

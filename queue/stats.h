@@ -60,6 +60,9 @@ typedef struct cpt_queue_snapshot {
     cpt_stats_stream streams[3];
     int n_workers;
     cpt_stats_worker workers[CPT_STATS_MAX_WORKERS];
+    /* The launcher's rollout autoscaler, from the control hash ("" when it never wrote): mode ("fixed" or
+     * "auto MIN-MAX"), its desired count, and its last change with the figures that made it. */
+    char autoscale_mode[64], autoscale_want[16], autoscale_last[512];
 } cpt_queue_snapshot;
 
 int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err);

@@ -392,10 +392,11 @@ int cpt_queue_read(cpt_queue *q, cpt_stream s, const char *group, const char *co
                    cpt_queue_msg *out, cpt_err *err) {
     if (count < 1) count = 1;
     if (count > CPT_QUEUE_READ_MAX) count = CPT_QUEUE_READ_MAX;
-    /* Look for abandoned work at most every claim_idle/4 (bounded to 50 ms .. 5 s): it is a round trip. */
+    /* Look for abandoned work at most every claim_idle/4 (bounded to 50 ms .. 1 s): it is a round trip, and what a
+     * draining or preempted worker hands back (cpt_queue_release) waits for the next look. */
     double every = q->claim_idle_ms / 4000.0;
     if (every < 0.05) every = 0.05;
-    if (every > 5) every = 5;
+    if (every > 1) every = 1;
     double now = cpt_now();
     if (now - q->last_claim[s] >= every) {
         q->last_claim[s] = now;

@@ -150,7 +150,7 @@ int cpt_queue_forward(cpt_queue *q, const cpt_queue_item *it, cpt_stream to, con
  * while it waits for room downstream.) */
 int cpt_queue_touch(cpt_queue *q, const cpt_queue_item *it, cpt_err *err);
 /* Gives the item back unfinished (a draining worker): its pending entry is made to look idle past claim_idle_ms,
- * so the next consumer that looks for abandoned work (every claim_idle_ms / 4, at most 5 s) takes it, instead of
+ * so the next consumer that looks for abandoned work (every claim_idle_ms / 4, at most 1 s) takes it, instead of
  * only after claim_idle_ms. */
 int cpt_queue_release(cpt_queue *q, const cpt_queue_item *it, cpt_err *err);
 /* Acks the item without a downstream result (the last stage: the trainer, after the group is trained on). */

@@ -413,7 +413,8 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     for (;;) {
         double now = cpt_now();
         int gen = n_generating(w);
-        if (*stop && gen == 0) break;
+        /* SIGUSR2 (a preempted satellite, cli/worker_args.h): no time to finish; what is held is handed back below */
+        if (*stop && (gen == 0 || *stop == SIGUSR2)) break;
         if (now - t_poll >= poll_s) {
             poll_weights(w);
             t_poll = now;
@@ -483,9 +484,9 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
              w->st->groups, w->st->completions, w->st->tokens, w->st->dead, (unsigned long long)w->version);
     rc = 0;
 done:
-    /* A drain (rc 0) leaves only groups held for a weight version not loaded yet: hand them back at once, or the
-     * other workers take them only after queue.claim_idle_ms (a sync-mode trainer waits that long). After an error
-     * they stay unacked and are claimed after claim_idle_ms. */
+    /* A drain (rc 0) leaves only groups held for a weight version not loaded yet (or, on SIGUSR2, groups half
+     * generated too): hand them back at once, or the other workers take them only after queue.claim_idle_ms (a
+     * sync-mode trainer waits that long). After an error they stay unacked and are claimed after claim_idle_ms. */
     for (int i = 0; rc == 0 && i < w->n_fl; i++) {
         cpt_err rerr;
         if (cpt_queue_release(w->q, &w->fl[i].it, &rerr))

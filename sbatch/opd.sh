@@ -30,21 +30,6 @@ set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
 config=examples/opd_arithmetic.toml
 if [ $# -gt 0 ] && [[ $1 != *=* ]]; then config=$1; shift; fi
-# The allocation: GPUs on the node, tasks, CPUs per task (each role's step gets that many CPUs).
-gpus=${SLURM_GPUS_ON_NODE:-0} tasks=${SLURM_NTASKS:-1} cpus=${SLURM_CPUS_PER_TASK:-1}
-reward=2 share=()
-if [ "$gpus" -ge 2 ]; then   # a GPU for the trainer, one for each rollout worker
-  rollout=$((gpus - 1)) tgpus=1 rgpus=1
-elif [ "$gpus" -eq 1 ]; then # the rollout worker beside the trainer, on its GPU
-  rollout=1 tgpus=1 rgpus=0 share=(rollout.device=cuda)
-else
-  rollout=1 tgpus=0 rgpus=0
-fi
-if [ $((1 + rollout + reward)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
-  reward=1
-  rollout=$((tasks - 2 > rollout ? rollout : tasks - 2 > 1 ? tasks - 2 : 1))
-fi
-CPT_BIN=${CPT_BIN:-$PWD/build}
-exec "$CPT_BIN/cpt-sched" "$config" roles.rollout=$rollout roles.reward=$reward slurm.trainer_gpus=$tgpus \
-  slurm.rollout_gpus=$rgpus slurm.trainer_cpus=$cpus slurm.rollout_cpus=$cpus slurm.reward_cpus=$cpus \
-  "${share[@]}" "$@"
+# The roles from the allocation (sbatch/online_roles.sh, read from the submit folder like the config).
+source sbatch/online_roles.sh
+online_roles_exec "$config" 2 "$@"

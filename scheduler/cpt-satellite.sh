@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A satellite worker of a cpt run, submitted by cpt-sched (scheduler/satellite.h); installed beside the cpt programs.
 # cpt-satellite.sh MAIN_JOB CHECK_S PROGRAM ARGS...: runs the worker; TERM, USR1 or INT drain it (TERM: it finishes
-# or returns what it holds); it drains by itself once the main job is no longer running (checked every CHECK_S
-# seconds), and it ends as soon as the worker exits (not at the next check).
+# or returns what it holds); USR2 (Slurm's --signal=B:USR2@N: the job is preempted or near its time limit) makes it
+# hand back what it holds at once (USR2 to the worker); it drains by itself once the main job is no longer running
+# (checked every CHECK_S seconds), and it ends as soon as the worker exits (not at the next check).
 main=$1 every=$2
 shift 2
 echo "satellite: job ${SLURM_JOB_ID:-?} on $(hostname) for main job $main: $*"
@@ -24,7 +25,16 @@ drain() {
   echo "satellite: draining ($1)"
   kill -TERM "$w" 2>/dev/null
 }
+# The job ends in seconds: no time to finish what the worker holds (also after a drain began).
+handback() {
+  [ "$handed" = 1 ] && return
+  handed=1 stopped=1
+  echo "satellite: the job ends (preempted or near its time limit): the worker hands back what it holds"
+  kill -USR2 "$w" 2>/dev/null
+}
+handed=0
 trap 'drain signal' TERM USR1 INT
+trap handback USR2
 misses=0 rc=
 while [ -z "$rc" ]; do
   if st=$(main_state); then

@@ -304,6 +304,10 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table
     if (exec == CPT_EXEC_SLURM) L->sup.stop_signal = SIGUSR1;
     L->want[CPT_ROLE_ROLLOUT] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.rollout") : 0;
     L->want[CPT_ROLE_REWARD] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.reward") : 0;
+    if (cpt_autoscaler_init(&L->autoscale, L->cfg, L->run_dir, cpt_now(), err)) return -1;
+    cpt_autoscale_params *ap = &L->autoscale.p; /* auto from the start: roles.rollout within the bounds */
+    if (L->online && L->autoscale.on && (L->want[0] < ap->min || L->want[0] > ap->max))
+        L->want[0] = L->want[0] < ap->min ? ap->min : ap->max;
     return 0;
 }
 
@@ -494,7 +498,8 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
 static void read_control(cpt_launcher *L, cpt_redis *r) {
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
-    for (int role = 0; role < 2; role++) {
+    int rollout_auto = L->online && cpt_autoscaler_read_control(&L->autoscale, r, &L->want[CPT_ROLE_ROLLOUT]);
+    for (int role = rollout_auto ? 1 : 0; role < 2; role++) { /* auto: the autoscaler sets the rollout count */
         const char *argv[] = {"HGET", key, role_names[role]};
         cpt_err err;
         redisReply *rep = cpt_redis_command(r, 3, argv, NULL, key, 0, &err);
@@ -787,10 +792,15 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
             break;
         }
         double now = cpt_now();
+        if (control) cpt_autoscaler_tick(&L->autoscale, control, now, &L->want[CPT_ROLE_ROLLOUT]);
         if (control && now - L->last_control >= 2.0) {
             L->last_control = now;
             read_control(L, control);
-            if (L->satellites_on) cpt_sat_refresh(&L->sats);
+            if (L->satellites_on) {
+                cpt_sat_refresh(&L->sats);
+                cpt_sat_release_ended(&L->sats, control, cpt_cfg_str(L->cfg, "run.name"),
+                                      cpt_cfg_int(L->cfg, "queue.claim_idle_ms"));
+            }
             if (apply_scale(L, err) != 0) cpt_errf(err, "scaling: %s", err->msg);
             write_counts(L, control);
         }

@@ -35,6 +35,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "queue/redis_server.h"
+#include "scheduler/autoscale.h"
 #include "scheduler/placement.h"
 #include "scheduler/satellite.h"
 #include "scheduler/supervisor.h"
@@ -73,6 +74,7 @@ typedef struct cpt_launcher {
     double redis_next_start;  /* when a failed restart is tried again */
     cpt_supervisor sup;
     int want[2];            /* desired rollout, reward workers */
+    cpt_autoscaler autoscale; /* rollout=auto: want[rollout] follows its decisions (autoscale.h) */
     int limited;            /* Slurm with a known allocation: steps are counted against alloc */
     cpt_alloc alloc;        /* what Slurm granted (placement.h) */
     cpt_devices dev;        /* where the roles run and how weights travel, every auto resolved (weights/devices.h) */

@@ -21,6 +21,7 @@
 #include "queue/tls.h"
 #include "reward/plugin.h"
 #include "reward/reward.h"
+#include "scheduler/satellite.h"
 #include "trainer/rl_data.h"
 #include "weights/devices.h"
 
@@ -414,6 +415,18 @@ static void check_queue_tls(cpt_preflight *p) {
              "(the password and all queue traffic in clear); set queue.tls_cert, queue.tls_key and queue.tls_ca");
     else if (satellites)
         line(p, "ok", "queue", "satellites connect with TLS (rediss://, certificate %s)", cert);
+    /* Slurm signals a satellite slurm.satellite_warn_s before its limit: at or above the limit, at once, and every
+     * satellite would hand back as soon as it starts, over and over. */
+    const char *limit = cpt_cfg_str(c, "slurm.satellite_time");
+    long limit_s = limit[0] ? cpt_slurm_time_seconds(limit) : -1;
+    long warn_s = (long)cpt_cfg_int(c, "slurm.satellite_warn_s");
+    if (satellites && limit[0] && limit_s < 0)
+        line(p, "FAIL", "slurm", "slurm.satellite_time = \"%s\" is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, "
+             "D-H:M:S)", limit);
+    else if (satellites && limit_s >= 0 && warn_s >= limit_s)
+        line(p, "FAIL", "slurm", "slurm.satellite_warn_s = %ld is not below slurm.satellite_time = %s (%ld s): every "
+             "satellite would hand back its work as soon as it starts; lower slurm.satellite_warn_s or lengthen the time",
+             warn_s, limit, limit_s);
 }
 
 /* queue.url is printed redacted; a password in it is refused (it would reach config.toml and ps): the roles read
@@ -618,11 +631,41 @@ static long local_gpus(void) {
     return n;
 }
 
+/* Workers the allocation cannot hold once the trainer is placed (rollout first, as the launcher places them), when
+ * satellite jobs can take them (an online method, slurm.max_satellites > 0, a queue other nodes reach): that many,
+ * if slurm.max_satellites allows; else -1. */
+static long satellite_overflow(const cpt_config *c, const cpt_resources *have) {
+    if (!is_online(cpt_cfg_str(c, "algo.type")) || !strncmp(cpt_cfg_str(c, "queue.url"), "unix:", 5)) return -1;
+    long max_sat = (long)cpt_cfg_int(c, "slurm.max_satellites");
+    long tasks = (long)cpt_cfg_int(c, "slurm.trainer_tasks");
+    long cpus = have->cpus - tasks * (long)cpt_cfg_int(c, "slurm.trainer_cpus");
+    long gpus = have->gpus - tasks * (long)cpt_cfg_int(c, "slurm.trainer_gpus");
+    if (max_sat <= 0 || cpus < 0 || gpus < 0) return -1;
+    long n[2] = {(long)cpt_cfg_int(c, "roles.rollout"), (long)cpt_cfg_int(c, "roles.reward")};
+    long wc[2] = {(long)cpt_cfg_int(c, "slurm.rollout_cpus"), (long)cpt_cfg_int(c, "slurm.reward_cpus")};
+    long wg[2] = {(long)cpt_cfg_int(c, "slurm.rollout_gpus"), 0};
+    long over = 0;
+    for (int r = 0; r < 2; r++)
+        for (long k = 0; k < n[r]; k++) {
+            if (cpus >= wc[r] && gpus >= wg[r]) cpus -= wc[r], gpus -= wg[r];
+            else over++;
+        }
+    return over <= max_sat ? over : -1;
+}
+
 static void check_resources(cpt_preflight *p) {
     cpt_resources need, have;
     cpt_preflight_resources(p->cfg, &need);
     if (p->slurm) {
         cpt_preflight_slurm_alloc(&have);
+        long over = have.cpus >= 0 && (need.cpus > have.cpus || need.gpus > have.gpus) ? satellite_overflow(p->cfg, &have)
+                                                                                        : -1;
+        if (over > 0) { /* backfill: the workers beyond the allocation are satellite jobs (docs/operations.md) */
+            line(p, "ok", "resources", "roles ask %ld CPUs, %ld GPUs; the allocation has %ld CPUs, %ld GPUs: %ld "
+                 "worker%s go%s to satellite jobs (slurm.max_satellites = %lld)", need.cpus, need.gpus, have.cpus,
+                 have.gpus, over, over == 1 ? "" : "s", over == 1 ? "es" : "", (long long)cpt_cfg_int(p->cfg, "slurm.max_satellites"));
+            return;
+        }
         if (have.cpus < 0) {
             line(p, "warn", "resources", "the allocation's CPUs are unknown (no SLURM_CPUS_ON_NODE); roles ask %ld", need.cpus);
         } else if (need.cpus > have.cpus) {

@@ -25,6 +25,36 @@ int cpt_slurm_job_id_valid(const char *id) {
     return m > 0 && m <= 18 && id[n + 1 + m] == '\0';
 }
 
+long cpt_slurm_time_seconds(const char *s) {
+    long v[4];
+    int n = 0, days = -1;
+    const char *p = s;
+    for (;;) {
+        if (*p < '0' || *p > '9' || n == 4) return -1;
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (x > 1000000) return -1;
+        p = end;
+        if (*p == '-' && days < 0 && n == 0) {
+            days = (int)x;
+            p++;
+            continue;
+        }
+        v[n++] = x;
+        if (*p == '\0') break;
+        if (*p != ':') return -1;
+        p++;
+    }
+    if (days >= 0) { /* D-H, D-H:M, D-H:M:S */
+        long h = v[0], m = n > 1 ? v[1] : 0, sec = n > 2 ? v[2] : 0;
+        return n > 3 ? -1 : ((days * 24L + h) * 60 + m) * 60 + sec;
+    }
+    if (n == 1) return v[0] * 60;                  /* M */
+    if (n == 2) return v[0] * 60 + v[1];           /* M:S */
+    if (n == 3) return (v[0] * 60 + v[1]) * 60 + v[2]; /* H:M:S */
+    return -1;
+}
+
 static int run_capture_to(char *const argv[], char *const envp[], char *out, size_t cap, int quiet) {
     int fds[2];
     if (out && cap) out[0] = '\0';
@@ -99,6 +129,7 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     S->cpus[1] = (int)cpt_cfg_int(cfg, "slurm.reward_cpus");
     S->gpus[1] = 0;
     S->check_s = cpt_cfg_float(cfg, "slurm.satellite_check_s");
+    S->warn_s = (int)cpt_cfg_int(cfg, "slurm.satellite_warn_s");
     const char *rc = getenv("SLURM_RESTART_COUNT");
     S->restart = rc ? atoi(rc) : 0;
     for (int r = 0; r < 2; r++) S->backoff[r] = 5.0;
@@ -196,7 +227,7 @@ int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err) {
         S->cap = cap;
     }
     char worker[64], jobname[256], comment[64], out_arg[2300], cpus[32], gres[48], part[160], acct[160], tlim[96];
-    char check[32], url[800], pw[2200], extra[1024], id_out[256];
+    char check[32], url[800], pw[2200], extra[1024], id_out[256], sig[48];
     if (S->restart > 0)
         snprintf(worker, sizeof worker, "%s-sat%d-r%d", role_name(role), S->next_index[role], S->restart);
     else
@@ -227,6 +258,8 @@ int cpt_sat_submit(cpt_satellites *S, int role, cpt_err *err) {
     if (S->account[0]) argv[n++] = acct;
     if (S->time_limit[0]) argv[n++] = tlim;
     argv[n++] = "--no-requeue";
+    snprintf(sig, sizeof sig, "--signal=B:USR2@%d", S->warn_s);
+    argv[n++] = sig;
     argv[n++] = "--open-mode=append";
     argv[n++] = out_arg;
     /* The user's arguments last but before the script, so they can override ours. */
@@ -313,9 +346,24 @@ void cpt_sat_refresh(cpt_satellites *S) {
         /* A job Slurm no longer lists ended long ago (MinJobAge); give a fresh submission a few seconds. */
         int gone = seen[i] ? !is_live_state(s->state) && strcmp(s->state, "COMPLETING") : now - s->submitted_at > 10;
         if (gone) {
+            if (S->n_ended < (int)(sizeof S->ended / sizeof S->ended[0])) {
+                snprintf(S->ended[S->n_ended], sizeof S->ended[0], "%s", s->worker);
+                S->ended_role[S->n_ended++] = s->role;
+            }
+            int ran = s->started_at > 0 ? (int)(now - s->started_at) : 0;
+            /* COMPLETED: the worker stopped cleanly, which it does only on a signal (the preemption's or the time
+             * limit's USR2, a user's scancel --signal): no failure to back off from */
+            int replaced = !strcmp(s->state, "PREEMPTED") || !strcmp(s->state, "TIMEOUT") ||
+                           !strcmp(s->state, "COMPLETED");
             if (s->draining) {
                 fprintf(stderr, "cpt: satellite %s (job %s) drained: %s\n", s->worker, s->job,
                         s->state[0] ? s->state : "ended");
+            } else if (replaced) { /* backfill: the partition took it back, or its time is up; not a failure */
+                fprintf(stderr, "cpt: satellite %s (job %s) ended %s after %d s (preempted or at its time limit); "
+                                "a new one is submitted while the desired count asks for it\n",
+                        s->worker, s->job, s->state, ran);
+                S->next_submit_at[s->role] = now;
+                S->backoff[s->role] = 5.0;
             } else {
                 int r = s->role;
                 int ran_long = s->started_at > 0 && now - s->started_at > 60;

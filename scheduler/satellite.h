@@ -8,17 +8,26 @@
  *     it finishes or returns what it holds, nothing is lost), and drains it by itself when the main job is no
  *     longer RUNNING (finished, cancelled, requeued), checking every CHECK_S seconds, and ends as soon as the
  *     worker exits;
- *   - --no-requeue: a requeued main job resubmits what its desired counts need, a requeued satellite would not know.
+ *   - --no-requeue: a requeued main job resubmits what its desired counts need, a requeued satellite would not know;
+ *   - --signal=B:USR2@slurm.satellite_warn_s: Slurm sends USR2 to the script that long before the time limit, and at
+ *     once when the job is preempted (SlurmctldParameters=preempt_send_user_signal); the script passes it on and
+ *     the worker hands back what it holds at once and exits (cli/worker_args.h), so the job ends cleanly, and the
+ *     launcher submits a new one while the desired count says so (backfill: slurm.satellite_partition on a
+ *     preemptible partition, a short slurm.satellite_time that renews).
  * The worker reaches the queue over TCP (queue.url = redis://HOST:PORT, queue.password_file) because it may run on
  * another node; the run directory must be on a filesystem both nodes see (checkpoints and weights are there too).
  *
  * cpt-sched drives it from its loop: submit, drain (scancel --batch --signal=TERM, then scancel past the grace),
- * refresh (one squeue per tick), and cancel everything at its exit. Nothing here blocks for long. */
+ * refresh (one squeue per tick), release what ended satellites held, and cancel everything at its exit. A satellite
+ * that ended preempted, at its time limit, or with its worker stopped cleanly (COMPLETED: a worker exits 0 only when
+ * told to stop) is replaced at once; any other end (failed, cancelled by someone) backs off. Nothing here blocks for
+ * long. */
 #ifndef CPT_SCHEDULER_SATELLITE_H
 #define CPT_SCHEDULER_SATELLITE_H
 
 #include "core/config.h"
 #include "core/error.h"
+#include "queue/redis.h"
 
 /* The satellite batch script's file name, in the folder of the cpt programs. */
 #define CPT_SAT_SCRIPT "cpt-satellite.sh"
@@ -48,6 +57,11 @@ typedef struct cpt_satellites {
     char extra[1024];            /* slurm.satellite_args */
     int cpus[2], gpus[2];
     double check_s;
+    int warn_s;                  /* --signal=B:USR2@warn_s: the satellite hands back and ends before its time limit */
+    /* Workers whose satellite job ended since the launcher last looked: their pending entries are handed to the
+     * others at once (cpt_sat_release_ended). */
+    char ended[16][64];
+    int ended_role[16], n_ended;
     int next_index[2];           /* worker names are never reused within a run: rollout-sat0, rollout-sat1, ... */
     int restart;                 /* SLURM_RESTART_COUNT: a requeued job's satellites are rollout-sat0-r1, ... */
     double next_submit_at[2], backoff[2]; /* after a satellite ended on its own */
@@ -85,6 +99,10 @@ int cpt_sat_running(const cpt_satellites *S, int role);
 /* "123:RUNNING,124:PENDING,125:DRAINING" for role ("" when none). */
 void cpt_sat_describe(const cpt_satellites *S, int role, char *out, size_t cap);
 
+/* A Slurm time limit (sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds; -1 when it is none of those
+ * ("", "UNLIMITED", ...). */
+long cpt_slurm_time_seconds(const char *s);
+
 /* A Slurm job id as Slurm writes it: digits, or digits_digits for an array task. */
 int cpt_slurm_job_id_valid(const char *id);
 
@@ -94,6 +112,11 @@ int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_
 
 /* The same with its stderr discarded (a probe whose failure the caller handles: squeue where Slurm may be absent). */
 int cpt_run_program_quiet(char *const argv[], char *out, size_t cap);
+
+/* Hands every pending entry of each satellite worker that ended since the last call (preempted, past its time
+ * limit, killed, drained) to the other workers at once (queue/release.h) and removes its heartbeat, logging what was
+ * released. run: run.name; claim_idle_ms: queue.claim_idle_ms. */
+void cpt_sat_release_ended(cpt_satellites *S, cpt_redis *r, const char *run, long long claim_idle_ms);
 
 /* Plain scancel of every satellite still listed (after the drain had its time). */
 void cpt_sat_cancel_rest(cpt_satellites *S);

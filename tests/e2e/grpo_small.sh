@@ -51,3 +51,26 @@ for k in sorted(rows):
 print(f"groups: cursor {consumed} = {steps} x {g} + {skipped} skipped, 0 outstanding, duplicates dropped {dups}")
 PY
 }
+# check_groups for a checkpoint that may hold groups issued but not trained (an async run issues ahead, and trains
+# groups in the order they come; a run stopped mid-way): every id below the data cursor is trained once or
+# outstanding, STEPS x G trained (groups/trained), none twice, none skipped.
+check_groups_ahead() { # RUN_DIR STEPS GROUPS_PER_STEP
+  python3 - "$1/checkpoints/step-$2/trainer_state.json" "$2" "$3" "$1/metrics.jsonl" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1])); steps, g = int(sys.argv[2]), int(sys.argv[3])
+rows = {}
+for line in open(sys.argv[4]):
+    r = json.loads(line)
+    if isinstance(r.get("step"), int) and "groups/trained" in r: rows[r["step"]] = r
+if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
+last = rows[steps]
+# [epoch, index]; the epoch's top 16 bits carry the attempt of a group issued again (trainer/online_book.h)
+out = [(e & (2**48 - 1)) * 1000 + i for e, i in st.get("outstanding_group_ids", [])]
+cur = st["data_cursor"]["epoch"] * 1000 + st["data_cursor"]["index"]
+if last["groups/trained"] != steps * g: sys.exit(f"groups/trained {last['groups/trained']}, expected {steps * g}")
+if last["groups/duplicates"] or last["groups/skipped"]: sys.exit(f"duplicates {last['groups/duplicates']}, skipped {last['groups/skipped']}")
+if len(set(out)) != len(out) or any(i >= cur for i in out): sys.exit(f"outstanding ids {out} vs cursor {cur}")
+if cur != steps * g + len(out): sys.exit(f"cursor {cur} != {steps * g} trained + {len(out)} outstanding")
+print(f"groups: cursor {cur} = {steps * g} trained once + {len(out)} outstanding, 0 duplicates")
+PY
+}
