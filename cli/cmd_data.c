@@ -1,4 +1,4 @@
-/* cpt data gen TASK --n N --seed S [--format sft|rl] [--split all|train|eval] [--out FILE]
+/* cpt data gen TASK --n N --seed S [--format sft|rl] [--split all|train|eval|sft|rl] [--out FILE]
  *     writes synthetic instances as JSONL to stdout (or atomically to FILE)
  * cpt data check FILE [--format F] [--skip-bad-lines]
  *     reads a dataset as training would and prints its format, record count and bad lines */
@@ -14,8 +14,8 @@
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: cpt data gen arithmetic|countdown --n N --seed S [--format sft|rl] [--split all|train|eval]\n"
-            "                    [--out FILE]\n"
+            "usage: cpt data gen arithmetic|arithmetic-1digit|countdown --n N --seed S [--format sft|rl]\n"
+            "                    [--split all|train|eval|sft|rl] [--out FILE]\n"
             "       cpt data check FILE [--format auto|prompt_completion|messages|preference|rl_prompt]\n"
             "                           [--skip-bad-lines]\n");
     return 2;
@@ -37,7 +37,7 @@ static int cmd_gen(int argc, char **argv) {
     if (argc < 1) return usage();
     cpt_synth_task task;
     if (cpt_synth_task_parse(argv[0], &task)) {
-        fprintf(stderr, "cpt data gen: unknown task '%s' (arithmetic, countdown)\n", argv[0]);
+        fprintf(stderr, "cpt data gen: unknown task '%s' (arithmetic, arithmetic-1digit, countdown)\n", argv[0]);
         return 2;
     }
     unsigned long long n = 0, seed = 0;
@@ -65,7 +65,7 @@ static int cmd_gen(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--split")) {
             if (cpt_synth_split_parse(v, &split)) {
-                fprintf(stderr, "cpt data gen: --split is all, train or eval, got '%s'\n", v);
+                fprintf(stderr, "cpt data gen: --split is all, train, eval, sft or rl, got '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--out")) {

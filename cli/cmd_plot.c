@@ -1,10 +1,16 @@
-/* cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...]: renders series of RUN_DIR/metrics.jsonl with gnuplot.
+/* cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...] [--smooth W]: renders series of RUN_DIR/metrics.jsonl with
+ * gnuplot.
  *
- * Without --out: RUN_DIR/plots/overview.png (every chosen key, one panel each) and RUN_DIR/plots/<key>.png per key
- * (a '/' in a key becomes '_'). With --out: only the overview, to FILE.png. Default keys: reward/mean, train/loss,
- * loss/policy, kl, entropy, response_len/mean, those present. The series are read with cpt_metrics_read_series,
- * so a resumed run's re-logged steps show once. PNGs are written to a temporary name and renamed: a reader never
- * sees half an image. */
+ * Without --out: RUN_DIR/plots/overview.png (every chosen key, one panel each), RUN_DIR/plots/<key>.png per key
+ * (a '/' in a key becomes '_') and RUN_DIR/plots/<key>.tsv, the numbers drawn (step, value, smoothed). With --out:
+ * only the overview, to FILE.png. Default keys: reward/mean, train/loss, loss/policy, kl, entropy,
+ * response_len/mean and the held-out evaluations val/accuracy (online runs), eval/loss, eval/exact_match (SFT),
+ * eval/dpo_accuracy (DPO), those present; a key starting with val/ or eval/ is a held-out evaluation. A training series is drawn as its raw points with a smoothed line over them: the exponential
+ * moving average s = W s + (1 - W) x, debiased by dividing by 1 - W^n after n points (TensorBoard's smoothing),
+ * W = --smooth (default 0.9; 0 draws the raw line only). A held-out series is logged every few steps only: it is
+ * drawn as its own panel, points joined by lines, never smoothed. The series are read with
+ * cpt_metrics_read_series, so a resumed run's re-logged steps show once. Files are written to a temporary name and
+ * renamed: a reader never sees half an image. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,13 +27,19 @@
 
 #define MAX_KEYS 32
 
-static const char *default_keys[] = {"reward/mean", "train/loss", "loss/policy", "kl", "entropy", "response_len/mean"};
+static const char *default_keys[] = {"reward/mean",  "train/loss",   "loss/policy",      "kl",
+                                     "entropy",      "response_len/mean", "val/accuracy", "eval/loss",
+                                     "eval/exact_match", "eval/dpo_accuracy"};
 
 typedef struct plot_series {
     char key[128];
     char data_path[4200];
     size_t n;
+    int held_out; /* an evaluation on held-out data: own panel, not smoothed */
+    double smooth; /* EMA weight, 0 = none */
 } plot_series;
+
+static int is_held_out_key(const char *key) { return !strncmp(key, "val/", 4) || !strncmp(key, "eval/", 5); }
 
 /* A key as a file name: anything but [A-Za-z0-9._-] becomes '_'. */
 static void key_file_name(const char *key, char *out, size_t cap) {
@@ -52,7 +64,9 @@ static void put_quoted(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
-static int write_series(const char *metrics, const char *key, const char *path, size_t *n, cpt_err *err) {
+/* Writes "step value smoothed" lines (NaN for a missing value; the smoothed line carries over a gap). */
+static int write_series(const char *metrics, const char *key, double smooth, const char *path, size_t *n,
+                        cpt_err *err) {
     cpt_metrics_series s;
     if (cpt_metrics_read_series(metrics, key, &s, err) != 0) return -1;
     *n = s.n;
@@ -67,9 +81,18 @@ static int write_series(const char *metrics, const char *key, const char *path, 
         cpt_metrics_series_free(&s);
         return cpt_errno(err, "%s", path);
     }
+    fprintf(f, "# step\t%s\tsmoothed (EMA %g, debiased)\n", key, smooth);
+    double ema = 0, weight = 1; /* weight = W^n */
     for (size_t i = 0; i < s.n; i++) {
-        if (isfinite(s.values[i])) fprintf(f, "%lld %.17g\n", (long long)s.steps[i], s.values[i]);
-        else fprintf(f, "%lld NaN\n", (long long)s.steps[i]);
+        double v = s.values[i];
+        if (isfinite(v)) {
+            ema = smooth * ema + (1 - smooth) * v;
+            weight *= smooth;
+        }
+        double sm = weight < 1 ? ema / (1 - weight) : NAN;
+        if (isfinite(v)) fprintf(f, "%lld\t%.17g\t%.17g\n", (long long)s.steps[i], v, sm);
+        else if (isfinite(sm)) fprintf(f, "%lld\tNaN\t%.17g\n", (long long)s.steps[i], sm);
+        else fprintf(f, "%lld\tNaN\tNaN\n", (long long)s.steps[i]);
     }
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
@@ -81,11 +104,20 @@ static int write_series(const char *metrics, const char *key, const char *path, 
 }
 
 static void panel(FILE *f, const plot_series *s) {
+    char title[200];
+    if (s->held_out) snprintf(title, sizeof title, "%s (held-out)", s->key);
+    else if (s->smooth > 0) snprintf(title, sizeof title, "%s (line: EMA %g)", s->key, s->smooth);
+    else snprintf(title, sizeof title, "%s", s->key);
     fputs("set title ", f);
-    put_quoted(f, s->key);
+    put_quoted(f, title);
     fputs(" noenhanced\nplot ", f);
     put_quoted(f, s->data_path);
-    fputs(" using 1:2 with linespoints pt 7 ps 0.4 lw 2 notitle\n", f);
+    if (s->held_out) fputs(" using 1:2 with linespoints lc rgb '#1a9850' pt 7 ps 1.0 lw 2 notitle\n", f);
+    else if (s->smooth > 0) {
+        fputs(" using 1:2 with points lc rgb '#9ecae1' pt 7 ps 0.4 notitle, ", f);
+        put_quoted(f, s->data_path);
+        fputs(" using 1:3 with lines lc rgb '#08519c' lw 3 notitle\n", f);
+    } else fputs(" using 1:2 with linespoints pt 7 ps 0.4 lw 2 notitle\n", f);
 }
 
 /* One PNG: a single panel, or a grid of them. */
@@ -152,18 +184,27 @@ static int render(const char *tmp_dir, const char *png, const plot_series *s, in
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...]\n");
+    fprintf(stderr, "usage: cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...] [--smooth W]\n");
     return 2;
 }
 
 int cmd_plot(int argc, char **argv) {
     const char *run_dir = NULL, *out = NULL, *keys_arg = NULL;
+    double smooth = 0.9;
     umask(077); /* plots go into the run directory, which is its owner's only */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys_arg = argv[++i];
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...]\n");
+        else if (!strcmp(argv[i], "--smooth") && i + 1 < argc) {
+            char *end;
+            const char *v = argv[++i];
+            smooth = strtod(v, &end);
+            if (!*v || *end || !(smooth >= 0 && smooth < 1)) {
+                fprintf(stderr, "cpt plot: --smooth is a weight in [0, 1), got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: cpt plot RUN_DIR [--out FILE.png] [--keys k1,k2,...] [--smooth W]\n");
             return 0;
         } else if (argv[i][0] == '-' || run_dir) return usage();
         else run_dir = argv[i];
@@ -209,6 +250,8 @@ int cmd_plot(int argc, char **argv) {
             continue;
         }
         snprintf(series[n].key, sizeof series[n].key, "%s", wanted[i]);
+        series[n].held_out = is_held_out_key(wanted[i]);
+        series[n].smooth = series[n].held_out ? 0 : smooth;
         n++;
     }
     cpt_metrics_keys_free(present, n_present);
@@ -228,7 +271,8 @@ int cmd_plot(int argc, char **argv) {
         char fname[256];
         key_file_name(series[i].key, fname, sizeof fname);
         snprintf(series[i].data_path, sizeof series[i].data_path, "%s/%s.dat", tmp_dir, fname);
-        if (write_series(metrics, series[i].key, series[i].data_path, &series[i].n, &err) != 0) status = 1;
+        if (write_series(metrics, series[i].key, series[i].smooth, series[i].data_path, &series[i].n, &err) != 0)
+            status = 1;
     }
     char plots[4200], png[4400];
     if (!status && out) {
@@ -246,6 +290,17 @@ int cmd_plot(int argc, char **argv) {
             snprintf(png, sizeof png, "%s/%s.png", plots, fname);
             if (render(tmp_dir, png, &series[i], 1, run_dir, &err) != 0) status = 1;
             else printf("%s\n", png);
+            /* the numbers drawn, for a reader without an image viewer */
+            char tsv[4400], tmp_tsv[4500];
+            size_t n_tsv;
+            snprintf(tsv, sizeof tsv, "%s/%s.tsv", plots, fname);
+            snprintf(tmp_tsv, sizeof tmp_tsv, "%s.tmp%ld", tsv, (long)getpid());
+            if (!status && (write_series(metrics, series[i].key, series[i].smooth, tmp_tsv, &n_tsv, &err) != 0 ||
+                            rename(tmp_tsv, tsv) != 0)) {
+                if (!err.msg[0]) cpt_errno(&err, "%s", tsv);
+                unlink(tmp_tsv);
+                status = 1;
+            }
         }
     }
     if (status) fprintf(stderr, "cpt plot: %s\n", err.msg);

@@ -10,6 +10,7 @@
 
 int cpt_synth_task_parse(const char *name, cpt_synth_task *out) {
     if (!strcmp(name, "arithmetic")) *out = CPT_SYNTH_ARITHMETIC;
+    else if (!strcmp(name, "arithmetic-1digit")) *out = CPT_SYNTH_ARITHMETIC_1DIGIT;
     else if (!strcmp(name, "countdown")) *out = CPT_SYNTH_COUNTDOWN;
     else return -1;
     return 0;
@@ -26,6 +27,8 @@ int cpt_synth_split_parse(const char *name, cpt_synth_split *out) {
     if (!strcmp(name, "all")) *out = CPT_SYNTH_ALL;
     else if (!strcmp(name, "train")) *out = CPT_SYNTH_TRAIN;
     else if (!strcmp(name, "eval")) *out = CPT_SYNTH_EVAL;
+    else if (!strcmp(name, "sft")) *out = CPT_SYNTH_SFT_PART;
+    else if (!strcmp(name, "rl")) *out = CPT_SYNTH_RL_PART;
     else return -1;
     return 0;
 }
@@ -40,6 +43,9 @@ static int verify(const cpt_synth_item *it, cpt_err *err) {
                         (long long)den, (long long)it->target);
     return 0;
 }
+
+/* Fills prompt, answer and reply of "a op b" (target already set). */
+static int finish_binary(cpt_synth_item *it, int a, char op, int b, cpt_err *err);
 
 int cpt_synth_arithmetic(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) {
     memset(it, 0, sizeof *it);
@@ -65,6 +71,18 @@ int cpt_synth_arithmetic(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) {
         it->target = a * b;
         break;
     }
+    return finish_binary(it, a, op, b, err);
+}
+
+int cpt_synth_arithmetic_1digit(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) {
+    memset(it, 0, sizeof *it);
+    int a = 10 + (int)cpt_rng_below(rng, 990), b = 1 + (int)cpt_rng_below(rng, 9);
+    char op = cpt_rng_below(rng, 2) ? '-' : '+';
+    it->target = op == '+' ? a + b : a - b;
+    return finish_binary(it, a, op, b, err);
+}
+
+static int finish_binary(cpt_synth_item *it, int a, char op, int b, cpt_err *err) {
     it->numbers[0] = a;
     it->numbers[1] = b;
     it->n_numbers = 2;
@@ -165,8 +183,13 @@ static uint64_t fnv1a(const char *s) {
 
 static int in_split(const cpt_synth_item *it, cpt_synth_split split) {
     if (split == CPT_SYNTH_ALL) return 1;
-    int eval = fnv1a(it->prompt) % 10 == 0;
-    return split == CPT_SYNTH_EVAL ? eval : !eval;
+    uint64_t bucket = fnv1a(it->prompt) % 10;
+    switch (split) {
+    case CPT_SYNTH_EVAL: return bucket == 0;
+    case CPT_SYNTH_RL_PART: return bucket == 1 || bucket == 2;
+    case CPT_SYNTH_SFT_PART: return bucket >= 3;
+    default: return bucket != 0; /* train = rl + sft */
+    }
 }
 
 static json_t *record_json(const cpt_synth_item *it, cpt_synth_task task, cpt_synth_format format) {
@@ -204,7 +227,9 @@ int cpt_synth_write(FILE *out, cpt_synth_task task, cpt_synth_format format, cpt
     cpt_rng_seed(&rng, seed, SYNTH_STREAM + (uint64_t)task);
     for (long i = 0; i < n;) {
         cpt_synth_item it;
-        int rc = task == CPT_SYNTH_ARITHMETIC ? cpt_synth_arithmetic(&rng, &it, err) : cpt_synth_countdown(&rng, &it, err);
+        int rc = task == CPT_SYNTH_ARITHMETIC          ? cpt_synth_arithmetic(&rng, &it, err)
+                 : task == CPT_SYNTH_ARITHMETIC_1DIGIT ? cpt_synth_arithmetic_1digit(&rng, &it, err)
+                                                       : cpt_synth_countdown(&rng, &it, err);
         if (rc) return -1;
         if (!in_split(&it, split)) continue;
         json_t *o = record_json(&it, task, format);

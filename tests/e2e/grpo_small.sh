@@ -34,7 +34,10 @@ for line in open(sys.argv[4]):
 dyn = max((r.get("groups/dynamic_dropped", 0) for r in rows.values()), default=0)
 # groups/skipped: whole-run total of groups that failed past their retries (never trained, behind the cursor)
 skipped = rows[max(rows)].get("groups/skipped", 0) if rows else 0
-consumed = cur["epoch"] * 1000 + cur["index"]  # examples/data/arithmetic_rl_train.jsonl: 1000 prompts an epoch
+import os, tomllib  # an epoch: every prompt of the run's data.train once
+with open(os.path.join(os.path.dirname(sys.argv[4]), "config.toml"), "rb") as f:
+    per_epoch = sum(1 for l in open(tomllib.load(f)["data"]["train"]) if l.strip())
+consumed = cur["epoch"] * per_epoch + cur["index"]
 if out: sys.exit(f"{len(out)} groups outstanding at the end: {out[:5]}")
 if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
 if dyn == 0 and consumed != steps * g + skipped:
@@ -62,8 +65,11 @@ for line in open(sys.argv[4]):
 if sorted(rows) != list(range(1, steps + 1)): sys.exit(f"metrics steps {sorted(rows)[:5]}..: not 1..{steps}")
 last = rows[steps]
 # [epoch, index]; the epoch's top 16 bits carry the attempt of a group issued again (trainer/online_book.h)
-out = [(e & (2**48 - 1)) * 1000 + i for e, i in st.get("outstanding_group_ids", [])]
-cur = st["data_cursor"]["epoch"] * 1000 + st["data_cursor"]["index"]
+import os, tomllib  # an epoch: every prompt of the run's data.train once
+with open(os.path.join(os.path.dirname(sys.argv[4]), "config.toml"), "rb") as f:
+    per_epoch = sum(1 for l in open(tomllib.load(f)["data"]["train"]) if l.strip())
+out = [(e & (2**48 - 1)) * per_epoch + i for e, i in st.get("outstanding_group_ids", [])]
+cur = st["data_cursor"]["epoch"] * per_epoch + st["data_cursor"]["index"]
 if last["groups/trained"] != steps * g: sys.exit(f"groups/trained {last['groups/trained']}, expected {steps * g}")
 if last["groups/duplicates"] or last["groups/skipped"]: sys.exit(f"duplicates {last['groups/duplicates']}, skipped {last['groups/skipped']}")
 if len(set(out)) != len(out) or any(i >= cur for i in out): sys.exit(f"outstanding ids {out} vs cursor {cur}")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `cpt plot`: PNGs from a synthetic metrics.jsonl (default keys present, a resumed run's re-logged steps, a torn last
-# line); --out and --keys; a missing key or run directory is an error.
+# line, held-out val/accuracy every 10 steps); the smoothed line's numbers in plots/<key>.tsv are the debiased EMA
+# of the raw points, the held-out series is its own panel and not smoothed; --out, --keys and --smooth; a missing
+# key or run directory is an error.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -21,6 +23,7 @@ mkdir -p "$T/run"
 for s in $(seq 1 40); do
   printf '{"step":%d,"time":%d,"reward/mean":%s,"kl":%s,"phase":"train"}\n' "$s" $((1700000000 + s)) \
     "$(awk -v s="$s" 'BEGIN { printf "%.4f", s / 40 }')" "$(awk -v s="$s" 'BEGIN { printf "%.5f", s / 4000 }')"
+  [ $((s % 10)) -eq 0 ] && printf '{"step":%d,"val/accuracy":%s}\n' "$s" "$(awk -v s="$s" 'BEGIN { printf "%.2f", s / 100 }')"
 done > "$T/run/metrics.jsonl"
 # a resume from step 30 re-logs 31..40, then continues; the last line is torn
 for s in $(seq 31 50); do printf '{"step":%d,"reward/mean":%s,"kl":null}\n' "$s" "$(awk -v s="$s" 'BEGIN { printf "%.4f", s / 50 }')"; done \
@@ -28,11 +31,29 @@ for s in $(seq 31 50); do printf '{"step":%d,"reward/mean":%s,"kl":null}\n' "$s"
 printf '{"step":51,"reward/me' >> "$T/run/metrics.jsonl"
 
 "$CPT" plot "$T/run" > "$T/out" 2> "$T/err" || { cat "$T/err"; fail "cpt plot failed"; }
-is_png "$T/run/plots/overview.png" 1280 400
+is_png "$T/run/plots/overview.png" 1280 800
 is_png "$T/run/plots/reward_mean.png" 640 400
 is_png "$T/run/plots/kl.png" 640 400
+is_png "$T/run/plots/val_accuracy.png" 640 400
 grep -q "reward/mean: 50 points" "$T/err" || { cat "$T/err"; fail "reward/mean should have 50 points (resume dedup)"; }
-[ "$(ls "$T/run/plots" | wc -l)" -eq 3 ] || { ls "$T/run/plots"; fail "expected exactly 3 files (no temporaries)"; }
+grep -q "val/accuracy: 4 points" "$T/err" || { cat "$T/err"; fail "val/accuracy should have 4 points"; }
+[ "$(ls "$T/run/plots" | wc -l)" -eq 7 ] || { ls "$T/run/plots"; fail "expected exactly 7 files (no temporaries)"; }
+# the smoothed column: s = 0.9 s + 0.1 x, divided by 1 - 0.9^n, recomputed here from the raw column
+awk -F'\t' '!/^#/ { n++; e = 0.9 * e + 0.1 * $2; w = 1 - 0.9 ^ n; d = $3 - e / w; if (d < 0) d = -d
+  if (d > 1e-9) { print "row " n ": smoothed " $3 ", expected " e / w; bad = 1 } } END { exit bad || n != 50 }' \
+  "$T/run/plots/reward_mean.tsv" || fail "reward_mean.tsv: smoothed column is not the debiased EMA of 50 points"
+# a rising series: the smoothed line lags below the raw points at the end, and is above its first point
+awk -F'\t' '!/^#/ { last = $0; if (!first) first = $3 } END { split(last, a, "\t"); exit !(a[3] < a[2] && a[3] > first) }' \
+  "$T/run/plots/reward_mean.tsv" || fail "reward_mean.tsv: smoothed line does not lag a rising series"
+# the held-out series is not smoothed: its own 4 points, both columns equal
+[ "$(grep -vc '^#' "$T/run/plots/val_accuracy.tsv")" -eq 4 ] || fail "val_accuracy.tsv: expected 4 rows"
+awk -F'\t' '!/^#/ && $2 != $3 { bad = 1 } END { exit bad }' "$T/run/plots/val_accuracy.tsv" || fail "val/accuracy was smoothed"
+grep -q "^40	0.4" "$T/run/plots/val_accuracy.tsv" || { cat "$T/run/plots/val_accuracy.tsv"; fail "val/accuracy at step 40"; }
+# --smooth 0: the smoothed column is the raw one
+"$CPT" plot "$T/run" --smooth 0 > /dev/null 2>&1 || fail "--smooth 0 failed"
+awk -F'\t' '!/^#/ && $2 != $3 { bad = 1 } END { exit bad }' "$T/run/plots/reward_mean.tsv" || fail "--smooth 0 still smoothed"
+if "$CPT" plot "$T/run" --smooth 1 2> "$T/err"; then fail "--smooth 1 was accepted"; fi
+grep -q "smooth is a weight" "$T/err" || { cat "$T/err"; fail "unclear --smooth error"; }
 
 "$CPT" plot "$T/run" --out "$T/one.png" --keys kl > /dev/null 2>&1 || fail "--out --keys failed"
 is_png "$T/one.png" 640 400

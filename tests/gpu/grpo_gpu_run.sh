@@ -24,10 +24,10 @@ flow() {
   local bin=$1 out=$2 mode=$3
   rm -rf "$out"
   mkdir -p "$out/data"
-  "$bin/cpt" data gen arithmetic --format rl --split train --n 30000 --seed 1 | with_marker > "$out/data/train.jsonl"
+  "$bin/cpt" data gen arithmetic --format rl --split sft --n 30000 --seed 1 | with_marker > "$out/data/train.jsonl"
   "$bin/cpt" data gen arithmetic --format rl --split eval --n 200 --seed 2 | with_marker > "$out/data/eval.jsonl"
-  # GRPO's prompts: another draw than SFT's (seed 1), so the policy is not asked what it memorised
-  "$bin/cpt" data gen arithmetic --format rl --split train --n 20000 --seed 3 > "$out/data/grpo.jsonl"
+  # GRPO's prompts: the rl split, which shares no question with the SFT data's sft split (scripts/check_splits.py)
+  "$bin/cpt" data gen arithmetic --format rl --split rl --n 20000 --seed 3 > "$out/data/grpo.jsonl"
   local sft=() grpo=()
   if [ "$mode" = gpu ]; then
     sft=(train.device=cuda model.hidden_size=768 model.intermediate_size=2048 model.num_layers=10 model.num_heads=12

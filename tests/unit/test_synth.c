@@ -157,6 +157,31 @@ static void test_write(void) {
     cpt_dataset_free(tr);
     cpt_dataset_free(ev);
     free(a), free(b);
+    /* sft, rl and eval are pairwise disjoint (the rl prompts are new to a model SFT'd on sft). */
+    {
+        cpt_synth_split sp[3] = {CPT_SYNTH_SFT_PART, CPT_SYNTH_RL_PART, CPT_SYNTH_EVAL};
+        cpt_dataset *d[3] = {0};
+        for (int k = 0; k < 3; k++) {
+            size_t len;
+            char *text = gen(CPT_SYNTH_ARITHMETIC_1DIGIT, CPT_SYNTH_RL, sp[k], 600, 20 + (uint64_t)k, &len);
+            d[k] = cpt_dataset_load_text(text, len, "split", NULL, &err);
+            free(text);
+            CHECK(d[k] && cpt_dataset_count(d[k]) == 600);
+        }
+        int cross = 0;
+        for (int x = 0; x < 3; x++)
+            for (int y = x + 1; y < 3; y++)
+                for (size_t i = 0; d[x] && d[y] && i < cpt_dataset_count(d[x]); i++)
+                    for (size_t j = 0; j < cpt_dataset_count(d[y]); j++)
+                        cross += !strcmp(cpt_dataset_get(d[x], i)->prompt, cpt_dataset_get(d[y], j)->prompt);
+        CHECK_EQ_INT(cross, 0);
+        for (int k = 0; k < 3; k++) cpt_dataset_free(d[k]);
+        cpt_synth_split out;
+        CHECK(cpt_synth_split_parse("rl", &out) == 0 && out == CPT_SYNTH_RL_PART);
+        CHECK(cpt_synth_split_parse("sft", &out) == 0 && out == CPT_SYNTH_SFT_PART);
+        cpt_synth_task task;
+        CHECK(cpt_synth_task_parse("arithmetic-1digit", &task) == 0 && task == CPT_SYNTH_ARITHMETIC_1DIGIT);
+    }
     c = gen(CPT_SYNTH_ARITHMETIC, CPT_SYNTH_RL, CPT_SYNTH_ALL, 0, 7, &l3);
     CHECK(l3 == 0);
     free(c);
@@ -165,10 +190,12 @@ static void test_write(void) {
 /* The committed examples must be exactly what their commands in examples/data/README.md produce. */
 static void test_examples(void) {
     struct { const char *file; cpt_synth_task t; cpt_synth_format f; cpt_synth_split s; long n; uint64_t seed; } ex[] = {
-        {"examples/data/arithmetic_train.jsonl", CPT_SYNTH_ARITHMETIC, CPT_SYNTH_SFT, CPT_SYNTH_TRAIN, 1000, 1},
+        {"examples/data/arithmetic_train.jsonl", CPT_SYNTH_ARITHMETIC, CPT_SYNTH_SFT, CPT_SYNTH_SFT_PART, 1000, 1},
         {"examples/data/arithmetic_eval.jsonl", CPT_SYNTH_ARITHMETIC, CPT_SYNTH_SFT, CPT_SYNTH_EVAL, 100, 2},
-        {"examples/data/arithmetic_rl_train.jsonl", CPT_SYNTH_ARITHMETIC, CPT_SYNTH_RL, CPT_SYNTH_TRAIN, 1000, 3},
+        {"examples/data/arithmetic_rl_train.jsonl", CPT_SYNTH_ARITHMETIC, CPT_SYNTH_RL, CPT_SYNTH_RL_PART, 1000, 3},
         {"examples/data/arithmetic_rl_eval.jsonl", CPT_SYNTH_ARITHMETIC, CPT_SYNTH_RL, CPT_SYNTH_EVAL, 100, 4},
+        {"examples/data/arithmetic1_rl_train.jsonl", CPT_SYNTH_ARITHMETIC_1DIGIT, CPT_SYNTH_RL, CPT_SYNTH_RL_PART, 3000, 3},
+        {"examples/data/arithmetic1_rl_eval.jsonl", CPT_SYNTH_ARITHMETIC_1DIGIT, CPT_SYNTH_RL, CPT_SYNTH_EVAL, 100, 4},
         {"examples/data/countdown_rl_train.jsonl", CPT_SYNTH_COUNTDOWN, CPT_SYNTH_RL, CPT_SYNTH_TRAIN, 200, 5},
     };
     size_t total = 0;
@@ -188,7 +215,7 @@ static void test_examples(void) {
         free(file);
         free(want);
     }
-    CHECK_MSG(total < 300 * 1024, "examples/data holds %zu bytes", total);
+    CHECK_MSG(total < 400 * 1024, "examples/data holds %zu bytes", total);
     free(readme);
 }
 
