@@ -75,7 +75,10 @@ bad "rollout role" "FAIL  roles .*at least one rollout worker" "${grpo[@]}" role
 bad "opd teacher" "FAIL  roles .*opd needs a teacher" "${grpo[@]}" algo.type=opd
 CPT_REDIS_SERVER=$T/redis-server bad "redis-server" "FAIL  queue .*$T/redis-server: redis-server not found" "${grpo[@]}"
 SLURM_CPUS_ON_NODE=2 bad "slurm cpus" "FAIL  resources .*ask 5 CPUs.*allocation has 2" "${grpo[@]}" --slurm \
-  slurm.trainer_cpus=2 roles.rollout=2
+  slurm.trainer_cpus=2 roles.rollout=2 slurm.max_satellites=0
+# the same with satellites allowed (the default): the 3 workers beyond the allocation become satellite jobs
+SLURM_CPUS_ON_NODE=2 good "slurm cpus, satellites" "${grpo[@]}" --slurm slurm.trainer_cpus=2 roles.rollout=2
+grep -q "ok    resources .*3 workers go to satellite jobs" "$T/out" || { cat "$T/out"; fail "slurm cpus, satellites: no line"; }
 SLURM_CPUS_ON_NODE=8 bad "slurm gpus" "FAIL  resources .*ask 1 GPUs.*allocation has 0" "${sft[@]}" --slurm \
   slurm.trainer_gpus=1
 SLURM_JOB_CPUS_PER_NODE='4(x2)' SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=1 good "slurm fits" "${sft[@]}" --slurm \
