@@ -13,7 +13,7 @@ CLUSTER_GPUS=4
 source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 make_tiny_model "$T" || fail "tiny model"
-STEPS=150 G=4
+STEPS=60 G=4
 
 job=$(sbatch --parsable --ntasks=6 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh "${GRPO_ARGS[@]:1}" \
       train.device=cpu rollout.device=cpu train.steps=$STEPS train.groups_per_step=$G run.dir="$T/job")

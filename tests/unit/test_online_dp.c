@@ -293,6 +293,18 @@ static int relaunch(const char *self) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMP_NUM_THREADS", "1", 1);
+    /* Sanitizer builds: Open MPI's own never-freed state is suppressed, cpt's is still checked (as in
+     * test_dp_collective_mpi.sh: the suppressions, the slow unwinder, components kept loaded to be named). */
+    const char *src = getenv("CPT_SRC");
+    const char *lsan = getenv("LSAN_OPTIONS"), *asan = getenv("ASAN_OPTIONS");
+    char opts[8192];
+    snprintf(opts, sizeof opts, "suppressions=%s/tests/unit/openmpi.lsan.supp%s%s", src ? src : ".", lsan ? ":" : "",
+             lsan ? lsan : "");
+    setenv("LSAN_OPTIONS", opts, 1);
+    snprintf(opts, sizeof opts, "%s%sfast_unwind_on_malloc=0", asan ? asan : "", asan ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
+    setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
     /* the MPI plugin is beside the programs: the build folder, this program's parent folder */
     char dir[4096];
     const char *build = getenv("CPT_BUILD");
