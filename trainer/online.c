@@ -323,7 +323,7 @@ static int load_critic(online_ctx *c, int64_t step, cpt_err *err) {
     snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, step);
     cpt_train_state cst;
     memset(&cst, 0, sizeof cst);
-    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.ppo_epochs, &cst, err);
+    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.updates_per_step, &cst, err);
     cpt_train_state_free(&cst);
     return rc ? cpt_err_prefix(err, "resume: the critic of step %" PRId64, step) : 0;
 }
@@ -335,7 +335,7 @@ static int resume(online_ctx *c, cpt_err *err) {
     int found = cpt_cfg_bool(c->cfg, "train.resume") ? cpt_ckpt_find_latest(c->run_dir, ckpt, sizeof ckpt, err) : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
-        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err)) return -1;
+        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err)) return -1;
         if (load_critic(c, c->st.step, err)) return -1;
         if (c->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
@@ -711,6 +711,7 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     if (ss.m.entropy == 0) cpt_metrics_add(c->metrics, "entropy", 0);
     cpt_metrics_add(c->metrics, "grad_norm", ss.grad_norm);
     cpt_metrics_add(c->metrics, "lr", ss.lr);
+    cpt_metrics_add_int(c->metrics, "train/optimizer_steps", ss.optimizer_steps);
     if (c->critic) {
         cpt_metrics_add(c->metrics, "critic/grad_norm", ss.critic_grad_norm);
         cpt_metrics_add(c->metrics, "critic/lr", ss.critic_lr);
@@ -799,7 +800,7 @@ static int follow(online_ctx *c, cpt_err *err) {
         /* read only: rank 0 holds the checkpoint folder, and writes nothing before the first step's exchange */
         char ckpt[CPT_CKPT_PATH_MAX + 64];
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints/step-%" PRId64, c->run_dir, h.step);
-        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err) || load_critic(c, h.step, err))
+        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err) || load_critic(c, h.step, err))
             return cpt_err_prefix(err, "trainer rank %d", c->rank);
         cpt_info("online: trainer rank %d resumed from %s", c->rank, ckpt);
     }
