@@ -739,7 +739,11 @@ static int open_metrics(online_ctx *c, const char *path, cpt_err *err) {
         cpt_info("online: %ld metrics line(s) after step %" PRId64 " removed from %s (a lost attempt's)", dropped,
                  c->last_saved_step < 0 ? 0 : c->last_saved_step, path);
     c->metrics = cpt_metrics_open(path, err);
-    return c->metrics ? 0 : -1;
+    if (!c->metrics) return -1;
+    char tb[CPT_CKPT_PATH_MAX + 16];
+    snprintf(tb, sizeof tb, "%s/tensorboard", c->run_dir);
+    if (!cpt_cfg_bool(c->cfg, "metrics.tensorboard")) return 0;
+    return cpt_metrics_tensorboard(c->metrics, tb, c->last_saved_step + 1, err);
 }
 
 static void ctx_free(online_ctx *c) {
