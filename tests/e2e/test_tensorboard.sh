@@ -2,7 +2,8 @@
 # metrics.tensorboard = true: every trainer writes RUN_DIR/tensorboard/events.out.tfevents.* beside metrics.jsonl
 # (core/tfevents.h). tests/e2e/tfevents_read.py reads the files back with its own TFRecord and protobuf decoder
 # (both CRCs checked) and compares every scalar, step and time with metrics.jsonl, for SFT, DPO and GRPO (`cpt run`,
-# whose trainer stops after 2 steps and is resumed: the second attempt's own file carries on). Off by default: no
+# whose trainer stops after 2 steps and is resumed: the second attempt's own file carries on; with train.mini_batches
+# = 2, so train/optimizer_steps must read 2 per step across the restart). Off by default: no
 # tensorboard folder. TB_OUT=DIR keeps the three runs' files for tests/gpu/tensorboard_check.py.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
@@ -46,8 +47,13 @@ python3 tests/e2e/tfevents_read.py "$T/dpo" || fail "dpo events"
 # adds no file
 make_tiny_model "$T"
 "$BUILD/cpt" run "${GRPO_ARGS[@]}" train.steps=4 checkpoint.every=2 train.threads=1 metrics.tensorboard=true \
-  run.dir="$T/grpo" train.max_steps_this_run=2 2> "$T/grpo1.log" || { cat "$T/grpo1.log"; fail "grpo run"; }
+  train.mini_batches=2 run.dir="$T/grpo" train.max_steps_this_run=2 2> "$T/grpo1.log" ||
+  { cat "$T/grpo1.log"; fail "grpo run"; }
 grep -q "resumed from .*step-2" "$T/grpo/logs/trainer.log" || fail "the grpo trainer did not resume from step 2"
+# train.mini_batches = 2: two optimizer updates a step, across the restart (the checkpoint's optimizer holds 4)
+opt=$(grep -o '"step":[0-9]*,.*"train/optimizer_steps":[0-9]*' "$T/grpo/metrics.jsonl" |
+      sed -E 's/"step":([0-9]+),.*"train\/optimizer_steps":([0-9]+)/\1:\2/' | tr '\n' ' ')
+[ "$opt" = "1:2 2:4 3:6 4:8 " ] || fail "train/optimizer_steps by step: '$opt', expected 1:2 2:4 3:6 4:8"
 python3 tests/e2e/tfevents_read.py "$T/grpo" | tee "$T/grpo.check" || fail "grpo events"
 grep -q '2 file(s).*steps 1\.\.4' "$T/grpo.check" || fail "expected 2 event files covering steps 1..4"
 "$BUILD/cpt" run --resume "$T/grpo" 2> "$T/grpo2.log" || { cat "$T/grpo2.log"; fail "grpo --resume"; }
