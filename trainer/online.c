@@ -22,6 +22,7 @@
 #include "trainer/dp.h"
 #include "trainer/online_book.h"
 #include "trainer/online_dead.h"
+#include "trainer/online_defaults.h"
 #include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
@@ -846,6 +847,7 @@ static int run(online_ctx *c, cpt_err *err) {
     c->run = cpt_cfg_str(cfg, "run.name");
     if (cpt_obj_type_parse(cpt_cfg_str(cfg, "algo.type"), &c->oc.type, err)) return -1;
     if (cpt_objective_from_config(cfg, &c->oc, err)) return -1;
+    c->oc.kl_beta = cpt_online_kl_beta(cfg); /* unset: the method's default (trainer/online_defaults.h) */
     c->sync = !strcmp(cpt_cfg_str(cfg, "async.mode"), "sync");
     c->max_staleness = c->sync ? 0 : cpt_cfg_int(cfg, "async.max_staleness");
     c->groups_per_step = cpt_cfg_int(cfg, "train.groups_per_step");

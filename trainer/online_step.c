@@ -16,13 +16,14 @@ static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *
     return 0;
 }
 
-/* train.epochs_per_batch, or its older name train.ppo_epochs; both set and different is an error. */
+/* train.epochs_per_batch, or (0, its default) its older name train.ppo_epochs; both above 1 and different is an
+ * error. */
 static int epochs_from_config(const cpt_config *cfg, int *epochs, cpt_err *err) {
     int64_t e = cpt_cfg_int(cfg, "train.epochs_per_batch"), p = cpt_cfg_int(cfg, "train.ppo_epochs");
-    if (cpt_cfg_is_set(cfg, "train.epochs_per_batch") && cpt_cfg_is_set(cfg, "train.ppo_epochs") && e != p)
+    if (e > 0 && p > 1 && e != p)
         return cpt_errf(err, "train.epochs_per_batch = %" PRId64 " and train.ppo_epochs = %" PRId64
                         " disagree (train.ppo_epochs is the older name of the same key: set one)", e, p);
-    *epochs = (int)(cpt_cfg_is_set(cfg, "train.epochs_per_batch") ? e : p);
+    *epochs = (int)(e > 0 ? e : p);
     return 0;
 }
 

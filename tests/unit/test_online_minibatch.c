@@ -192,7 +192,7 @@ static void test_config_errors(void) {
     const char *both[] = {"train.epochs_per_batch=2", "train.ppo_epochs=3"};
     CHECK_EQ_INT(two_steps(both, 2, &o, &err), -1);
     CHECK_MSG(strstr(err.msg, "train.epochs_per_batch") && strstr(err.msg, "train.ppo_epochs"), "%s", err.msg);
-    const char *same[] = {"train.epochs_per_batch=2", "train.ppo_epochs=2"};
+    const char *same[] = {"train.epochs_per_batch=2", "train.ppo_epochs=2"}; /* a dumped config sets both */
     CHECK_EQ_INT(two_steps(same, 2, &o, &err), 0);
     free(o.weights);
     memset(&o, 0, sizeof o);
