@@ -200,9 +200,9 @@ cpt_tfevents *cpt_tfevents_open(const char *dir, int64_t start_step, cpt_err *er
         cpt_tfevents_close(w);
         return NULL;
     }
-    /* SessionLog (field 6) {status = START (1)}: TensorBoard drops the earlier files' events at steps >= this */
+    /* session_log (field 7) {status = START (1)}: TensorBoard drops the earlier files' events at steps >= this */
     begin_event(w, now_s(), start_step);
-    put_tag(w, 6, WIRE_LEN);
+    put_tag(w, 7, WIRE_LEN);
     put_varint(w, 2);
     put_tag(w, 1, WIRE_VARINT);
     put_varint(w, 1);

@@ -4,7 +4,7 @@
  * A file is a sequence of TFRecords: uint64 length (little endian), uint32 masked CRC32C of those 8 bytes, the data,
  * uint32 masked CRC32C of the data; masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. Each record's data is a
  * tensorflow.Event protobuf: wall_time (field 1, double), step (2, int64) and one of file_version (3, string),
- * summary (5) or session_log (6). The first event is file_version "brain.Event:2"; the second a session_log
+ * summary (5) or session_log (7). The first event is file_version "brain.Event:2"; the second a session_log
  * {status (1) = START} at the first step this writer will log, which makes TensorBoard drop the events of earlier
  * files at that step and later (a resumed run trains them again, as metrics.jsonl drops their lines); then one
  * event per record of scalars: a Summary with one Summary.Value (field 1) per scalar, its tag (1, string) and

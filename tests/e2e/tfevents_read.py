@@ -6,7 +6,7 @@
 reads every RUN_DIR/tensorboard/events.out.tfevents.* in name order: the TFRecord framing (uint64 length, masked
 CRC32C of it, data, masked CRC32C of the data; both CRCs checked), then each record as a tensorflow.Event protobuf
 (wall_time = 1 double, step = 2 int64, file_version = 3 string, summary = 5: Summary.value = 1 repeated, each with
-tag = 1 string and simple_value = 2 float; session_log = 6: status = 1), decoded by hand here. It checks that each
+tag = 1 string and simple_value = 2 float; session_log = 7: status = 1), decoded by hand here. It checks that each
 file starts with file_version "brain.Event:2" and a session_log START, and that the scalars are those of
 RUN_DIR/metrics.jsonl: the same (step, key) pairs (every numeric key of every line; a START at step s drops what
 earlier files hold at steps >= s, as TensorBoard does, and a resumed attempt's metrics.jsonl does), each value equal
@@ -115,7 +115,7 @@ def event(data):
                 if tag is None or val is None:
                     raise SystemExit(f"a Summary.Value without tag or simple_value: {sv!r}")
                 e["scalars"][tag] = val
-        elif f == 6 and w == 2:
+        elif f == 7 and w == 2:
             e["start"] = any(sf == 1 and sw == 0 and sv == 1 for sf, sw, sv in fields(v))
         else:
             raise SystemExit(f"unexpected Event field {f} (wire type {w})")

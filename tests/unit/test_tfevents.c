@@ -80,8 +80,8 @@ static void test_file(void) {
         CHECK_EQ_INT(len[0], 9 + 2 + 2 + 13);
         CHECK(b[at[0]] == 0x09 && b[at[0] + 9] == 0x10 && b[at[0] + 10] == 0 && b[at[0] + 11] == 0x1a &&
               b[at[0] + 12] == 13 && !memcmp(b + at[0] + 13, "brain.Event:2", 13));
-        /* START at step 7: step (10 07), session_log (32 02) {status (08 01)} */
-        static const unsigned char start[] = {0x10, 7, 0x32, 2, 0x08, 1};
+        /* START at step 7: step (10 07), session_log (3a 02) {status (08 01)} */
+        static const unsigned char start[] = {0x10, 7, 0x3a, 2, 0x08, 1};
         CHECK_EQ_INT(len[1], 9 + sizeof start);
         CHECK(!memcmp(b + at[1] + 9, start, sizeof start));
         /* the scalars: wall_time 1234.5, step 7, summary (2a) {value (0a) {tag (0a), simple_value (15) float}} */
