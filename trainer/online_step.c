@@ -57,10 +57,15 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
     }
     L->grad_clip = cpt_cfg_float(cfg, "optim.grad_clip");
     if (epochs_from_config(cfg, &L->ppo_epochs, err)) return -1;
+    /* A mini-batch is whole groups: with fewer groups a step than mini-batches (an example's mini_batches under a
+     * smaller groups_per_step), one group each. */
     L->mini_batches = (int)cpt_cfg_int(cfg, "train.mini_batches");
-    if (L->mini_batches > cpt_cfg_int(cfg, "train.groups_per_step"))
-        return cpt_errf(err, "train.mini_batches = %d is more than train.groups_per_step = %" PRId64
-                        " (a mini-batch is whole groups)", L->mini_batches, cpt_cfg_int(cfg, "train.groups_per_step"));
+    int64_t groups = cpt_cfg_int(cfg, "train.groups_per_step");
+    if (L->mini_batches > groups) {
+        cpt_warn("train.mini_batches = %d is more than train.groups_per_step = %" PRId64 ": %" PRId64
+                 " mini-batches of one group", L->mini_batches, groups, groups);
+        L->mini_batches = (int)groups;
+    }
     L->updates_per_step = L->ppo_epochs * L->mini_batches;
     L->micro_tokens = (int)cpt_cfg_int(cfg, "train.tokens_per_micro_batch");
     return 0;
