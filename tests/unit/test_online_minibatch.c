@@ -185,6 +185,18 @@ out:
     free(one.weights), free(two.weights), free(two_lr0.weights), free(e2.weights), free(p2.weights);
 }
 
+/* optim.warmup_steps (SFT's key) ramps the online learning rate by trainer step; every update of a step shares it */
+static void test_warmup(void) {
+    cpt_err err;
+    outcome o;
+    memset(&o, 0, sizeof o);
+    const char *w[] = {"optim.warmup_steps=10", "train.mini_batches=2"};
+    CHECK_EQ_INT(two_steps(w, 2, &o, &err), 0);
+    CHECK_NEAR(o.st[0].lr, 0.05 * 1 / 10, 1e-12);
+    CHECK_NEAR(o.st[1].lr, 0.05 * 2 / 10, 1e-12);
+    free(o.weights);
+}
+
 static void test_config_errors(void) {
     cpt_err err;
     outcome o;
@@ -207,6 +219,7 @@ static void test_config_errors(void) {
 int main(void) {
     test_view();
     test_updates();
+    test_warmup();
     test_config_errors();
     return check_summary("test_online_minibatch");
 }
