@@ -68,9 +68,13 @@ static void close_other_fds(void) {
     for (int fd = CHILD_FD + 1; fd < 65536; fd++) close(fd);
 }
 
-static __attribute__((noreturn)) void child_main(int wfd, const cpt_env_limits *lim, cpt_env_prepare_fn prepare,
-                                                 cpt_env_tool_fn tool, void *ctx, char *obs, size_t cap) {
+static __attribute__((noreturn)) void child_main(pid_t parent, int wfd, const cpt_env_limits *lim,
+                                                 cpt_env_prepare_fn prepare, cpt_env_tool_fn tool, void *ctx,
+                                                 char *obs, size_t cap) {
     setpgid(0, 0);
+    /* a caller killed outright takes its tool with it (its own group shields it from the caller's group signals) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) syscall(SYS_exit, 1);
     /* the parent's handlers (drain on SIGTERM, ...) are not the tool's: default dispositions, nothing blocked */
     int sigs[] = {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD, SIGXCPU, SIGALRM};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
@@ -153,7 +157,7 @@ int cpt_env_sandbox_run(const cpt_env_limits *lim, cpt_env_prepare_fn prepare, c
     obs[0] = 0;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC)) return cpt_errno(err, "env sandbox: pipe");
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
@@ -161,7 +165,7 @@ int cpt_env_sandbox_run(const cpt_env_limits *lim, cpt_env_prepare_fn prepare, c
     }
     if (pid == 0) {
         close(fds[0]);
-        child_main(fds[1], lim, prepare, tool, ctx, obs, cap);
+        child_main(parent, fds[1], lim, prepare, tool, ctx, obs, cap);
     }
     close(fds[1]);
     setpgid(pid, pid); /* also done by the child: whichever runs first, the group exists before a kill */
