@@ -1,6 +1,7 @@
 # Sourced by the online scripts (grpo_4gpu.sh, ppo.sh, opd.sh), not submitted itself: the roles of an online run
 # sized from the allocation, then cpt-sched. Usage, from the submit folder: online_roles_exec CONFIG REWARD [k=v ...]
-# where REWARD is the script's reward workers when the tasks allow.
+# where REWARD is the script's reward workers when the tasks allow. Env workers (the tools of multi-turn rollouts:
+# roles.env, or one when env.type is set) take a task and CPUs like a reward worker.
 online_roles_exec() {
   local config=$1 reward=$2
   shift 2
@@ -14,11 +15,19 @@ online_roles_exec() {
   else
     rollout=1 tgpus=0 rgpus=0
   fi
-  if [ $((1 + rollout + reward)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
+  local env envargs=()
+  env=$("${CPT_BIN:-$PWD/build}/cpt" config show "$config" "$@" | awk '
+    /^\[/ { sec = $0 }
+    sec == "[env]" && $1 == "type" { t = $3; gsub(/"/, "", t) }
+    sec == "[roles]" && $1 == "env" { n = $3 }
+    END { if (n == "" || n < 0) n = (t == "" || t == "none") ? 0 : 1; print n }') || return 1
+  [ "$env" -gt 0 ] && envargs=(roles.env=$env slurm.env_cpus=$cpus)
+  if [ $((1 + rollout + reward + env)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
     reward=1
-    rollout=$((tasks - 2 > rollout ? rollout : tasks - 2 > 1 ? tasks - 2 : 1))
+    local left=$((tasks - 2 - env))
+    rollout=$((left > rollout ? rollout : left > 1 ? left : 1))
   fi
-  exec "${CPT_BIN:-$PWD/build}/cpt-sched" "$config" roles.rollout=$rollout roles.reward=$reward \
+  exec "${CPT_BIN:-$PWD/build}/cpt-sched" "$config" roles.rollout=$rollout roles.reward=$reward "${envargs[@]}" \
     slurm.trainer_gpus=$tgpus slurm.rollout_gpus=$rgpus slurm.trainer_cpus=$cpus slurm.rollout_cpus=$cpus \
     slurm.reward_cpus=$cpus "${share[@]}" "$@"
 }
