@@ -515,14 +515,12 @@ static int route(cpt_turns *t, const cpt_gen_result *res, double now, cpt_err *e
 
 int cpt_turns_step(cpt_turns *t, double now, cpt_err *err) {
     if (!cpt_engine_idle(t->e) && cpt_engine_step(t->e, err) < 0) return -1;
+    /* a sample that cannot go on (out of memory, a continuation the engine refuses) is finished and logged: the
+     * other samples and groups go on */
     cpt_gen_result res;
-    int rc = 0;
-    cpt_err rerr;
+    cpt_err serr;
     while (cpt_engine_take(t->e, &res)) {
-        if (route(t, &res, now, &rerr) && !rc) {
-            *err = rerr;
-            rc = -1;
-        }
+        if (route(t, &res, now, &serr)) cpt_warn("multi-turn: %s", serr.msg);
         cpt_gen_result_free(&res);
     }
     /* calls past their time get the timeout observation: a lost reply never stalls the group */
@@ -531,13 +529,11 @@ int cpt_turns_step(cpt_turns *t, double now, cpt_err *err) {
         for (int k = 0; k < g->n_samples; k++) {
             tsample *s = &g->s[k];
             if (s->state == S_WAIT && now - s->t_call >= t->o.reply_timeout_s &&
-                continue_sample(t, g, k, CPT_TURN_TIMEOUT_OBS, now, &rerr) && !rc) {
-                *err = rerr;
-                rc = -1;
-            }
+                continue_sample(t, g, k, CPT_TURN_TIMEOUT_OBS, now, &serr))
+                cpt_warn("multi-turn: %s", serr.msg);
         }
     }
-    return rc ? -1 : t->n_g;
+    return t->n_g;
 }
 
 int cpt_turns_next_call(cpt_turns *t, cpt_turn_call *c) {

@@ -78,7 +78,9 @@ int64_t cpt_turns_submit(cpt_turns *t, const cpt_gen_request *r, const char *ext
 
 /* One decode step of the engine (when it has work), then every finished turn is looked at (calls made, answered
  * at once with a callback, samples finished) and every call waiting past reply_timeout_s (now: cpt_now()) is
- * answered with the timeout observation. Returns the groups in flight (submitted, not yet taken) or -1. */
+ * answered with the timeout observation. A sample that cannot go on (out of memory, a continuation the engine
+ * refuses) is finished (finish = length or abort) and logged. Returns the groups in flight (submitted, not yet
+ * taken), or -1 when the engine's step fails. */
 int cpt_turns_step(cpt_turns *t, double now, cpt_err *err);
 
 /* A call to send (no callback set). Pointers stay valid until the call is answered or its group is taken. */
