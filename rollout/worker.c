@@ -570,11 +570,11 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         cpt_err_prefix(err, "tokenizer %s", tp);
         goto done;
     }
-    if (cpt_turn_opts_from_config(cfg, tp, &w->topts, &w->tools, err)) goto done;
-    if (w->tools && !w->tok) {
+    if (strcmp(cpt_cfg_str(cfg, "env.type"), "none") && !w->tok) {
         cpt_errf(err, "env.type = %s: multi-turn rollouts need a tokenizer (tokenizer.path)", cpt_cfg_str(cfg, "env.type"));
         goto done;
     }
+    if (cpt_turn_opts_from_config(cfg, tp, &w->topts, &w->tools, err)) goto done;
     if (!random_init) {
         if (!(w->m = cpt_rollout_load_model(cpt_cfg_str(cfg, "model.path"), NULL, 0, err))) {
             cpt_err_prefix(err, "model.path");

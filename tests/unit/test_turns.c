@@ -61,6 +61,18 @@ static void test_text(void) {
                     "<|im_start|>assistant\n");
     free(d);
     cpt_chat_template_free(&ct);
+    CHECK_EQ_INT(cpt_chat_template_by_name("qwen3", &ct, &err), 0);
+    d = cpt_turn_default_template(&ct, &err);
+    CHECK_EQ_STR(d, "<|im_end|>\n<|im_start|>user\n<tool_response>\n{observation}\n</tool_response><|im_end|>\n"
+                    "<|im_start|>assistant\n");
+    free(d);
+    cpt_chat_template_free(&ct);
+    CHECK_EQ_INT(cpt_chat_template_by_name("llama3", &ct, &err), 0);
+    d = cpt_turn_default_template(&ct, &err);
+    CHECK_EQ_STR(d, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n<tool_response>\n{observation}\n"
+                    "</tool_response><|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(d);
+    cpt_chat_template_free(&ct);
 }
 
 /* ---- the driver ---- */
