@@ -572,6 +572,23 @@ void cpt_turn_result_free(cpt_turn_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+int cpt_turn_result_to_gen(cpt_turn_result *r, cpt_gen_result *out) {
+    memset(out, 0, sizeof *out);
+    cpt_gen_sample *s = calloc((size_t)(r->n_samples > 0 ? r->n_samples : 1), sizeof *s);
+    if (!s) return -1;
+    for (int k = 0; k < r->n_samples; k++) {
+        s[k] = (cpt_gen_sample){.n_tokens = r->samples[k].n_tokens, .tokens = r->samples[k].tokens,
+                                .logprobs = r->samples[k].logprobs, .finish = r->samples[k].finish};
+        free(r->samples[k].mask);
+    }
+    out->n_samples = r->n_samples;
+    out->samples = s;
+    out->id = r->handle;
+    free(r->samples);
+    memset(r, 0, sizeof *r);
+    return 0;
+}
+
 int cpt_turns_take(cpt_turns *t, cpt_turn_result *out) {
     for (int i = 0; i < t->n_g; i++) {
         tgroup *g = t->g[i];

@@ -113,6 +113,9 @@ typedef struct cpt_turn_result {
     cpt_turn_sample *samples;
 } cpt_turn_result;
 void cpt_turn_result_free(cpt_turn_result *r);
+/* Moves r's samples into a plain engine result (tokens, logprobs, finish; the mask and counts are dropped), for
+ * callers written against cpt_engine_generate; r is left empty. -1 when out of memory (r untouched). */
+int cpt_turn_result_to_gen(cpt_turn_result *r, cpt_gen_result *out);
 
 /* Moves one finished group into *out (1), or 0 when none is finished. */
 int cpt_turns_take(cpt_turns *t, cpt_turn_result *out);

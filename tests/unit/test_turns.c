@@ -266,6 +266,14 @@ static void test_sync(void) {
         seen += check_sample(prompts[0], s, ans, NULL);
     }
     CHECK(seen > 0 && seen == f.n);
+    /* the plain engine result of the same */
+    int n0 = again[0].samples[1].n_tokens;
+    int32_t last = n0 ? again[0].samples[1].tokens[n0 - 1] : -1;
+    cpt_gen_result gr;
+    CHECK_EQ_INT(cpt_turn_result_to_gen(&again[0], &gr), 0);
+    CHECK(gr.n_samples == NS && gr.samples[1].n_tokens == n0 && (!n0 || gr.samples[1].tokens[n0 - 1] == last));
+    CHECK(again[0].samples == NULL);
+    cpt_gen_result_free(&gr);
     cpt_turn_result_free(&again[0]);
     for (int q = 0; q < NG; q++) cpt_turn_result_free(&res[q]);
     cpt_turns_free(t);
