@@ -265,7 +265,7 @@ int main(void) {
             "[data]\nchat_template = \"none\"\n"
             "[queue]\nurl = \"%s\"\nclaim_idle_ms = 30000\nblock_ms = 100\n"
             "[rollout]\nslots = 4\nweight_poll_ms = 50\nheartbeat_s = 0.2\nstop_on_eos = false\nthreads = 1\n"
-            "[env]\ntype = \"calculator\"\nmax_turns = %d\ncall_start = \"\"\ncall_end = \"e\"\nreply_timeout_ms = 1500\n",
+            "[env]\ntype = \"calculator\"\nmax_turns = %d\ncall_start = \"\"\ncall_end = \"e\"\nreply_timeout_ms = 5000\n",
             RUN, T.dir, base_dir, cwd, T.srv.url, MAXT);
     fclose(f);
     cpt_queue *q = test_queue_open(&T, RUN, 1000, 30000);
