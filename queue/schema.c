@@ -121,6 +121,9 @@ static int check_rollout_group(const cpt_rollout_group *m, cpt_err *err) {
         for (uint32_t i = 0; i < k->n_tokens; i++)
             if (!(isfinite(k->logprobs[i]) && k->logprobs[i] <= 1e-3f))
                 return cpt_errf(err, "completions[%u].logprobs[%u] = %g: expected a finite value <= 0", c, i, k->logprobs[i]);
+        if (k->mask)
+            for (uint32_t i = 0; i < k->n_tokens; i++)
+                if (k->mask[i] > 1) return cpt_errf(err, "completions[%u].mask[%u] = %u: expected 0 or 1", c, i, k->mask[i]);
         if (k->teacher_logprobs && !m->has_rewards)
             return cpt_errf(err, "completions[%u].teacher_logprobs: only scored groups carry them", c);
         if (k->teacher_logprobs)
@@ -278,6 +281,14 @@ int cpt_prompt_group_encode(const cpt_prompt_group *m, cpt_buf *out, cpt_err *er
     return 0;
 }
 
+/* The mask travels only when it says something: some token is not the model's. */
+static int mask_needed(const cpt_completion *k) {
+    if (!k->mask) return 0;
+    for (uint32_t i = 0; i < k->n_tokens; i++)
+        if (!k->mask[i]) return 1;
+    return 0;
+}
+
 int cpt_rollout_group_encode(const cpt_rollout_group *m, cpt_buf *out, cpt_err *err) {
     out->data = NULL;
     out->len = 0;
@@ -296,13 +307,19 @@ int cpt_rollout_group_encode(const cpt_rollout_group *m, cpt_buf *out, cpt_err *
     msgpack_pack_array(&pk, m->n_completions);
     for (uint32_t c = 0; c < m->n_completions; c++) {
         const cpt_completion *k = &m->completions[c];
-        msgpack_pack_map(&pk, 3 + (k->teacher_logprobs ? 1 : 0));
+        int with_mask = mask_needed(k);
+        msgpack_pack_map(&pk, 3 + (k->teacher_logprobs ? 1 : 0) + with_mask);
         cpt_mp_pack_key(&pk, "tokens");
         pack_bin32(&pk, k->tokens, k->n_tokens);
         cpt_mp_pack_key(&pk, "logprobs");
         pack_bin32(&pk, k->logprobs, k->n_tokens);
         cpt_mp_pack_key(&pk, "finish");
         cpt_mp_pack_cstr(&pk, cpt_finish_name(k->finish));
+        if (with_mask) {
+            cpt_mp_pack_key(&pk, "mask");
+            msgpack_pack_bin(&pk, k->n_tokens);
+            msgpack_pack_bin_body(&pk, k->mask, k->n_tokens);
+        }
         if (k->teacher_logprobs) {
             cpt_mp_pack_key(&pk, "teacher_logprobs");
             pack_bin32(&pk, k->teacher_logprobs, k->n_tokens);
@@ -533,6 +550,7 @@ void cpt_rollout_group_free(cpt_rollout_group *m) {
             free(m->completions[c].tokens);
             free(m->completions[c].logprobs);
             free(m->completions[c].teacher_logprobs);
+            free(m->completions[c].mask);
         }
     free(m->completions);
     free(m->extra);
@@ -545,8 +563,8 @@ void cpt_rollout_group_free(cpt_rollout_group *m) {
 }
 
 static int dec_completion(const msgpack_object *o, uint32_t c, int scored, cpt_completion *k, cpt_err *err) {
-    static const char *const keys[] = {"tokens", "logprobs", "finish", "teacher_logprobs", NULL};
-    static const int req[] = {1, 1, 1, 0};
+    static const char *const keys[] = {"tokens", "logprobs", "finish", "teacher_logprobs", "mask", NULL};
+    static const int req[] = {1, 1, 1, 0, 0};
     char ctx[48], what[80];
     snprintf(ctx, sizeof ctx, "completions[%u]", c);
     if (o->type != MSGPACK_OBJECT_MAP) return cpt_errf(err, "%s: expected a map", ctx);
@@ -565,6 +583,18 @@ static int dec_completion(const msgpack_object *o, uint32_t c, int scored, cpt_c
         if (cpt_mp_key_is(f, finish_names[i])) fi = i;
     if (fi < 0) return cpt_errf(err, "%s.finish: expected \"stop\", \"length\" or \"abort\"", ctx);
     k->finish = (cpt_finish)fi;
+    const msgpack_object *mk = cpt_mp_get(o, "mask");
+    if (mk) {
+        snprintf(what, sizeof what, "%s.mask", ctx);
+        if (mk->type != MSGPACK_OBJECT_BIN) return cpt_errf(err, "%s: expected a bin of one byte per token", what);
+        if (mk->via.bin.size != k->n_tokens)
+            return cpt_errf(err, "%s: %u values for %u tokens", what, mk->via.bin.size, k->n_tokens);
+        k->mask = malloc(k->n_tokens ? k->n_tokens : 1);
+        if (!k->mask) return cpt_errf(err, "%s: out of memory", what);
+        if (k->n_tokens) memcpy(k->mask, mk->via.bin.ptr, k->n_tokens);
+        for (uint32_t i = 0; i < k->n_tokens; i++)
+            if (k->mask[i] > 1) return cpt_errf(err, "%s[%u] = %u: expected 0 or 1", what, i, k->mask[i]);
+    }
     const msgpack_object *t = cpt_mp_get(o, "teacher_logprobs");
     if (t) {
         snprintf(what, sizeof what, "%s.teacher_logprobs", ctx);

@@ -86,6 +86,9 @@ typedef struct cpt_completion {
     float *logprobs;         /* behaviour logprobs, n_tokens, finite, <= 0 (+1e-3 slack) */
     cpt_finish finish;
     float *teacher_logprobs; /* scored groups only, optional: n_tokens */
+    uint8_t *mask;           /* optional, n_tokens: 1 = a model token, 0 = not the model's (a tool's observation,
+                                behaviour logprob 0): the trainer gives it no weight. NULL: all model tokens. On
+                                the wire only when some entry is 0. */
 } cpt_completion;
 
 typedef struct cpt_timings {
