@@ -1,7 +1,8 @@
 # Sourced by the online scripts (grpo_4gpu.sh, ppo.sh, opd.sh), not submitted itself: the roles of an online run
 # sized from the allocation, then cpt-sched. Usage, from the submit folder: online_roles_exec CONFIG REWARD [k=v ...]
 # where REWARD is the script's reward workers when the tasks allow. Trainer ranks (slurm.trainer_tasks) take a task
-# and, on GPUs, a GPU each.
+# and, on GPUs, a GPU each. Env workers (the tools of multi-turn rollouts: roles.env, or one when env.type is set)
+# take a task and CPUs like a reward worker.
 online_roles_exec() {
   local config=$1 reward=$2
   shift 2
@@ -26,13 +27,21 @@ online_roles_exec() {
   else
     rollout=1 tgpus=0 rgpus=0
   fi
-  if [ $((ranks + rollout + reward)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
+  local env envargs=()
+  env=$("$bin/cpt" config show "$config" "$@" 2> /dev/null | awk '
+    /^\[/ { sec = $0 }
+    sec == "[env]" && $1 == "type" { t = $3; gsub(/"/, "", t) }
+    sec == "[roles]" && $1 == "env" { n = $3 }
+    END { if (n == "" || n < 0) n = (t == "" || t == "none") ? 0 : 1; print n }') || true
+  [[ $env =~ ^[0-9]+$ ]] || env=0
+  if [ "$env" -gt 0 ]; then envargs=(roles.env=$env slurm.env_cpus=$cpus); fi
+  if [ $((ranks + rollout + reward + env)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
     reward=1
-    local left=$((tasks - ranks - 1))
+    local left=$((tasks - ranks - 1 - env))
     rollout=$((left < rollout ? left : rollout))
     [ "$rollout" -ge 1 ] || rollout=1
   fi
-  exec "$bin/cpt-sched" "$config" roles.rollout=$rollout roles.reward=$reward \
+  exec "$bin/cpt-sched" "$config" roles.rollout=$rollout roles.reward=$reward "${envargs[@]}" \
     slurm.trainer_gpus=$tgpus slurm.rollout_gpus=$rgpus slurm.trainer_cpus=$cpus slurm.rollout_cpus=$cpus \
     slurm.reward_cpus=$cpus "${share[@]}" "$@"
 }
