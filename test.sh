@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI: installs what is missing, builds, and runs every test that this
-# machine can run: the normal build (all labels; gpu only where a GPU is), then one clang build with ASan+UBSan
-# that runs the unit and integration tests under the sanitizers and every fuzz harness (its corpus replayed, then
-# CPT_FUZZ_SECONDS of fresh fuzzing; default 5). Each phase prints its time.
+# machine can run: the normal build (all labels; gpu only where a GPU is, and CUDA built only there), then one clang
+# build with ASan+UBSan that runs the unit and integration tests under the sanitizers and every fuzz harness (its
+# corpus replayed, then CPT_FUZZ_SECONDS of fresh fuzzing; default 5). Each phase prints its time.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
@@ -21,11 +21,15 @@ setsid -w nice -n 19 scripts/build.sh sanitize > build-sanitize.log 2>&1 &
 san_build=$!
 trap 'kill -- -"$san_build" 2> /dev/null || true' EXIT
 
-echo "== build (release)"
-scripts/build.sh release
-echo "== build (release) done at $(elapsed) s"
-(cd build && ctest --output-on-failure -j "$jobs" -LE fuzz)
-echo "== tests (release) done at $(elapsed) s"
+# The build under test: build/ with CUDA where a GPU is (the gpu tests run on it); without a GPU, build-cpu/ without
+# CUDA: compiling the kernels there takes minutes of a small machine and runs nothing (./run.sh and the sbatch
+# scripts use build/, with CUDA wherever nvcc is; tests/gpu/device_all.sh builds the kernels for the GPU machine).
+if [ -e /dev/nvidia0 ]; then kind=release; else kind=cpu; fi
+echo "== build ($kind)"
+dir=$(scripts/build.sh "$kind" | tail -n 1)
+echo "== build ($kind) done at $(elapsed) s"
+(cd "$dir" && ctest --output-on-failure -j "$jobs" -LE fuzz)
+echo "== tests ($kind) done at $(elapsed) s"
 
 echo "== build (clang, asan+ubsan, libFuzzer): waiting for the background build"
 wait "$san_build" || { cat build-sanitize.log; echo "== build (clang, asan+ubsan, libFuzzer) failed"; exit 1; }

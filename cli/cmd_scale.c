@@ -1,4 +1,5 @@
-/* cpt-scale [rollout=N | rollout=auto[:MIN-MAX]] [reward=M] [--run RUN_DIR | --job JOBID]: sets the desired worker counts of a live run (with
+/* cpt-scale [rollout=N | rollout=auto[:MIN-MAX]] [reward=M] [env=K] [--run RUN_DIR | --job JOBID]: sets the desired
+ * worker counts of a live run (env: the cpt-env workers of multi-turn rollouts; with
  * neither option: $CPT_RUN, else the user's one live run, scheduler/run_registry.h); the launcher
  * (cpt run or cpt-sched) applies them within seconds. With no counts it prints, per role, the running count
  * (steps inside the allocation plus satellite jobs Slurm runs), the desired one, how many are inside and how many
@@ -13,11 +14,12 @@
 #include "cli/config_keys.h"
 #include "scheduler/autoscale.h"
 #include "scheduler/placement.h"
+#include "scheduler/roles.h"
 #include "scheduler/run_dir.h"
 #include "scheduler/run_registry.h"
 
 static const char USAGE[] =
-    "usage: cpt-scale [rollout=N | rollout=auto[:MIN-MAX]] [reward=M] [--run RUN_DIR | --job JOBID]\n";
+    "usage: cpt-scale [rollout=N | rollout=auto[:MIN-MAX]] [reward=M] [env=K] [--run RUN_DIR | --job JOBID]\n";
 
 static const char *field(const redisReply *r, const char *name) {
     if (!r || r->type != REDIS_REPLY_ARRAY) return NULL;
@@ -28,8 +30,9 @@ static const char *field(const redisReply *r, const char *name) {
 
 int cmd_scale(int argc, char **argv) {
     const char *run = NULL, *job = NULL;
-    const char *set_argv[2 + 2 * 8];
-    char values[2][32], bounds[2][32];
+    enum { MAX_SET = 12 };
+    const char *set_argv[2 + 2 * MAX_SET];
+    char values[CPT_N_WORKER_ROLES][32], bounds[2][32];
     int nset = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--run") && i + 1 < argc) {
@@ -42,14 +45,16 @@ int cmd_scale(int argc, char **argv) {
         }
         const char *eq = strchr(argv[i], '=');
         int v = -1, lo = -1, hi = -1;
-        int role = !eq ? -1 : !strncmp(argv[i], "rollout=", 8) ? 0 : !strncmp(argv[i], "reward=", 7) ? 1 : -1;
+        char name[16] = "";
+        if (eq && (size_t)(eq - argv[i]) < sizeof name) snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
+        int role = eq ? cpt_role_from_name(name) : -1;
         int is_auto = role == 0 ? cpt_autoscale_parse_spec(eq + 1, &lo, &hi) : 0;
         if (role < 0 || is_auto < 0 || (!is_auto && cpt_parse_worker_count(eq + 1, &v) != 0)) {
-            fprintf(stderr, "cpt-scale: '%s': expected rollout=N, rollout=auto, rollout=auto:MIN-MAX or reward=N "
+            fprintf(stderr, "cpt-scale: '%s': expected rollout=N, rollout=auto, rollout=auto:MIN-MAX, reward=N or env=N "
                             "(N, MIN <= MAX whole numbers 0..%d)\n%s", argv[i], CPT_MAX_WORKERS, USAGE);
             return 2;
         }
-        if (nset + 3 > 8) {
+        if (nset + 3 > MAX_SET) {
             fprintf(stderr, "cpt-scale: too many counts\n%s", USAGE);
             return 2;
         }
@@ -69,7 +74,7 @@ int cmd_scale(int argc, char **argv) {
             continue;
         }
         snprintf(values[role], sizeof values[role], "%d", v);
-        set_argv[2 + 2 * nset] = role == 0 ? "rollout" : "reward";
+        set_argv[2 + 2 * nset] = cpt_role_name(role);
         set_argv[3 + 2 * nset] = values[role];
         nset++;
         if (role == 0) { /* a fixed count ends auto mode */
@@ -109,24 +114,26 @@ int cmd_scale(int argc, char **argv) {
             fprintf(stderr, "cpt-scale: %s\n", err.msg);
             status = 1;
         } else {
-            static const char *roles[2] = {"rollout", "reward"};
             printf("role      running  desired  inside  satellite  satellite jobs\n");
-            for (int role = 0; role < 2; role++) {
+            for (int role = 0; role < CPT_N_WORKER_ROLES; role++) {
                 char f[64], cfg_want[32];
-                snprintf(cfg_want, sizeof cfg_want, "%lld",
-                         (long long)cpt_cfg_int(cfg, role == 0 ? "roles.rollout" : "roles.reward"));
-                const char *want = field(rep, roles[role]);
-                snprintf(f, sizeof f, "running_%s", roles[role]);
+                const char *name = cpt_role_name(role);
+                snprintf(cfg_want, sizeof cfg_want, "%d", cpt_role_configured(cfg, role));
+                const char *want = field(rep, name);
+                snprintf(f, sizeof f, "running_%s", name);
                 const char *running = field(rep, f);
-                snprintf(f, sizeof f, "inside_%s", roles[role]);
+                snprintf(f, sizeof f, "inside_%s", name);
                 const char *inside = field(rep, f);
-                snprintf(f, sizeof f, "satellite_%s", roles[role]);
+                snprintf(f, sizeof f, "satellite_%s", name);
                 const char *sat = field(rep, f);
-                snprintf(f, sizeof f, "satellite_jobs_%s", roles[role]);
+                snprintf(f, sizeof f, "satellite_jobs_%s", name);
                 const char *jobs = field(rep, f);
+                /* a run without tools shows no env row */
+                if (role == CPT_ROLE_ENV && cpt_role_configured(cfg, role) == 0 && !want && (!running || !strcmp(running, "0")))
+                    continue;
                 const char *mode = role == 0 ? field(rep, "autoscale_rollout") : NULL;
                 if (mode && !strncmp(mode, "auto", 4)) want = field(rep, "autoscale_want_rollout");
-                printf("%-8s %8s %8s %7s %10s  %s\n", roles[role], running ? running : "?", want ? want : cfg_want,
+                printf("%-8s %8s %8s %7s %10s  %s\n", name, running ? running : "?", want ? want : cfg_want,
                        inside ? inside : "?", sat ? sat : "?", jobs ? jobs : "-");
             }
             /* The autoscaler's mode and its last change, with the figures that made it (scheduler/autoscale.h). */

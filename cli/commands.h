@@ -15,6 +15,7 @@ int cmd_generate(int argc, char **argv);        /* cpt generate --model DIR ... 
 int cmd_eval(int argc, char **argv);            /* cpt eval --model DIR --data F --reward NAME */
 int cmd_rollout(int argc, char **argv);         /* cpt-rollout worker */
 int cmd_reward(int argc, char **argv);          /* cpt-reward worker */
+int cmd_env(int argc, char **argv);             /* cpt-env worker (tool calls) */
 int cmd_queue(int argc, char **argv);           /* cpt-queue stats|peek|dead */
 int cmd_run(int argc, char **argv);             /* cpt run CONFIG | --resume RUN_DIR */
 int cmd_preflight(int argc, char **argv);       /* cpt preflight CONFIG */

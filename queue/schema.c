@@ -1,5 +1,7 @@
 #include "queue/schema.h"
 
+#include "queue/msg_codec.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
@@ -8,7 +10,7 @@
 #include <string.h>
 
 static const char *type_names[] = {"none", "prompt_group", "rollout_group", "scored_group",
-                                   "weights", "control", "heartbeat"};
+                                   "weights", "control", "heartbeat", "env_request", "env_reply"};
 
 const char *cpt_msg_type_name(cpt_msg_type t) {
     return (unsigned)t < sizeof type_names / sizeof *type_names ? type_names[t] : "unknown";
@@ -34,8 +36,7 @@ int cpt_run_id_valid(const char *s) {
     return 1;
 }
 
-/* Names (worker, host, role, reward part): 1..CPT_NAME_MAX-1 visible ASCII characters. */
-static int name_valid(const char *s) {
+int cpt_name_valid(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n >= CPT_NAME_MAX) return 0;
     for (; *s; s++)
@@ -106,7 +107,7 @@ static int check_rollout_group(const cpt_rollout_group *m, cpt_err *err) {
     if (check_tokens(m->prompt, m->n_prompt, CPT_MAX_PROMPT_TOKENS, "prompt", err)) return -1;
     if (m->n_completions < 1 || m->n_completions > CPT_MAX_SAMPLES)
         return cpt_errf(err, "completions: %u, expected 1..%d", m->n_completions, CPT_MAX_SAMPLES);
-    if (!name_valid(m->worker)) return cpt_errf(err, "worker: \"%.64s\" is not a valid name (visible ASCII, 1..127)", m->worker);
+    if (!cpt_name_valid(m->worker)) return cpt_errf(err, "worker: \"%.64s\" is not a valid name (visible ASCII, 1..127)", m->worker);
     const cpt_timings *t = &m->timings;
     if (!(isfinite(t->started) && t->started >= 0 && isfinite(t->gen_s) && t->gen_s >= 0 && isfinite(t->queue_s) &&
           t->queue_s >= 0))
@@ -120,6 +121,9 @@ static int check_rollout_group(const cpt_rollout_group *m, cpt_err *err) {
         for (uint32_t i = 0; i < k->n_tokens; i++)
             if (!(isfinite(k->logprobs[i]) && k->logprobs[i] <= 1e-3f))
                 return cpt_errf(err, "completions[%u].logprobs[%u] = %g: expected a finite value <= 0", c, i, k->logprobs[i]);
+        if (k->mask)
+            for (uint32_t i = 0; i < k->n_tokens; i++)
+                if (k->mask[i] > 1) return cpt_errf(err, "completions[%u].mask[%u] = %u: expected 0 or 1", c, i, k->mask[i]);
         if (k->teacher_logprobs && !m->has_rewards)
             return cpt_errf(err, "completions[%u].teacher_logprobs: only scored groups carry them", c);
         if (k->teacher_logprobs)
@@ -134,7 +138,7 @@ static int check_rollout_group(const cpt_rollout_group *m, cpt_err *err) {
         if (m->n_parts > CPT_MAX_REWARD_PARTS)
             return cpt_errf(err, "reward_parts: %u parts, max %d", m->n_parts, CPT_MAX_REWARD_PARTS);
         for (uint32_t p = 0; p < m->n_parts; p++) {
-            if (!name_valid(m->part_names[p])) return cpt_errf(err, "reward_parts: part %u has an invalid name", p);
+            if (!cpt_name_valid(m->part_names[p])) return cpt_errf(err, "reward_parts: part %u has an invalid name", p);
             for (uint32_t q = 0; q < p; q++)
                 if (!strcmp(m->part_names[p], m->part_names[q]))
                     return cpt_errf(err, "reward_parts: \"%s\" appears twice", m->part_names[p]);
@@ -165,7 +169,7 @@ static int check_control(const cpt_control_msg *m, cpt_err *err) {
     if (!ok) return cpt_errf(err, "state = \"%s\": expected running, draining, stopping or stopped", m->state);
     if (m->n_roles > CPT_MAX_ROLES) return cpt_errf(err, "desired: %u roles, max %d", m->n_roles, CPT_MAX_ROLES);
     for (uint32_t i = 0; i < m->n_roles; i++) {
-        if (!name_valid(m->roles[i].role)) return cpt_errf(err, "desired: role %u has an invalid name", i);
+        if (!cpt_name_valid(m->roles[i].role)) return cpt_errf(err, "desired: role %u has an invalid name", i);
         if (m->roles[i].count > 100000) return cpt_errf(err, "desired.%s = %u: max 100000", m->roles[i].role, m->roles[i].count);
         for (uint32_t j = 0; j < i; j++)
             if (!strcmp(m->roles[i].role, m->roles[j].role))
@@ -176,13 +180,30 @@ static int check_control(const cpt_control_msg *m, cpt_err *err) {
 
 static int check_heartbeat(const cpt_heartbeat_msg *m, cpt_err *err) {
     if (!cpt_run_id_valid(m->run)) return cpt_errf(err, "run: \"%.64s\" is not a valid run id", m->run);
-    if (!name_valid(m->worker)) return cpt_errf(err, "worker: invalid name");
-    if (!name_valid(m->role)) return cpt_errf(err, "role: invalid name");
-    if (!name_valid(m->host)) return cpt_errf(err, "host: invalid name");
+    if (!cpt_name_valid(m->worker)) return cpt_errf(err, "worker: invalid name");
+    if (!cpt_name_valid(m->role)) return cpt_errf(err, "role: invalid name");
+    if (!cpt_name_valid(m->host)) return cpt_errf(err, "host: invalid name");
     if (!(isfinite(m->tokens_per_s) && m->tokens_per_s >= 0))
         return cpt_errf(err, "tokens_per_s = %g: expected finite and >= 0", m->tokens_per_s);
     if (!(m->occupancy >= 0 && m->occupancy <= 1)) return cpt_errf(err, "occupancy = %g: expected 0..1", m->occupancy);
     if (!(isfinite(m->time) && m->time >= 0)) return cpt_errf(err, "time = %g: expected finite and >= 0", m->time);
+    return 0;
+}
+
+/* ---- envelope and buffers (queue/msg_codec.h) ---- */
+
+static void pack_envelope(msgpack_packer *pk, cpt_msg_type t, const char *run) {
+    cpt_mp_pack_envelope(pk, CPT_SCHEMA_VERSION, cpt_msg_type_name(t), run);
+}
+
+static int finish_buf(msgpack_sbuffer *sb, cpt_buf *out, cpt_err *err) {
+    return cpt_mp_finish_buf(sb, CPT_MSG_MAX_BYTES, &out->data, &out->len, err);
+}
+
+/* The envelope: schema, type and run, checked against the expected type. */
+static int dec_envelope(const msgpack_object *root, cpt_msg_type want, char *run, cpt_err *err) {
+    if (cpt_mp_dec_envelope(root, CPT_SCHEMA_VERSION, cpt_msg_type_name(want), run, CPT_RUN_ID_MAX, err)) return -1;
+    if (!cpt_run_id_valid(run)) return cpt_errf(err, "run: \"%.64s\" is not a valid run id", run);
     return 0;
 }
 
@@ -207,35 +228,12 @@ static void pack_bin32(msgpack_packer *pk, const void *v, uint32_t n) {
     }
 }
 
-static void pack_cstr(msgpack_packer *pk, const char *s) { msgpack_pack_str_with_body(pk, s, strlen(s)); }
-
-static void pack_key(msgpack_packer *pk, const char *k) { pack_cstr(pk, k); }
-
-static void pack_envelope(msgpack_packer *pk, cpt_msg_type t, const char *run) {
-    pack_key(pk, "schema");
-    msgpack_pack_int64(pk, CPT_SCHEMA_VERSION);
-    pack_key(pk, "type");
-    pack_cstr(pk, cpt_msg_type_name(t));
-    pack_key(pk, "run");
-    pack_cstr(pk, run);
-}
 
 static void pack_group_id(msgpack_packer *pk, cpt_group_id id) {
-    pack_key(pk, "group");
+    cpt_mp_pack_key(pk, "group");
     msgpack_pack_array(pk, 2);
     msgpack_pack_uint64(pk, id.epoch);
     msgpack_pack_uint64(pk, id.index);
-}
-
-static int finish_buf(msgpack_sbuffer *sb, cpt_buf *out, cpt_err *err) {
-    size_t n = sb->size;
-    if (n > CPT_MSG_MAX_BYTES || !sb->data) {
-        msgpack_sbuffer_destroy(sb);
-        return cpt_errf(err, "encoded message is %zu bytes, max %u", n, CPT_MSG_MAX_BYTES);
-    }
-    out->data = msgpack_sbuffer_release(sb);
-    out->len = n;
-    return 0;
 }
 
 int cpt_prompt_group_encode(const cpt_prompt_group *m, cpt_buf *out, cpt_err *err) {
@@ -249,37 +247,45 @@ int cpt_prompt_group_encode(const cpt_prompt_group *m, cpt_buf *out, cpt_err *er
     msgpack_pack_map(&pk, 8 + (m->extra ? 1 : 0));
     pack_envelope(&pk, CPT_MSG_PROMPT_GROUP, m->run);
     pack_group_id(&pk, m->id);
-    pack_key(&pk, "prompt");
+    cpt_mp_pack_key(&pk, "prompt");
     pack_bin32(&pk, m->prompt, m->n_prompt);
-    pack_key(&pk, "n");
+    cpt_mp_pack_key(&pk, "n");
     msgpack_pack_uint32(&pk, m->n_samples);
-    pack_key(&pk, "sampling");
+    cpt_mp_pack_key(&pk, "sampling");
     const cpt_sampling *s = &m->sampling;
     msgpack_pack_map(&pk, 8);
-    pack_key(&pk, "temperature");
+    cpt_mp_pack_key(&pk, "temperature");
     msgpack_pack_float(&pk, s->temperature);
-    pack_key(&pk, "top_p");
+    cpt_mp_pack_key(&pk, "top_p");
     msgpack_pack_float(&pk, s->top_p);
-    pack_key(&pk, "top_k");
+    cpt_mp_pack_key(&pk, "top_k");
     msgpack_pack_int32(&pk, s->top_k);
-    pack_key(&pk, "min_p");
+    cpt_mp_pack_key(&pk, "min_p");
     msgpack_pack_float(&pk, s->min_p);
-    pack_key(&pk, "max_new_tokens");
+    cpt_mp_pack_key(&pk, "max_new_tokens");
     msgpack_pack_uint32(&pk, s->max_new_tokens);
-    pack_key(&pk, "seed");
+    cpt_mp_pack_key(&pk, "seed");
     msgpack_pack_uint64(&pk, s->seed);
-    pack_key(&pk, "stop_ids");
+    cpt_mp_pack_key(&pk, "stop_ids");
     pack_bin32(&pk, s->stop_ids, s->n_stop_ids);
-    pack_key(&pk, "stop");
+    cpt_mp_pack_key(&pk, "stop");
     msgpack_pack_array(&pk, s->n_stop_strs);
-    for (uint32_t i = 0; i < s->n_stop_strs; i++) pack_cstr(&pk, s->stop_strs[i]);
-    pack_key(&pk, "min_version");
+    for (uint32_t i = 0; i < s->n_stop_strs; i++) cpt_mp_pack_cstr(&pk, s->stop_strs[i]);
+    cpt_mp_pack_key(&pk, "min_version");
     msgpack_pack_uint64(&pk, m->min_version);
     if (m->extra) {
-        pack_key(&pk, "extra");
-        pack_cstr(&pk, m->extra);
+        cpt_mp_pack_key(&pk, "extra");
+        cpt_mp_pack_cstr(&pk, m->extra);
     }
     if (finish_buf(&sb, out, err)) return cpt_err_prefix(err, "encoding prompt group");
+    return 0;
+}
+
+/* The mask travels only when it says something: some token is not the model's. */
+static int mask_needed(const cpt_completion *k) {
+    if (!k->mask) return 0;
+    for (uint32_t i = 0; i < k->n_tokens; i++)
+        if (!k->mask[i]) return 1;
     return 0;
 }
 
@@ -295,48 +301,54 @@ int cpt_rollout_group_encode(const cpt_rollout_group *m, cpt_buf *out, cpt_err *
     msgpack_pack_map(&pk, 9 + (m->extra ? 1 : 0) + (m->has_rewards ? 2 : 0));
     pack_envelope(&pk, m->has_rewards ? CPT_MSG_SCORED_GROUP : CPT_MSG_ROLLOUT_GROUP, m->run);
     pack_group_id(&pk, m->id);
-    pack_key(&pk, "prompt");
+    cpt_mp_pack_key(&pk, "prompt");
     pack_bin32(&pk, m->prompt, m->n_prompt);
-    pack_key(&pk, "completions");
+    cpt_mp_pack_key(&pk, "completions");
     msgpack_pack_array(&pk, m->n_completions);
     for (uint32_t c = 0; c < m->n_completions; c++) {
         const cpt_completion *k = &m->completions[c];
-        msgpack_pack_map(&pk, 3 + (k->teacher_logprobs ? 1 : 0));
-        pack_key(&pk, "tokens");
+        int with_mask = mask_needed(k);
+        msgpack_pack_map(&pk, 3 + (k->teacher_logprobs ? 1 : 0) + with_mask);
+        cpt_mp_pack_key(&pk, "tokens");
         pack_bin32(&pk, k->tokens, k->n_tokens);
-        pack_key(&pk, "logprobs");
+        cpt_mp_pack_key(&pk, "logprobs");
         pack_bin32(&pk, k->logprobs, k->n_tokens);
-        pack_key(&pk, "finish");
-        pack_cstr(&pk, cpt_finish_name(k->finish));
+        cpt_mp_pack_key(&pk, "finish");
+        cpt_mp_pack_cstr(&pk, cpt_finish_name(k->finish));
+        if (with_mask) {
+            cpt_mp_pack_key(&pk, "mask");
+            msgpack_pack_bin(&pk, k->n_tokens);
+            msgpack_pack_bin_body(&pk, k->mask, k->n_tokens);
+        }
         if (k->teacher_logprobs) {
-            pack_key(&pk, "teacher_logprobs");
+            cpt_mp_pack_key(&pk, "teacher_logprobs");
             pack_bin32(&pk, k->teacher_logprobs, k->n_tokens);
         }
     }
-    pack_key(&pk, "weight_version");
+    cpt_mp_pack_key(&pk, "weight_version");
     msgpack_pack_uint64(&pk, m->weight_version);
-    pack_key(&pk, "worker");
-    pack_cstr(&pk, m->worker);
-    pack_key(&pk, "timings");
+    cpt_mp_pack_key(&pk, "worker");
+    cpt_mp_pack_cstr(&pk, m->worker);
+    cpt_mp_pack_key(&pk, "timings");
     msgpack_pack_map(&pk, 3);
-    pack_key(&pk, "started");
+    cpt_mp_pack_key(&pk, "started");
     msgpack_pack_double(&pk, m->timings.started);
-    pack_key(&pk, "gen_s");
+    cpt_mp_pack_key(&pk, "gen_s");
     msgpack_pack_double(&pk, m->timings.gen_s);
-    pack_key(&pk, "queue_s");
+    cpt_mp_pack_key(&pk, "queue_s");
     msgpack_pack_double(&pk, m->timings.queue_s);
     if (m->extra) {
-        pack_key(&pk, "extra");
-        pack_cstr(&pk, m->extra);
+        cpt_mp_pack_key(&pk, "extra");
+        cpt_mp_pack_cstr(&pk, m->extra);
     }
     if (m->has_rewards) {
-        pack_key(&pk, "rewards");
+        cpt_mp_pack_key(&pk, "rewards");
         msgpack_pack_array(&pk, m->n_completions);
         for (uint32_t c = 0; c < m->n_completions; c++) msgpack_pack_double(&pk, m->rewards[c]);
-        pack_key(&pk, "reward_parts");
+        cpt_mp_pack_key(&pk, "reward_parts");
         msgpack_pack_map(&pk, m->n_parts);
         for (uint32_t p = 0; p < m->n_parts; p++) {
-            pack_cstr(&pk, m->part_names[p]);
+            cpt_mp_pack_cstr(&pk, m->part_names[p]);
             msgpack_pack_array(&pk, m->n_completions);
             for (uint32_t c = 0; c < m->n_completions; c++)
                 msgpack_pack_double(&pk, m->part_values[(size_t)p * m->n_completions + c]);
@@ -356,17 +368,17 @@ int cpt_weights_encode(const cpt_weights_msg *m, cpt_buf *out, cpt_err *err) {
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 9);
     pack_envelope(&pk, CPT_MSG_WEIGHTS, m->run);
-    pack_key(&pk, "version");
+    cpt_mp_pack_key(&pk, "version");
     msgpack_pack_uint64(&pk, m->version);
-    pack_key(&pk, "transport");
-    pack_cstr(&pk, m->transport);
-    pack_key(&pk, "location");
-    pack_cstr(&pk, m->location);
-    pack_key(&pk, "bytes");
+    cpt_mp_pack_key(&pk, "transport");
+    cpt_mp_pack_cstr(&pk, m->transport);
+    cpt_mp_pack_key(&pk, "location");
+    cpt_mp_pack_cstr(&pk, m->location);
+    cpt_mp_pack_key(&pk, "bytes");
     msgpack_pack_uint64(&pk, m->bytes);
-    pack_key(&pk, "checksum");
-    pack_cstr(&pk, m->checksum);
-    pack_key(&pk, "membership_epoch");
+    cpt_mp_pack_key(&pk, "checksum");
+    cpt_mp_pack_cstr(&pk, m->checksum);
+    cpt_mp_pack_key(&pk, "membership_epoch");
     msgpack_pack_uint64(&pk, m->membership_epoch);
     return finish_buf(&sb, out, err);
 }
@@ -381,12 +393,12 @@ int cpt_control_encode(const cpt_control_msg *m, cpt_buf *out, cpt_err *err) {
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 5);
     pack_envelope(&pk, CPT_MSG_CONTROL, m->run);
-    pack_key(&pk, "state");
-    pack_cstr(&pk, m->state);
-    pack_key(&pk, "desired");
+    cpt_mp_pack_key(&pk, "state");
+    cpt_mp_pack_cstr(&pk, m->state);
+    cpt_mp_pack_key(&pk, "desired");
     msgpack_pack_map(&pk, m->n_roles);
     for (uint32_t i = 0; i < m->n_roles; i++) {
-        pack_cstr(&pk, m->roles[i].role);
+        cpt_mp_pack_cstr(&pk, m->roles[i].role);
         msgpack_pack_uint32(&pk, m->roles[i].count);
     }
     return finish_buf(&sb, out, err);
@@ -402,207 +414,32 @@ int cpt_heartbeat_encode(const cpt_heartbeat_msg *m, cpt_buf *out, cpt_err *err)
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 10);
     pack_envelope(&pk, CPT_MSG_HEARTBEAT, m->run);
-    pack_key(&pk, "worker");
-    pack_cstr(&pk, m->worker);
-    pack_key(&pk, "role");
-    pack_cstr(&pk, m->role);
-    pack_key(&pk, "host");
-    pack_cstr(&pk, m->host);
-    pack_key(&pk, "version");
+    cpt_mp_pack_key(&pk, "worker");
+    cpt_mp_pack_cstr(&pk, m->worker);
+    cpt_mp_pack_key(&pk, "role");
+    cpt_mp_pack_cstr(&pk, m->role);
+    cpt_mp_pack_key(&pk, "host");
+    cpt_mp_pack_cstr(&pk, m->host);
+    cpt_mp_pack_key(&pk, "version");
     msgpack_pack_uint64(&pk, m->version);
-    pack_key(&pk, "tokens_per_s");
+    cpt_mp_pack_key(&pk, "tokens_per_s");
     msgpack_pack_double(&pk, m->tokens_per_s);
-    pack_key(&pk, "occupancy");
+    cpt_mp_pack_key(&pk, "occupancy");
     msgpack_pack_double(&pk, m->occupancy);
-    pack_key(&pk, "time");
+    cpt_mp_pack_key(&pk, "time");
     msgpack_pack_double(&pk, m->time);
     return finish_buf(&sb, out, err);
 }
 
 /* ---- decoding ---- */
 
-/* Walks the raw bytes before msgpack-c sees them: every length inside the buffer, every container's element
- * count no larger than the bytes left (each element takes at least one), nesting <= 16. msgpack-c allocates a
- * container's elements up front, so without this a 5-byte header claiming 4 billion elements would ask for
- * ~100 GB. Returns the offset after one object, or 0 on failure. */
-static size_t prescan(const uint8_t *p, size_t len, size_t off, int depth, const char **why) {
-    if (depth > 16) { *why = "nesting deeper than 16"; return 0; }
-    if (off >= len) { *why = "truncated"; return 0; }
-    uint8_t b = p[off++];
-    uint64_t n = 0; /* payload bytes, or container elements */
-    int container = 0; /* 1 array, 2 map */
-    size_t avail = len - off;
-#define NEED(k) do { if (avail < (k)) { *why = "truncated"; return 0; } } while (0)
-#define BE(k) ({ uint64_t v_ = 0; for (int i_ = 0; i_ < (k); i_++) v_ = v_ << 8 | p[off + i_]; off += (k); avail -= (k); v_; })
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return off;
-    if (b >= 0x80 && b <= 0x8f) { n = b & 0x0f; container = 2; }
-    else if (b >= 0x90 && b <= 0x9f) { n = b & 0x0f; container = 1; }
-    else if (b >= 0xa0 && b <= 0xbf) n = b & 0x1f;
-    else switch (b) {
-        case 0xc4: case 0xd9: NEED(1); n = BE(1); break;
-        case 0xc5: case 0xda: NEED(2); n = BE(2); break;
-        case 0xc6: case 0xdb: NEED(4); n = BE(4); break;
-        case 0xc7: NEED(2); n = BE(1) + 1; break; /* ext 8: length, then type */
-        case 0xc8: NEED(3); n = BE(2) + 1; break;
-        case 0xc9: NEED(5); n = BE(4) + 1; break;
-        case 0xca: n = 4; break;
-        case 0xcb: n = 8; break;
-        case 0xcc: case 0xd0: n = 1; break;
-        case 0xcd: case 0xd1: n = 2; break;
-        case 0xce: case 0xd2: n = 4; break;
-        case 0xcf: case 0xd3: n = 8; break;
-        case 0xd4: n = 2; break;
-        case 0xd5: n = 3; break;
-        case 0xd6: n = 5; break;
-        case 0xd7: n = 9; break;
-        case 0xd8: n = 17; break;
-        case 0xdc: NEED(2); n = BE(2); container = 1; break;
-        case 0xdd: NEED(4); n = BE(4); container = 1; break;
-        case 0xde: NEED(2); n = BE(2); container = 2; break;
-        case 0xdf: NEED(4); n = BE(4); container = 2; break;
-        default: *why = "reserved byte 0xc1"; return 0;
-    }
-#undef BE
-    if (!container) {
-        if (n > avail) { *why = "a string or bin runs past the end"; return 0; }
-        return off + (size_t)n;
-    }
-    uint64_t items = container == 2 ? 2 * n : n;
-    if (items > avail) { *why = "a container claims more elements than bytes left"; return 0; }
-    for (uint64_t i = 0; i < items; i++) {
-        off = prescan(p, len, off, depth + 1, why);
-        if (!off) return 0;
-    }
-    return off;
-#undef NEED
-}
-
-typedef struct dec {
-    msgpack_unpacked up;
-    const msgpack_object *root;
-    cpt_err *err;
-} dec;
-
-static int dec_open(dec *d, const void *data, size_t len, cpt_err *err) {
-    d->root = NULL;
-    d->err = err;
-    msgpack_unpacked_init(&d->up);
-    if (len == 0) return cpt_errf(err, "empty message");
-    if (len > CPT_MSG_MAX_BYTES) return cpt_errf(err, "message is %zu bytes, max %u", len, CPT_MSG_MAX_BYTES);
-    const char *why = "malformed";
-    size_t end = prescan(data, len, 0, 0, &why);
-    if (!end) return cpt_errf(err, "malformed msgpack: %s", why);
-    if (end != len) return cpt_errf(err, "malformed message: %zu trailing bytes after the map", len - end);
-    size_t off = 0;
-    msgpack_unpack_return rc = msgpack_unpack_next(&d->up, data, len, &off);
-    if (rc != MSGPACK_UNPACK_SUCCESS || off != len) return cpt_errf(err, "malformed msgpack (unpack returned %d)", (int)rc);
-    d->root = &d->up.data;
-    if (d->root->type != MSGPACK_OBJECT_MAP) return cpt_errf(err, "message is not a map");
-    return 0;
-}
-
-static void dec_close(dec *d) { msgpack_unpacked_destroy(&d->up); }
-
-static int key_is(const msgpack_object *k, const char *name) {
-    size_t n = strlen(name);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && !memcmp(k->via.str.ptr, name, n);
-}
-
-/* Checks a map's keys: strings, each in allowed (NULL-terminated), none twice; required[i] marks those that
- * must be present. ctx prefixes messages ("sampling"). */
-static int check_keys(const msgpack_object *map, const char *const *allowed, const int *required, const char *ctx,
-                      cpt_err *err) {
-    int seen[32] = {0};
-    const msgpack_object_map *m = &map->via.map;
-    for (uint32_t i = 0; i < m->size; i++) {
-        const msgpack_object *k = &m->ptr[i].key;
-        if (k->type != MSGPACK_OBJECT_STR) return cpt_errf(err, "%s%sa key is not a string", ctx, *ctx ? ": " : "");
-        int j = 0;
-        for (; allowed[j]; j++)
-            if (key_is(k, allowed[j])) break;
-        if (!allowed[j])
-            return cpt_errf(err, "%s%sunknown key \"%.*s\"", ctx, *ctx ? ": " : "", (int)(k->via.str.size > 64 ? 64 : k->via.str.size),
-                            k->via.str.ptr);
-        if (seen[j]++) return cpt_errf(err, "%s%skey \"%s\" appears twice", ctx, *ctx ? ": " : "", allowed[j]);
-    }
-    for (int j = 0; allowed[j]; j++)
-        if (required[j] && !seen[j]) return cpt_errf(err, "%s%smissing key \"%s\"", ctx, *ctx ? ": " : "", allowed[j]);
-    return 0;
-}
-
-static const msgpack_object *get(const msgpack_object *map, const char *name) {
-    const msgpack_object_map *m = &map->via.map;
-    for (uint32_t i = 0; i < m->size; i++)
-        if (key_is(&m->ptr[i].key, name)) return &m->ptr[i].val;
-    return NULL;
-}
-
-static int get_u64(const msgpack_object *o, const char *what, uint64_t max, uint64_t *out, cpt_err *err) {
-    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
-        if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return cpt_errf(err, "%s = %lld: must not be negative", what, (long long)o->via.i64);
-        return cpt_errf(err, "%s: expected an unsigned integer", what);
-    }
-    if (o->via.u64 > max) return cpt_errf(err, "%s = %llu: max %llu", what, (unsigned long long)o->via.u64, (unsigned long long)max);
-    *out = o->via.u64;
-    return 0;
-}
-
-static int get_i64(const msgpack_object *o, const char *what, int64_t lo, int64_t hi, int64_t *out, cpt_err *err) {
-    int64_t v;
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-        if (o->via.u64 > (uint64_t)INT64_MAX) return cpt_errf(err, "%s: out of range", what);
-        v = (int64_t)o->via.u64;
-    } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-        v = o->via.i64;
-    } else {
-        return cpt_errf(err, "%s: expected an integer", what);
-    }
-    if (v < lo || v > hi) return cpt_errf(err, "%s = %lld: expected %lld..%lld", what, (long long)v, (long long)lo, (long long)hi);
-    *out = v;
-    return 0;
-}
-
-/* Numbers: float32, float64, or an integer (some encoders write 1.0 as 1). */
-static int get_f64(const msgpack_object *o, const char *what, double *out, cpt_err *err) {
-    switch (o->type) {
-        case MSGPACK_OBJECT_FLOAT32:
-        case MSGPACK_OBJECT_FLOAT64: *out = o->via.f64; break;
-        case MSGPACK_OBJECT_POSITIVE_INTEGER: *out = (double)o->via.u64; break;
-        case MSGPACK_OBJECT_NEGATIVE_INTEGER: *out = (double)o->via.i64; break;
-        default: return cpt_errf(err, "%s: expected a number", what);
-    }
-    if (!isfinite(*out)) return cpt_errf(err, "%s: not finite", what);
-    return 0;
-}
-
 /* A number within [lo, hi] as a float (checked before the conversion, which is undefined out of range). */
 static int get_f32(const msgpack_object *o, const char *what, double lo, double hi, float *out, cpt_err *err) {
     double v = 0;
-    if (get_f64(o, what, &v, err)) return -1;
+    if (cpt_mp_get_f64(o, what, &v, err)) return -1;
     if (v < lo || v > hi) return cpt_errf(err, "%s = %g: expected %g..%g", what, v, lo, hi);
     *out = (float)v;
     return 0;
-}
-
-/* A string into a fixed buffer; no NUL bytes inside. */
-static int get_str(const msgpack_object *o, const char *what, char *out, size_t cap, cpt_err *err) {
-    if (o->type != MSGPACK_OBJECT_STR) return cpt_errf(err, "%s: expected a string", what);
-    if (o->via.str.size >= cap) return cpt_errf(err, "%s: %u bytes, max %zu", what, o->via.str.size, cap - 1);
-    if (memchr(o->via.str.ptr, '\0', o->via.str.size)) return cpt_errf(err, "%s: contains a NUL byte", what);
-    memcpy(out, o->via.str.ptr, o->via.str.size);
-    out[o->via.str.size] = '\0';
-    return 0;
-}
-
-static char *dup_str(const msgpack_object *o, const char *what, size_t max, cpt_err *err) {
-    if (o->type != MSGPACK_OBJECT_STR) { cpt_errf(err, "%s: expected a string", what); return NULL; }
-    if (o->via.str.size > max) { cpt_errf(err, "%s: %u bytes, max %zu", what, o->via.str.size, max); return NULL; }
-    if (memchr(o->via.str.ptr, '\0', o->via.str.size)) { cpt_errf(err, "%s: contains a NUL byte", what); return NULL; }
-    char *s = malloc((size_t)o->via.str.size + 1);
-    if (!s) { cpt_errf(err, "%s: out of memory", what); return NULL; }
-    memcpy(s, o->via.str.ptr, o->via.str.size);
-    s[o->via.str.size] = '\0';
-    return s;
 }
 
 /* A bin of 4-byte little-endian values: checks the length is a multiple of 4 and at most max values, copies them
@@ -626,30 +463,8 @@ static void *get_bin32(const msgpack_object *o, const char *what, uint32_t max, 
 
 static int get_group_id(const msgpack_object *o, cpt_group_id *id, cpt_err *err) {
     if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2) return cpt_errf(err, "group: expected [epoch, index]");
-    if (get_u64(&o->via.array.ptr[0], "group.epoch", UINT64_MAX, &id->epoch, err)) return -1;
-    return get_u64(&o->via.array.ptr[1], "group.index", UINT64_MAX, &id->index, err);
-}
-
-/* The envelope: schema, type and run, checked against the expected type. */
-static int dec_envelope(const msgpack_object *root, cpt_msg_type want, char *run, cpt_err *err) {
-    const msgpack_object *o = get(root, "schema");
-    if (!o) return cpt_errf(err, "missing key \"schema\"");
-    int64_t schema = 0;
-    if (get_i64(o, "schema", INT64_MIN, INT64_MAX, &schema, err)) return -1;
-    if (schema != CPT_SCHEMA_VERSION)
-        return cpt_errf(err, "unknown schema version %lld (this build reads %d)", (long long)schema, CPT_SCHEMA_VERSION);
-    o = get(root, "type");
-    if (!o) return cpt_errf(err, "missing key \"type\"");
-    if (!key_is(o, cpt_msg_type_name(want))) {
-        char t[40];
-        if (get_str(o, "type", t, sizeof t, err)) return -1;
-        return cpt_errf(err, "type \"%s\" where a %s was expected", t, cpt_msg_type_name(want));
-    }
-    o = get(root, "run");
-    if (!o) return cpt_errf(err, "missing key \"run\"");
-    if (get_str(o, "run", run, CPT_RUN_ID_MAX, err)) return -1;
-    if (!cpt_run_id_valid(run)) return cpt_errf(err, "run: \"%.64s\" is not a valid run id", run);
-    return 0;
+    if (cpt_mp_get_u64(&o->via.array.ptr[0], "group.epoch", UINT64_MAX, &id->epoch, err)) return -1;
+    return cpt_mp_get_u64(&o->via.array.ptr[1], "group.index", UINT64_MAX, &id->index, err);
 }
 
 void cpt_prompt_group_free(cpt_prompt_group *m) {
@@ -668,20 +483,20 @@ static int dec_sampling(const msgpack_object *o, cpt_sampling *s, cpt_err *err) 
                                        "stop_ids", "stop", NULL};
     static const int req[] = {1, 1, 1, 1, 1, 1, 1, 1};
     if (o->type != MSGPACK_OBJECT_MAP) return cpt_errf(err, "sampling: expected a map");
-    if (check_keys(o, keys, req, "sampling", err)) return -1;
-    if (get_f32(get(o, "temperature"), "sampling.temperature", 0, 100, &s->temperature, err)) return -1;
-    if (get_f32(get(o, "top_p"), "sampling.top_p", 0, 1, &s->top_p, err)) return -1;
-    if (get_f32(get(o, "min_p"), "sampling.min_p", 0, 1, &s->min_p, err)) return -1;
+    if (cpt_mp_check_keys(o, keys, req, "sampling", err)) return -1;
+    if (get_f32(cpt_mp_get(o, "temperature"), "sampling.temperature", 0, 100, &s->temperature, err)) return -1;
+    if (get_f32(cpt_mp_get(o, "top_p"), "sampling.top_p", 0, 1, &s->top_p, err)) return -1;
+    if (get_f32(cpt_mp_get(o, "min_p"), "sampling.min_p", 0, 1, &s->min_p, err)) return -1;
     int64_t k = 0;
-    if (get_i64(get(o, "top_k"), "sampling.top_k", 0, INT32_MAX, &k, err)) return -1;
+    if (cpt_mp_get_i64(cpt_mp_get(o, "top_k"), "sampling.top_k", 0, INT32_MAX, &k, err)) return -1;
     s->top_k = (int32_t)k;
     uint64_t u = 0;
-    if (get_u64(get(o, "max_new_tokens"), "sampling.max_new_tokens", CPT_MAX_COMPLETION_TOKENS, &u, err)) return -1;
+    if (cpt_mp_get_u64(cpt_mp_get(o, "max_new_tokens"), "sampling.max_new_tokens", CPT_MAX_COMPLETION_TOKENS, &u, err)) return -1;
     s->max_new_tokens = (uint32_t)u;
-    if (get_u64(get(o, "seed"), "sampling.seed", UINT64_MAX, &s->seed, err)) return -1;
-    s->stop_ids = get_bin32(get(o, "stop_ids"), "sampling.stop_ids", CPT_MAX_STOP, &s->n_stop_ids, err);
+    if (cpt_mp_get_u64(cpt_mp_get(o, "seed"), "sampling.seed", UINT64_MAX, &s->seed, err)) return -1;
+    s->stop_ids = get_bin32(cpt_mp_get(o, "stop_ids"), "sampling.stop_ids", CPT_MAX_STOP, &s->n_stop_ids, err);
     if (!s->stop_ids) return -1;
-    const msgpack_object *st = get(o, "stop");
+    const msgpack_object *st = cpt_mp_get(o, "stop");
     if (st->type != MSGPACK_OBJECT_ARRAY) return cpt_errf(err, "sampling.stop: expected an array of strings");
     if (st->via.array.size > CPT_MAX_STOP)
         return cpt_errf(err, "sampling.stop: %u strings, max %d", st->via.array.size, CPT_MAX_STOP);
@@ -690,7 +505,7 @@ static int dec_sampling(const msgpack_object *o, cpt_sampling *s, cpt_err *err) 
     for (uint32_t i = 0; i < st->via.array.size; i++) {
         char what[32];
         snprintf(what, sizeof what, "sampling.stop[%u]", i);
-        s->stop_strs[i] = dup_str(&st->via.array.ptr[i], what, CPT_MAX_STOP_STR, err);
+        s->stop_strs[i] = cpt_mp_dup_str(&st->via.array.ptr[i], what, CPT_MAX_STOP_STR, err);
         if (!s->stop_strs[i]) return -1;
         s->n_stop_strs = i + 1;
     }
@@ -699,27 +514,27 @@ static int dec_sampling(const msgpack_object *o, cpt_sampling *s, cpt_err *err) 
 
 int cpt_prompt_group_decode(const void *data, size_t len, cpt_prompt_group *m, cpt_err *err) {
     memset(m, 0, sizeof *m);
-    dec d;
+    cpt_mp_dec d;
     int rc = -1;
-    if (dec_open(&d, data, len, err)) goto out;
+    if (cpt_mp_dec_open(&d, data, len, CPT_MSG_MAX_BYTES, err)) goto out;
     static const char *const keys[] = {"schema", "type", "run", "group", "prompt", "n", "sampling", "min_version",
                                        "extra", NULL};
     static const int req[] = {1, 1, 1, 1, 1, 1, 1, 1, 0};
     if (dec_envelope(d.root, CPT_MSG_PROMPT_GROUP, m->run, err)) goto out;
-    if (check_keys(d.root, keys, req, "", err)) goto out;
-    if (get_group_id(get(d.root, "group"), &m->id, err)) goto out;
-    m->prompt = get_bin32(get(d.root, "prompt"), "prompt", CPT_MAX_PROMPT_TOKENS, &m->n_prompt, err);
+    if (cpt_mp_check_keys(d.root, keys, req, "", err)) goto out;
+    if (get_group_id(cpt_mp_get(d.root, "group"), &m->id, err)) goto out;
+    m->prompt = get_bin32(cpt_mp_get(d.root, "prompt"), "prompt", CPT_MAX_PROMPT_TOKENS, &m->n_prompt, err);
     if (!m->prompt) goto out;
     uint64_t u = 0;
-    if (get_u64(get(d.root, "n"), "n", CPT_MAX_SAMPLES, &u, err)) goto out;
+    if (cpt_mp_get_u64(cpt_mp_get(d.root, "n"), "n", CPT_MAX_SAMPLES, &u, err)) goto out;
     m->n_samples = (uint32_t)u;
-    if (dec_sampling(get(d.root, "sampling"), &m->sampling, err)) goto out;
-    if (get_u64(get(d.root, "min_version"), "min_version", UINT64_MAX, &m->min_version, err)) goto out;
-    const msgpack_object *x = get(d.root, "extra");
-    if (x && !(m->extra = dup_str(x, "extra", CPT_MAX_EXTRA, err))) goto out;
+    if (dec_sampling(cpt_mp_get(d.root, "sampling"), &m->sampling, err)) goto out;
+    if (cpt_mp_get_u64(cpt_mp_get(d.root, "min_version"), "min_version", UINT64_MAX, &m->min_version, err)) goto out;
+    const msgpack_object *x = cpt_mp_get(d.root, "extra");
+    if (x && !(m->extra = cpt_mp_dup_str(x, "extra", CPT_MAX_EXTRA, err))) goto out;
     rc = check_prompt_group(m, err);
 out:
-    dec_close(&d);
+    cpt_mp_dec_close(&d);
     if (rc) {
         cpt_prompt_group_free(m);
         cpt_err_prefix(err, "prompt group");
@@ -735,6 +550,7 @@ void cpt_rollout_group_free(cpt_rollout_group *m) {
             free(m->completions[c].tokens);
             free(m->completions[c].logprobs);
             free(m->completions[c].teacher_logprobs);
+            free(m->completions[c].mask);
         }
     free(m->completions);
     free(m->extra);
@@ -747,27 +563,39 @@ void cpt_rollout_group_free(cpt_rollout_group *m) {
 }
 
 static int dec_completion(const msgpack_object *o, uint32_t c, int scored, cpt_completion *k, cpt_err *err) {
-    static const char *const keys[] = {"tokens", "logprobs", "finish", "teacher_logprobs", NULL};
-    static const int req[] = {1, 1, 1, 0};
+    static const char *const keys[] = {"tokens", "logprobs", "finish", "teacher_logprobs", "mask", NULL};
+    static const int req[] = {1, 1, 1, 0, 0};
     char ctx[48], what[80];
     snprintf(ctx, sizeof ctx, "completions[%u]", c);
     if (o->type != MSGPACK_OBJECT_MAP) return cpt_errf(err, "%s: expected a map", ctx);
-    if (check_keys(o, keys, req, ctx, err)) return -1;
+    if (cpt_mp_check_keys(o, keys, req, ctx, err)) return -1;
     snprintf(what, sizeof what, "%s.tokens", ctx);
-    k->tokens = get_bin32(get(o, "tokens"), what, CPT_MAX_COMPLETION_TOKENS, &k->n_tokens, err);
+    k->tokens = get_bin32(cpt_mp_get(o, "tokens"), what, CPT_MAX_COMPLETION_TOKENS, &k->n_tokens, err);
     if (!k->tokens) return -1;
     uint32_t n;
     snprintf(what, sizeof what, "%s.logprobs", ctx);
-    k->logprobs = get_bin32(get(o, "logprobs"), what, CPT_MAX_COMPLETION_TOKENS, &n, err);
+    k->logprobs = get_bin32(cpt_mp_get(o, "logprobs"), what, CPT_MAX_COMPLETION_TOKENS, &n, err);
     if (!k->logprobs) return -1;
     if (n != k->n_tokens) return cpt_errf(err, "%s: %u values for %u tokens", what, n, k->n_tokens);
-    const msgpack_object *f = get(o, "finish");
+    const msgpack_object *f = cpt_mp_get(o, "finish");
     int fi = -1;
     for (int i = 0; i < 3; i++)
-        if (key_is(f, finish_names[i])) fi = i;
+        if (cpt_mp_key_is(f, finish_names[i])) fi = i;
     if (fi < 0) return cpt_errf(err, "%s.finish: expected \"stop\", \"length\" or \"abort\"", ctx);
     k->finish = (cpt_finish)fi;
-    const msgpack_object *t = get(o, "teacher_logprobs");
+    const msgpack_object *mk = cpt_mp_get(o, "mask");
+    if (mk) {
+        snprintf(what, sizeof what, "%s.mask", ctx);
+        if (mk->type != MSGPACK_OBJECT_BIN) return cpt_errf(err, "%s: expected a bin of one byte per token", what);
+        if (mk->via.bin.size != k->n_tokens)
+            return cpt_errf(err, "%s: %u values for %u tokens", what, mk->via.bin.size, k->n_tokens);
+        k->mask = malloc(k->n_tokens ? k->n_tokens : 1);
+        if (!k->mask) return cpt_errf(err, "%s: out of memory", what);
+        if (k->n_tokens) memcpy(k->mask, mk->via.bin.ptr, k->n_tokens);
+        for (uint32_t i = 0; i < k->n_tokens; i++)
+            if (k->mask[i] > 1) return cpt_errf(err, "%s[%u] = %u: expected 0 or 1", what, i, k->mask[i]);
+    }
+    const msgpack_object *t = cpt_mp_get(o, "teacher_logprobs");
     if (t) {
         snprintf(what, sizeof what, "%s.teacher_logprobs", ctx);
         if (!scored) return cpt_errf(err, "%s: only scored groups carry them", what);
@@ -785,7 +613,7 @@ static int get_f64_array(const msgpack_object *o, const char *what, uint32_t n, 
     for (uint32_t i = 0; i < n; i++) {
         char w[160];
         snprintf(w, sizeof w, "%s[%u]", what, i);
-        if (get_f64(&o->via.array.ptr[i], w, &out[i], err)) return -1;
+        if (cpt_mp_get_f64(&o->via.array.ptr[i], w, &out[i], err)) return -1;
     }
     return 0;
 }
@@ -793,26 +621,26 @@ static int get_f64_array(const msgpack_object *o, const char *what, uint32_t n, 
 int cpt_rollout_group_decode(const void *data, size_t len, cpt_msg_type want, cpt_rollout_group *m, cpt_err *err) {
     memset(m, 0, sizeof *m);
     int scored = want == CPT_MSG_SCORED_GROUP;
-    dec d;
+    cpt_mp_dec d;
     int rc = -1;
     if (want != CPT_MSG_ROLLOUT_GROUP && want != CPT_MSG_SCORED_GROUP) {
         cpt_errf(err, "internal: decode of %s as a rollout group", cpt_msg_type_name(want));
         goto out_nodec;
     }
-    if (dec_open(&d, data, len, err)) goto out;
+    if (cpt_mp_dec_open(&d, data, len, CPT_MSG_MAX_BYTES, err)) goto out;
     static const char *const keys[] = {"schema", "type", "run", "group", "prompt", "completions", "weight_version",
                                        "worker", "timings", "extra", "rewards", "reward_parts", NULL};
     const int req[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, scored, scored};
     if (dec_envelope(d.root, want, m->run, err)) goto out;
-    if (check_keys(d.root, keys, req, "", err)) goto out;
-    if (!scored && (get(d.root, "rewards") || get(d.root, "reward_parts"))) {
+    if (cpt_mp_check_keys(d.root, keys, req, "", err)) goto out;
+    if (!scored && (cpt_mp_get(d.root, "rewards") || cpt_mp_get(d.root, "reward_parts"))) {
         cpt_errf(err, "rewards: only scored groups carry them");
         goto out;
     }
-    if (get_group_id(get(d.root, "group"), &m->id, err)) goto out;
-    m->prompt = get_bin32(get(d.root, "prompt"), "prompt", CPT_MAX_PROMPT_TOKENS, &m->n_prompt, err);
+    if (get_group_id(cpt_mp_get(d.root, "group"), &m->id, err)) goto out;
+    m->prompt = get_bin32(cpt_mp_get(d.root, "prompt"), "prompt", CPT_MAX_PROMPT_TOKENS, &m->n_prompt, err);
     if (!m->prompt) goto out;
-    const msgpack_object *cs = get(d.root, "completions");
+    const msgpack_object *cs = cpt_mp_get(d.root, "completions");
     if (cs->type != MSGPACK_OBJECT_ARRAY) { cpt_errf(err, "completions: expected an array"); goto out; }
     if (cs->via.array.size < 1 || cs->via.array.size > CPT_MAX_SAMPLES) {
         cpt_errf(err, "completions: %u, expected 1..%d", cs->via.array.size, CPT_MAX_SAMPLES);
@@ -823,25 +651,25 @@ int cpt_rollout_group_decode(const void *data, size_t len, cpt_msg_type want, cp
     m->n_completions = cs->via.array.size;
     for (uint32_t c = 0; c < m->n_completions; c++)
         if (dec_completion(&cs->via.array.ptr[c], c, scored, &m->completions[c], err)) goto out;
-    if (get_u64(get(d.root, "weight_version"), "weight_version", UINT64_MAX, &m->weight_version, err)) goto out;
-    if (get_str(get(d.root, "worker"), "worker", m->worker, sizeof m->worker, err)) goto out;
-    const msgpack_object *t = get(d.root, "timings");
+    if (cpt_mp_get_u64(cpt_mp_get(d.root, "weight_version"), "weight_version", UINT64_MAX, &m->weight_version, err)) goto out;
+    if (cpt_mp_get_str(cpt_mp_get(d.root, "worker"), "worker", m->worker, sizeof m->worker, err)) goto out;
+    const msgpack_object *t = cpt_mp_get(d.root, "timings");
     static const char *const tkeys[] = {"started", "gen_s", "queue_s", NULL};
     static const int treq[] = {1, 1, 1};
     if (t->type != MSGPACK_OBJECT_MAP) { cpt_errf(err, "timings: expected a map"); goto out; }
-    if (check_keys(t, tkeys, treq, "timings", err)) goto out;
-    if (get_f64(get(t, "started"), "timings.started", &m->timings.started, err) ||
-        get_f64(get(t, "gen_s"), "timings.gen_s", &m->timings.gen_s, err) ||
-        get_f64(get(t, "queue_s"), "timings.queue_s", &m->timings.queue_s, err))
+    if (cpt_mp_check_keys(t, tkeys, treq, "timings", err)) goto out;
+    if (cpt_mp_get_f64(cpt_mp_get(t, "started"), "timings.started", &m->timings.started, err) ||
+        cpt_mp_get_f64(cpt_mp_get(t, "gen_s"), "timings.gen_s", &m->timings.gen_s, err) ||
+        cpt_mp_get_f64(cpt_mp_get(t, "queue_s"), "timings.queue_s", &m->timings.queue_s, err))
         goto out;
-    const msgpack_object *x = get(d.root, "extra");
-    if (x && !(m->extra = dup_str(x, "extra", CPT_MAX_EXTRA, err))) goto out;
+    const msgpack_object *x = cpt_mp_get(d.root, "extra");
+    if (x && !(m->extra = cpt_mp_dup_str(x, "extra", CPT_MAX_EXTRA, err))) goto out;
     if (scored) {
         m->has_rewards = 1;
         m->rewards = calloc(m->n_completions, sizeof *m->rewards);
         if (!m->rewards) { cpt_errf(err, "out of memory"); goto out; }
-        if (get_f64_array(get(d.root, "rewards"), "rewards", m->n_completions, m->rewards, err)) goto out;
-        const msgpack_object *p = get(d.root, "reward_parts");
+        if (get_f64_array(cpt_mp_get(d.root, "rewards"), "rewards", m->n_completions, m->rewards, err)) goto out;
+        const msgpack_object *p = cpt_mp_get(d.root, "reward_parts");
         if (p->type != MSGPACK_OBJECT_MAP) { cpt_errf(err, "reward_parts: expected a map of name -> values"); goto out; }
         uint32_t np = p->via.map.size;
         if (np > CPT_MAX_REWARD_PARTS) { cpt_errf(err, "reward_parts: %u parts, max %d", np, CPT_MAX_REWARD_PARTS); goto out; }
@@ -849,7 +677,7 @@ int cpt_rollout_group_decode(const void *data, size_t len, cpt_msg_type want, cp
         m->part_values = calloc((size_t)(np ? np : 1) * m->n_completions, sizeof(double));
         if (!m->part_names || !m->part_values) { cpt_errf(err, "out of memory"); goto out; }
         for (uint32_t i = 0; i < np; i++) {
-            m->part_names[i] = dup_str(&p->via.map.ptr[i].key, "reward_parts: a name", CPT_NAME_MAX - 1, err);
+            m->part_names[i] = cpt_mp_dup_str(&p->via.map.ptr[i].key, "reward_parts: a name", CPT_NAME_MAX - 1, err);
             if (!m->part_names[i]) goto out;
             m->n_parts = i + 1;
             char what[CPT_NAME_MAX + 16];
@@ -861,7 +689,7 @@ int cpt_rollout_group_decode(const void *data, size_t len, cpt_msg_type want, cp
     }
     rc = check_rollout_group(m, err);
 out:
-    dec_close(&d);
+    cpt_mp_dec_close(&d);
 out_nodec:
     if (rc) {
         cpt_rollout_group_free(m);
@@ -872,107 +700,107 @@ out_nodec:
 
 int cpt_weights_decode(const void *data, size_t len, cpt_weights_msg *m, cpt_err *err) {
     memset(m, 0, sizeof *m);
-    dec d;
+    cpt_mp_dec d;
     int rc = -1;
     static const char *const keys[] = {"schema", "type", "run", "version", "transport", "location", "bytes",
                                        "checksum", "membership_epoch", NULL};
     static const int req[] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    if (dec_open(&d, data, len, err) || dec_envelope(d.root, CPT_MSG_WEIGHTS, m->run, err) ||
-        check_keys(d.root, keys, req, "", err) ||
-        get_u64(get(d.root, "version"), "version", UINT64_MAX, &m->version, err) ||
-        get_str(get(d.root, "transport"), "transport", m->transport, sizeof m->transport, err) ||
-        get_str(get(d.root, "location"), "location", m->location, sizeof m->location, err) ||
-        get_u64(get(d.root, "bytes"), "bytes", UINT64_MAX, &m->bytes, err) ||
-        get_str(get(d.root, "checksum"), "checksum", m->checksum, sizeof m->checksum, err) ||
-        get_u64(get(d.root, "membership_epoch"), "membership_epoch", UINT64_MAX, &m->membership_epoch, err))
+    if (cpt_mp_dec_open(&d, data, len, CPT_MSG_MAX_BYTES, err) || dec_envelope(d.root, CPT_MSG_WEIGHTS, m->run, err) ||
+        cpt_mp_check_keys(d.root, keys, req, "", err) ||
+        cpt_mp_get_u64(cpt_mp_get(d.root, "version"), "version", UINT64_MAX, &m->version, err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "transport"), "transport", m->transport, sizeof m->transport, err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "location"), "location", m->location, sizeof m->location, err) ||
+        cpt_mp_get_u64(cpt_mp_get(d.root, "bytes"), "bytes", UINT64_MAX, &m->bytes, err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "checksum"), "checksum", m->checksum, sizeof m->checksum, err) ||
+        cpt_mp_get_u64(cpt_mp_get(d.root, "membership_epoch"), "membership_epoch", UINT64_MAX, &m->membership_epoch, err))
         goto out;
     rc = check_weights(m, err);
 out:
-    dec_close(&d);
+    cpt_mp_dec_close(&d);
     if (rc) cpt_err_prefix(err, "weights announcement");
     return rc;
 }
 
 int cpt_control_decode(const void *data, size_t len, cpt_control_msg *m, cpt_err *err) {
     memset(m, 0, sizeof *m);
-    dec d;
+    cpt_mp_dec d;
     int rc = -1;
     static const char *const keys[] = {"schema", "type", "run", "state", "desired", NULL};
     static const int req[] = {1, 1, 1, 1, 1};
-    if (dec_open(&d, data, len, err) || dec_envelope(d.root, CPT_MSG_CONTROL, m->run, err) ||
-        check_keys(d.root, keys, req, "", err) ||
-        get_str(get(d.root, "state"), "state", m->state, sizeof m->state, err))
+    if (cpt_mp_dec_open(&d, data, len, CPT_MSG_MAX_BYTES, err) || dec_envelope(d.root, CPT_MSG_CONTROL, m->run, err) ||
+        cpt_mp_check_keys(d.root, keys, req, "", err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "state"), "state", m->state, sizeof m->state, err))
         goto out;
-    const msgpack_object *ds = get(d.root, "desired");
+    const msgpack_object *ds = cpt_mp_get(d.root, "desired");
     if (ds->type != MSGPACK_OBJECT_MAP) { cpt_errf(err, "desired: expected a map of role -> count"); goto out; }
     if (ds->via.map.size > CPT_MAX_ROLES) { cpt_errf(err, "desired: %u roles, max %d", ds->via.map.size, CPT_MAX_ROLES); goto out; }
     for (uint32_t i = 0; i < ds->via.map.size; i++) {
-        if (get_str(&ds->via.map.ptr[i].key, "desired: a role", m->roles[i].role, CPT_NAME_MAX, err)) goto out;
+        if (cpt_mp_get_str(&ds->via.map.ptr[i].key, "desired: a role", m->roles[i].role, CPT_NAME_MAX, err)) goto out;
         char what[CPT_NAME_MAX + 16];
         snprintf(what, sizeof what, "desired.%s", m->roles[i].role);
         uint64_t u = 0;
-        if (get_u64(&ds->via.map.ptr[i].val, what, 100000, &u, err)) goto out;
+        if (cpt_mp_get_u64(&ds->via.map.ptr[i].val, what, 100000, &u, err)) goto out;
         m->roles[i].count = (uint32_t)u;
         m->n_roles = i + 1;
     }
     rc = check_control(m, err);
 out:
-    dec_close(&d);
+    cpt_mp_dec_close(&d);
     if (rc) cpt_err_prefix(err, "control");
     return rc;
 }
 
 int cpt_heartbeat_decode(const void *data, size_t len, cpt_heartbeat_msg *m, cpt_err *err) {
     memset(m, 0, sizeof *m);
-    dec d;
+    cpt_mp_dec d;
     int rc = -1;
     static const char *const keys[] = {"schema", "type", "run", "worker", "role", "host", "version",
                                        "tokens_per_s", "occupancy", "time", NULL};
     static const int req[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    if (dec_open(&d, data, len, err) || dec_envelope(d.root, CPT_MSG_HEARTBEAT, m->run, err) ||
-        check_keys(d.root, keys, req, "", err) ||
-        get_str(get(d.root, "worker"), "worker", m->worker, sizeof m->worker, err) ||
-        get_str(get(d.root, "role"), "role", m->role, sizeof m->role, err) ||
-        get_str(get(d.root, "host"), "host", m->host, sizeof m->host, err) ||
-        get_u64(get(d.root, "version"), "version", UINT64_MAX, &m->version, err) ||
-        get_f64(get(d.root, "tokens_per_s"), "tokens_per_s", &m->tokens_per_s, err) ||
-        get_f64(get(d.root, "occupancy"), "occupancy", &m->occupancy, err) ||
-        get_f64(get(d.root, "time"), "time", &m->time, err))
+    if (cpt_mp_dec_open(&d, data, len, CPT_MSG_MAX_BYTES, err) || dec_envelope(d.root, CPT_MSG_HEARTBEAT, m->run, err) ||
+        cpt_mp_check_keys(d.root, keys, req, "", err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "worker"), "worker", m->worker, sizeof m->worker, err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "role"), "role", m->role, sizeof m->role, err) ||
+        cpt_mp_get_str(cpt_mp_get(d.root, "host"), "host", m->host, sizeof m->host, err) ||
+        cpt_mp_get_u64(cpt_mp_get(d.root, "version"), "version", UINT64_MAX, &m->version, err) ||
+        cpt_mp_get_f64(cpt_mp_get(d.root, "tokens_per_s"), "tokens_per_s", &m->tokens_per_s, err) ||
+        cpt_mp_get_f64(cpt_mp_get(d.root, "occupancy"), "occupancy", &m->occupancy, err) ||
+        cpt_mp_get_f64(cpt_mp_get(d.root, "time"), "time", &m->time, err))
         goto out;
     rc = check_heartbeat(m, err);
 out:
-    dec_close(&d);
+    cpt_mp_dec_close(&d);
     if (rc) cpt_err_prefix(err, "heartbeat");
     return rc;
 }
 
 int cpt_msg_peek_header(const void *data, size_t len, cpt_msg_header *h, cpt_err *err) {
     memset(h, 0, sizeof *h);
-    dec d;
+    cpt_mp_dec d;
     int rc = -1;
-    if (dec_open(&d, data, len, err)) goto out;
-    const msgpack_object *o = get(d.root, "schema");
+    if (cpt_mp_dec_open(&d, data, len, CPT_MSG_MAX_BYTES, err)) goto out;
+    const msgpack_object *o = cpt_mp_get(d.root, "schema");
     if (!o) { cpt_errf(err, "missing key \"schema\""); goto out; }
-    if (get_i64(o, "schema", INT64_MIN, INT64_MAX, &h->schema, err)) goto out;
-    o = get(d.root, "type");
+    if (cpt_mp_get_i64(o, "schema", INT64_MIN, INT64_MAX, &h->schema, err)) goto out;
+    o = cpt_mp_get(d.root, "type");
     if (!o || o->type != MSGPACK_OBJECT_STR) { cpt_errf(err, "missing or non-string \"type\""); goto out; }
-    for (int t = CPT_MSG_PROMPT_GROUP; t <= CPT_MSG_HEARTBEAT; t++)
-        if (key_is(o, type_names[t])) h->type = (cpt_msg_type)t;
-    o = get(d.root, "run");
-    if (!o || get_str(o, "run", h->run, sizeof h->run, err)) { if (!o) cpt_errf(err, "missing key \"run\""); goto out; }
-    o = get(d.root, "group");
+    for (int t = CPT_MSG_PROMPT_GROUP; t <= CPT_MSG_ENV_REPLY; t++)
+        if (cpt_mp_key_is(o, type_names[t])) h->type = (cpt_msg_type)t;
+    o = cpt_mp_get(d.root, "run");
+    if (!o || cpt_mp_get_str(o, "run", h->run, sizeof h->run, err)) { if (!o) cpt_errf(err, "missing key \"run\""); goto out; }
+    o = cpt_mp_get(d.root, "group");
     if (o && get_group_id(o, &h->id, err) == 0) h->has_id = 1;
     const char *vkey = h->type == CPT_MSG_PROMPT_GROUP ? "min_version"
                        : h->type == CPT_MSG_WEIGHTS || h->type == CPT_MSG_HEARTBEAT ? "version"
                                                                                      : "weight_version";
-    o = get(d.root, vkey);
+    o = cpt_mp_get(d.root, vkey);
     if (o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
         h->has_version = 1;
         h->version = o->via.u64;
     }
     rc = 0;
 out:
-    dec_close(&d);
+    cpt_mp_dec_close(&d);
     return rc;
 }
 

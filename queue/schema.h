@@ -43,6 +43,8 @@ typedef enum {
     CPT_MSG_WEIGHTS,
     CPT_MSG_CONTROL,
     CPT_MSG_HEARTBEAT,
+    CPT_MSG_ENV_REQUEST, /* queue/env_msg.h */
+    CPT_MSG_ENV_REPLY,
 } cpt_msg_type;
 
 const char *cpt_msg_type_name(cpt_msg_type t); /* "prompt_group", ... */
@@ -84,6 +86,9 @@ typedef struct cpt_completion {
     float *logprobs;         /* behaviour logprobs, n_tokens, finite, <= 0 (+1e-3 slack) */
     cpt_finish finish;
     float *teacher_logprobs; /* scored groups only, optional: n_tokens */
+    uint8_t *mask;           /* optional, n_tokens: 1 = a model token, 0 = not the model's (a tool's observation,
+                                behaviour logprob 0): the trainer gives it no weight. NULL: all model tokens. On
+                                the wire only when some entry is 0. */
 } cpt_completion;
 
 typedef struct cpt_timings {
@@ -197,5 +202,7 @@ int cpt_msg_peek_header(const void *data, size_t len, cpt_msg_header *h, cpt_err
 
 /* 1 if s is a valid run id. */
 int cpt_run_id_valid(const char *s);
+/* 1 if s is a valid name (worker, host, role, reward part): 1..CPT_NAME_MAX-1 visible ASCII characters. */
+int cpt_name_valid(const char *s);
 
 #endif

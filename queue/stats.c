@@ -27,7 +27,7 @@ static void str_field(redisReply *flat, const char *name, char *out, size_t cap)
 }
 
 static int take_groups(cpt_queue *q, cpt_stats_stream *st, cpt_err *err) {
-    const char *key = cpt_queue_key(q, st->stream);
+    const char *key = st->key;
     const char *argv[] = {"XINFO", "GROUPS", key};
     redisReply *r = cpt_redis_command(q->redis, 3, argv, NULL, key, 0, err);
     if (!r) return -1;
@@ -58,13 +58,13 @@ static int take_groups(cpt_queue *q, cpt_stats_stream *st, cpt_err *err) {
 static int take_staleness(cpt_queue *q, cpt_stats_stream *st, const cpt_queue_snapshot *s, cpt_err *err) {
     st->stale_max = 0;
     st->stale_mean = 0;
-    if (!s->has_version || !st->exists) return 0;
+    if (!s->has_version || !st->exists || st == &s->streams[CPT_STATS_ENV]) return 0; /* env requests: no version */
     char start[CPT_STREAM_ID_MAX + 1] = "-";
     const char *lowest = NULL;
     for (int g = 0; g < st->n_groups; g++)
         if (!lowest || cpt_stream_id_cmp(st->groups[g].last_delivered, lowest) < 0) lowest = st->groups[g].last_delivered;
     if (lowest && strcmp(lowest, "0-0")) snprintf(start, sizeof start, "(%s", lowest);
-    const char *key = cpt_queue_key(q, st->stream);
+    const char *key = st->key;
     char cnt[16];
     snprintf(cnt, sizeof cnt, "%d", CPT_STATS_STALE_SAMPLE);
     const char *argv[] = {"XRANGE", key, start, "+", "COUNT", cnt};
@@ -122,11 +122,19 @@ int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err) {
     const char *dl[] = {"XLEN", cpt_queue_key(q, CPT_STREAM_DEAD)};
     if (cpt_redis_integer(q->redis, 2, dl, dl[1], &s->dead, err)) return -1;
 
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < CPT_STATS_N_STREAMS; i++) {
         cpt_stats_stream *st = &s->streams[i];
-        st->stream = (cpt_stream)i;
         st->in_per_s = -1;
-        const char *key = cpt_queue_key(q, st->stream);
+        if (i == CPT_STATS_ENV) {
+            st->stream = CPT_STREAM_DEAD; /* not one of the queue's streams: name and key say which */
+            snprintf(st->name, sizeof st->name, "env");
+            if (!cpt_env_stream(q->run, st->key)) continue;
+        } else {
+            st->stream = (cpt_stream)i;
+            snprintf(st->name, sizeof st->name, "%s", cpt_stream_name(st->stream));
+            snprintf(st->key, sizeof st->key, "%s", cpt_queue_key(q, st->stream));
+        }
+        const char *key = st->key;
         const char *ex[] = {"EXISTS", key};
         long long exists = 0;
         if (cpt_redis_integer(q->redis, 2, ex, key, &exists, err)) return -1;
@@ -169,7 +177,7 @@ int cpt_queue_prune_gone(cpt_queue *q, const cpt_queue_snapshot *s, cpt_err *err
 void cpt_queue_snapshot_rates(cpt_queue_snapshot *cur, const cpt_queue_snapshot *prev) {
     double dt = cur->mono - prev->mono;
     if (dt <= 0) return;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < CPT_STATS_N_STREAMS; i++) {
         cpt_stats_stream *a = &cur->streams[i];
         const cpt_stats_stream *b = &prev->streams[i];
         if (a->entries_added >= 0 && b->entries_added >= 0 && b->exists)
@@ -199,15 +207,17 @@ void cpt_queue_snapshot_print(FILE *f, const cpt_queue_snapshot *s, const char *
     fprintf(f, "\n");
     fprintf(f, "%-9s %8s %8s  %-10s %5s %8s %8s %8s  %s\n", "stream", "length", "in/s", "group", "cons", "pending",
             "lag", "out/s", "staleness (versions behind: max / mean of queued)");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < CPT_STATS_N_STREAMS; i++) {
         const cpt_stats_stream *st = &s->streams[i];
         char in[32], stale[96];
         rate(in, sizeof in, st->in_per_s);
+        if (!st->exists && i == CPT_STATS_ENV) continue; /* a run without tools */
         if (!st->exists) {
-            fprintf(f, "%-9s %8s\n", cpt_stream_name(st->stream), "absent");
+            fprintf(f, "%-9s %8s\n", st->name, "absent");
             continue;
         }
-        if (!s->has_version) snprintf(stale, sizeof stale, "- (no weights announced)");
+        if (i == CPT_STATS_ENV) snprintf(stale, sizeof stale, "- (tool calls)");
+        else if (!s->has_version) snprintf(stale, sizeof stale, "- (no weights announced)");
         else if (!st->stale_sampled) snprintf(stale, sizeof stale, "- (nothing queued)");
         else
             snprintf(stale, sizeof stale, "%lld / %.2f over %d%s", st->stale_max, st->stale_mean, st->stale_sampled,
@@ -217,7 +227,7 @@ void cpt_queue_snapshot_print(FILE *f, const cpt_queue_snapshot *s, const char *
             snprintf(stale + l, sizeof stale - l, ", %d undecodable", st->stale_undecodable);
         }
         if (!st->n_groups) {
-            fprintf(f, "%-9s %8lld %8s  %-10s %5s %8s %8s %8s  %s\n", cpt_stream_name(st->stream), st->length, in,
+            fprintf(f, "%-9s %8lld %8s  %-10s %5s %8s %8s %8s  %s\n", st->name, st->length, in,
                     "(none)", "-", "-", "-", "-", stale);
             continue;
         }
@@ -229,17 +239,17 @@ void cpt_queue_snapshot_print(FILE *f, const cpt_queue_snapshot *s, const char *
             rate(out, sizeof out, sg->out_per_s);
             if (sg->lag < 0) snprintf(lag, sizeof lag, "?");
             else snprintf(lag, sizeof lag, "%lld", sg->lag);
-            fprintf(f, "%-9s %8s %8s  %-10s %5d %8lld %8s %8s  %s\n", g ? "" : cpt_stream_name(st->stream),
+            fprintf(f, "%-9s %8s %8s  %-10s %5d %8lld %8s %8s  %s\n", g ? "" : st->name,
                     g ? "" : len, g ? "" : in, sg->name, sg->n_consumers, sg->pending, lag, out, g ? "" : stale);
         }
     }
     fprintf(f, "\nconsumers\n");
     int any = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < CPT_STATS_N_STREAMS; i++)
         for (int g = 0; g < s->streams[i].n_groups; g++)
             for (int c = 0; c < s->streams[i].groups[g].n_consumers; c++) {
                 const cpt_stats_consumer *sc = &s->streams[i].groups[g].consumers[c];
-                fprintf(f, "  %-9s %-10s %-24s pending %-6lld idle %.1f s\n", cpt_stream_name(s->streams[i].stream),
+                fprintf(f, "  %-9s %-10s %-24s pending %-6lld idle %.1f s\n", s->streams[i].name,
                         s->streams[i].groups[g].name, sc->name, sc->pending, sc->idle_ms / 1000.0);
                 any = 1;
             }
@@ -279,10 +289,11 @@ void cpt_queue_snapshot_json(FILE *f, const cpt_queue_snapshot *s) {
     json_object_set_new(root, "weight_version", s->has_version ? json_integer((json_int_t)s->weight_version) : json_null());
     json_object_set_new(root, "dead", json_integer(s->dead));
     json_t *streams = json_array();
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < CPT_STATS_N_STREAMS; i++) {
         const cpt_stats_stream *st = &s->streams[i];
+        if (i == CPT_STATS_ENV && !st->exists) continue;
         json_t *js = json_object();
-        json_object_set_new(js, "name", json_string(cpt_stream_name(st->stream)));
+        json_object_set_new(js, "name", json_string(st->name));
         json_object_set_new(js, "exists", json_boolean(st->exists));
         json_object_set_new(js, "length", json_integer(st->length));
         json_object_set_new(js, "entries_added", json_integer(st->entries_added));

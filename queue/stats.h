@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "queue/env_msg.h"
 #include "queue/stream.h"
 
 #define CPT_STATS_MAX_GROUPS 8
@@ -27,8 +28,14 @@ typedef struct cpt_stats_group {
     double out_per_s; /* from two snapshots; -1 if unknown */
 } cpt_stats_group;
 
+/* prompts, rollouts, scored, and the env requests of multi-turn rollouts (queue/env_msg.h; shown when it exists) */
+#define CPT_STATS_N_STREAMS 4
+#define CPT_STATS_ENV 3
+
 typedef struct cpt_stats_stream {
-    cpt_stream stream;
+    cpt_stream stream; /* the queue's stream; the env stream is none of them: see name and key */
+    char name[16];     /* "prompts", ..., "env" */
+    char key[CPT_ENV_KEY_MAX];
     int exists;
     long long length, entries_added;
     int n_groups;
@@ -57,7 +64,7 @@ typedef struct cpt_queue_snapshot {
     int has_version;
     unsigned long long weight_version;
     long long dead;
-    cpt_stats_stream streams[3];
+    cpt_stats_stream streams[CPT_STATS_N_STREAMS];
     int n_workers;
     cpt_stats_worker workers[CPT_STATS_MAX_WORKERS];
     /* The launcher's rollout autoscaler, from the control hash ("" when it never wrote): mode ("fixed" or

@@ -11,14 +11,17 @@
 #include "core/checksum.h"
 #include "core/fs.h"
 #include "queue/conn.h"
+#include "queue/env_msg.h"
 #include "queue/stream.h"
 #include "rollout/engine.h"
 #include "rollout/model_source.h"
+#include "rollout/turns.h"
 #include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_rx.h"
 
-/* A prompt group taken from the queue: generating (req >= 0) or waiting for a newer weight version (req < 0). */
+/* A prompt group taken from the queue: generating (req >= 0: the engine's request, or with tools the turn driver's
+ * group) or waiting for a newer weight version (req < 0). */
 typedef struct flight {
     cpt_queue_item it;
     int64_t req;
@@ -50,6 +53,13 @@ typedef struct worker {
     int32_t eos[2];
     int n_eos;
     int block_ms;
+    /* multi-turn rollouts with tools (env.type not none): groups go through the turn driver, tool calls out to
+     * the env stream, replies in from this worker's own reply stream */
+    int tools;
+    cpt_turn_opts topts;
+    cpt_turns *turns;
+    char env_key[CPT_ENV_KEY_MAX], reply_key[CPT_ENV_KEY_MAX];
+    char reply_last[CPT_STREAM_ID_MAX];
 } worker;
 
 static int n_generating(const worker *w) {
@@ -61,6 +71,26 @@ static int n_generating(const worker *w) {
 static void drop_flight(worker *w, int i) {
     cpt_queue_item_free(&w->fl[i].it);
     w->fl[i] = w->fl[--w->n_fl];
+}
+
+/* The env request stream's consumer group (from its start, so no request added before an env worker's first read
+ * is missed), and this worker's reply stream emptied: replies left there by an earlier worker of the same id
+ * answer calls this one never made. */
+static int open_env_streams(worker *w, cpt_err *err) {
+    if (!cpt_env_stream(w->conn.run, w->env_key) || !cpt_env_reply_stream(w->conn.run, w->me, w->reply_key))
+        return cpt_errf(err, "worker id \"%s\": not a valid name for its env reply stream (visible ASCII, 1..127)",
+                        w->me);
+    const char *mk[] = {"XGROUP", "CREATE", w->env_key, CPT_ENV_GROUP, "0", "MKSTREAM"};
+    cpt_err gerr;
+    redisReply *r = cpt_redis_command(w->q->redis, 6, mk, NULL, w->env_key, 0, &gerr);
+    if (r) freeReplyObject(r);
+    else if (!strstr(gerr.msg, "BUSYGROUP")) return cpt_errf(err, "%s", gerr.msg);
+    const char *del[] = {"DEL", w->reply_key};
+    r = cpt_redis_command(w->q->redis, 2, del, NULL, w->reply_key, 0, err);
+    if (!r) return -1;
+    freeReplyObject(r);
+    snprintf(w->reply_last, sizeof w->reply_last, "0-0");
+    return 0;
 }
 
 static int open_queue(worker *w, cpt_err *err) {
@@ -78,7 +108,8 @@ static int open_queue(worker *w, cpt_err *err) {
     w->q = cpt_queue_open(&o, err);
     if (!w->q) return -1;
     w->block_ms = w->q->block_ms;
-    return cpt_queue_create_group(w->q, CPT_STREAM_PROMPTS, "rollout", err);
+    if (cpt_queue_create_group(w->q, CPT_STREAM_PROMPTS, "rollout", err)) return -1;
+    return w->tools ? open_env_streams(w, err) : 0;
 }
 
 static void heartbeat(worker *w, double tok_s, double occ) {
@@ -144,6 +175,11 @@ static int make_engine(worker *w, cpt_err *err) {
                          .tok = w->tok};
     if (w->on_gpu && cpt_model_use_cuda_infer(w->m, 0, err)) return -1;
     if (!(w->eng = cpt_engine_new(w->m, &o, err))) return -1;
+    if (w->tools && !(w->turns = cpt_turns_new(w->eng, w->tok, &w->topts, err))) {
+        cpt_engine_free(w->eng);
+        w->eng = NULL;
+        return -1;
+    }
     w->n_eos = cpt_cfg_bool(w->cfg, "rollout.stop_on_eos") ? cpt_rollout_eos_ids(w->m, w->tok, w->eos) : 0;
     return 0;
 }
@@ -184,6 +220,7 @@ static int load_wanted(worker *w, cpt_err *err) {
         ok = 0;
     }
     if (ok) cpt_engine_clear(w->eng); /* nothing is generating: no request is dropped */
+    if (ok && w->turns) cpt_turns_clear(w->turns);
     if (!ok) {
         w->bad_version = wm->version;
         cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
@@ -257,7 +294,7 @@ static void start_flight(worker *w, int i) {
                          .max_new_tokens = (int)s->max_new_tokens, .stop_ids = stop_ids, .n_stop_ids = n_stop,
                          .stop_strs = (const char *const *)s->stop_strs, .n_stop_strs = (int)s->n_stop_strs};
     cpt_err err;
-    int64_t id = cpt_engine_submit(w->eng, &r, &err);
+    int64_t id = w->turns ? cpt_turns_submit(w->turns, &r, pg->extra, &err) : cpt_engine_submit(w->eng, &r, &err);
     if (id < 0) {
         dead_letter(w, i, err.msg);
         return;
@@ -285,7 +322,9 @@ static int refuse_prompt(worker *w, int i) {
 static void take_group(worker *w) {
     cpt_err err;
     cpt_queue_item it;
-    w->q->block_ms = !w->eng || cpt_engine_idle(w->eng) ? w->block_ms : 0; /* 0: no BLOCK, answer at once */
+    /* 0: no BLOCK, answer at once (a group waiting for tool replies is work in progress too) */
+    int idle = !w->eng || (cpt_engine_idle(w->eng) && !(w->turns && cpt_turns_groups(w->turns)));
+    w->q->block_ms = idle ? w->block_ms : 0;
     int got = cpt_queue_next(w->q, CPT_STREAM_PROMPTS, "rollout", w->me, &it, &err);
     w->q->block_ms = w->block_ms;
     if (got < 0) {
@@ -313,10 +352,8 @@ static void take_group(worker *w) {
     if (w->fl[w->n_fl - 1].it.prompt.min_version <= w->version) start_flight(w, w->n_fl - 1);
 }
 
-static void finish_group(worker *w, const cpt_gen_result *res) {
-    int i = 0;
-    while (i < w->n_fl && w->fl[i].req != res->id) i++;
-    if (i == w->n_fl) return;
+/* Forwards flight i's completions c[0..n) (borrowed) as its rollout group; toks: the tokens the model generated. */
+static void forward_group(worker *w, int i, cpt_completion *c, int n, long toks) {
     flight *f = &w->fl[i];
     const cpt_prompt_group *pg = &f->it.prompt;
     cpt_rollout_group g;
@@ -325,21 +362,7 @@ static void finish_group(worker *w, const cpt_gen_result *res) {
     g.id = pg->id;
     g.n_prompt = pg->n_prompt;
     g.prompt = pg->prompt;
-    g.n_completions = (uint32_t)res->n_samples;
-    cpt_completion *c = calloc((size_t)res->n_samples, sizeof *c);
-    if (!c) {
-        cpt_warn("cpt-rollout %s: out of memory; the group stays pending", w->me);
-        drop_flight(w, i);
-        return;
-    }
-    long toks = 0;
-    for (int k = 0; k < res->n_samples; k++) {
-        c[k].n_tokens = (uint32_t)res->samples[k].n_tokens;
-        c[k].tokens = res->samples[k].tokens;
-        c[k].logprobs = res->samples[k].logprobs;
-        c[k].finish = res->samples[k].finish;
-        toks += res->samples[k].n_tokens;
-    }
+    g.n_completions = (uint32_t)n;
     g.completions = c;
     g.weight_version = f->version;
     snprintf(g.worker, sizeof g.worker, "%s", w->me);
@@ -355,7 +378,6 @@ static void finish_group(worker *w, const cpt_gen_result *res) {
     if (cpt_rollout_group_encode(&g, &buf, &err)) {
         char why[CPT_ERR_MAX + 64];
         snprintf(why, sizeof why, "encoding the rollout group: %s", err.msg);
-        free(c);
         dead_letter(w, i, why);
         return;
     }
@@ -364,12 +386,168 @@ static void finish_group(worker *w, const cpt_gen_result *res) {
                  (unsigned long long)g.id.epoch, (unsigned long long)g.id.index, err.msg);
     } else {
         w->st->groups++;
-        w->st->completions += res->n_samples;
+        w->st->completions += n;
         w->st->tokens += toks;
     }
     cpt_buf_free(&buf);
-    free(c);
     drop_flight(w, i);
+}
+
+static int flight_of(const worker *w, int64_t req) {
+    int i = 0;
+    while (i < w->n_fl && w->fl[i].req != req) i++;
+    return i < w->n_fl ? i : -1;
+}
+
+static void finish_group(worker *w, const cpt_gen_result *res) {
+    int i = flight_of(w, res->id);
+    if (i < 0) return;
+    cpt_completion *c = calloc((size_t)res->n_samples, sizeof *c);
+    if (!c) {
+        cpt_warn("cpt-rollout %s: out of memory; the group stays pending", w->me);
+        drop_flight(w, i);
+        return;
+    }
+    long toks = 0;
+    for (int k = 0; k < res->n_samples; k++) {
+        c[k].n_tokens = (uint32_t)res->samples[k].n_tokens;
+        c[k].tokens = res->samples[k].tokens;
+        c[k].logprobs = res->samples[k].logprobs;
+        c[k].finish = res->samples[k].finish;
+        toks += res->samples[k].n_tokens;
+    }
+    forward_group(w, i, c, res->n_samples, toks);
+    free(c);
+}
+
+/* A group of the turn driver: observation tokens travel with mask 0 and do not count as generated. */
+static void finish_turn_group(worker *w, const cpt_turn_result *res) {
+    int i = flight_of(w, res->handle);
+    if (i < 0) return;
+    cpt_completion *c = calloc((size_t)res->n_samples, sizeof *c);
+    if (!c) {
+        cpt_warn("cpt-rollout %s: out of memory; the group stays pending", w->me);
+        drop_flight(w, i);
+        return;
+    }
+    long toks = 0;
+    for (int k = 0; k < res->n_samples; k++) {
+        const cpt_turn_sample *s = &res->samples[k];
+        c[k].n_tokens = (uint32_t)s->n_tokens;
+        c[k].tokens = s->tokens;
+        c[k].logprobs = s->logprobs;
+        c[k].mask = s->mask;
+        c[k].finish = s->finish;
+        toks += s->n_model;
+    }
+    forward_group(w, i, c, res->n_samples, toks);
+    free(c);
+}
+
+/* Tool calls out: one env request per call, to the run's env stream. A request that cannot be sent is logged;
+ * its call then ends in the timeout observation. */
+static void send_calls(worker *w) {
+    cpt_turn_call c;
+    while (cpt_turns_next_call(w->turns, &c)) {
+        int i = flight_of(w, c.handle);
+        if (i < 0) continue;
+        const cpt_prompt_group *pg = &w->fl[i].it.prompt;
+        cpt_env_request rq;
+        memset(&rq, 0, sizeof rq);
+        snprintf(rq.run, sizeof rq.run, "%s", w->conn.run);
+        snprintf(rq.worker, sizeof rq.worker, "%s", w->me);
+        rq.id = pg->id;
+        rq.sample = (uint32_t)c.sample;
+        rq.turn = (uint32_t)c.turn;
+        rq.call = (char *)c.call;
+        rq.extra = (char *)c.extra;
+        cpt_buf b = {0};
+        cpt_err err;
+        if (cpt_env_request_encode(&rq, &b, &err)) {
+            cpt_warn("cpt-rollout %s: group (%llu, %llu) sample %d call %d: %s", w->me,
+                     (unsigned long long)pg->id.epoch, (unsigned long long)pg->id.index, c.sample, c.turn, err.msg);
+            continue;
+        }
+        const char *argv[] = {"XADD", w->env_key, "*", "m", b.data};
+        size_t lens[] = {4, strlen(w->env_key), 1, 1, b.len};
+        redisReply *r = cpt_redis_command(w->q->redis, 5, argv, lens, w->env_key, 0, &err);
+        if (r) freeReplyObject(r);
+        else cpt_warn("cpt-rollout %s: sending a tool call: %s (it will time out)", w->me, err.msg);
+        cpt_buf_free(&b);
+    }
+}
+
+/* One reply from the reply stream: to its group's waiting sample, or dropped (another run's, a group this worker
+ * does not hold, a call answered already: an env request may be delivered twice). */
+static void take_reply(worker *w, const char *data, size_t len) {
+    cpt_env_reply rp;
+    cpt_err err;
+    if (cpt_env_reply_decode(data, len, &rp, &err)) {
+        cpt_warn("cpt-rollout %s: a malformed env reply dropped: %s", w->me, err.msg);
+        w->st->env_dropped++;
+        return;
+    }
+    int i = 0;
+    while (i < w->n_fl && !(w->fl[i].req >= 0 && w->fl[i].it.prompt.id.epoch == rp.id.epoch &&
+                            w->fl[i].it.prompt.id.index == rp.id.index))
+        i++;
+    int rc = 1;
+    if (i < w->n_fl && !strcmp(rp.run, w->conn.run))
+        rc = cpt_turns_answer(w->turns, w->fl[i].req, (int)rp.sample, (int)rp.turn, rp.observation, rp.ok, &err);
+    if (rc < 0) cpt_warn("cpt-rollout %s: %s", w->me, err.msg);
+    if (rc == 1) {
+        w->st->env_dropped++;
+        cpt_debug("cpt-rollout %s: env reply for group (%llu, %llu) sample %u call %u dropped (unknown or answered)",
+                  w->me, (unsigned long long)rp.id.epoch, (unsigned long long)rp.id.index, rp.sample, rp.turn);
+    } else if (rc == 0) {
+        w->st->env_replies++;
+    }
+    cpt_env_reply_free(&rp);
+}
+
+/* Replies in: XREAD of this worker's reply stream after the last entry read (block_ms > 0: wait that long). */
+static void read_replies(worker *w, int block_ms) {
+    char bms[16];
+    snprintf(bms, sizeof bms, "%d", block_ms);
+    const char *argv[] = {"XREAD", "COUNT", "64", "BLOCK", bms, "STREAMS", w->reply_key, w->reply_last};
+    const char *nb[] = {"XREAD", "COUNT", "64", "STREAMS", w->reply_key, w->reply_last};
+    cpt_err err;
+    redisReply *r = block_ms > 0 ? cpt_redis_command(w->q->redis, 8, argv, NULL, w->reply_key, block_ms, &err)
+                                 : cpt_redis_command(w->q->redis, 6, nb, NULL, w->reply_key, 0, &err);
+    if (!r) {
+        cpt_warn("cpt-rollout %s: reading env replies: %s", w->me, err.msg);
+        return;
+    }
+    /* [[key, [[id, [field, value, ...]], ...]]] */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_ARRAY &&
+        r->element[0]->elements == 2 && r->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
+        redisReply *es = r->element[0]->element[1];
+        for (size_t j = 0; j < es->elements; j++) {
+            redisReply *e = es->element[j];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING) continue;
+            snprintf(w->reply_last, sizeof w->reply_last, "%s", e->element[0]->str);
+            redisReply *kv = e->element[1];
+            for (size_t k = 0; kv->type == REDIS_REPLY_ARRAY && k + 1 < kv->elements; k += 2)
+                if (kv->element[k]->type == REDIS_REPLY_STRING && !strcmp(kv->element[k]->str, "m") &&
+                    kv->element[k + 1]->type == REDIS_REPLY_STRING)
+                    take_reply(w, kv->element[k + 1]->str, kv->element[k + 1]->len);
+        }
+    }
+    freeReplyObject(r);
+}
+
+/* The turn driver's part of the loop: a decode step, calls out, replies in (waiting briefly for them when nothing
+ * else is to be done), finished groups forwarded. */
+static int step_turns(worker *w, double now, cpt_err *err) {
+    if (cpt_turns_step(w->turns, now, err) < 0) return -1;
+    send_calls(w);
+    if (cpt_turns_waiting(w->turns) > 0) read_replies(w, cpt_engine_idle(w->eng) ? 20 : 0);
+    cpt_turn_result res;
+    while (cpt_turns_take(w->turns, &res)) {
+        finish_turn_group(w, &res);
+        cpt_turn_result_free(&res);
+    }
+    return 0;
 }
 
 int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatile sig_atomic_t *stop,
@@ -392,6 +570,11 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         cpt_err_prefix(err, "tokenizer %s", tp);
         goto done;
     }
+    if (strcmp(cpt_cfg_str(cfg, "env.type"), "none") && !w->tok) {
+        cpt_errf(err, "env.type = %s: multi-turn rollouts need a tokenizer (tokenizer.path)", cpt_cfg_str(cfg, "env.type"));
+        goto done;
+    }
+    if (cpt_turn_opts_from_config(cfg, tp, &w->topts, &w->tools, err)) goto done;
     if (!random_init) {
         if (!(w->m = cpt_rollout_load_model(cpt_cfg_str(cfg, "model.path"), NULL, 0, err))) {
             cpt_err_prefix(err, "model.path");
@@ -404,6 +587,10 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     cpt_info("cpt-rollout %s: run %s, %s, %d slots, on %s, weights over %s", worker_id, w->conn.run,
              random_init ? "model from the first weight version" : cpt_cfg_str(cfg, "model.path"),
              (int)cpt_cfg_int(cfg, "rollout.slots"), w->on_gpu ? "GPU 0" : "the CPU", cpt_transport_resolve(cfg));
+    if (w->tools)
+        cpt_info("cpt-rollout %s: tools (env.type = %s): up to %d calls per sample ending in \"%s\", requests to %s, "
+                 "replies on %s", worker_id, cpt_cfg_str(cfg, "env.type"), w->topts.max_turns, w->topts.call_end,
+                 w->env_key, w->reply_key);
 
     const double poll_s = cpt_cfg_int(cfg, "rollout.weight_poll_ms") / 1000.0;
     const double hb_s = cpt_cfg_float(cfg, "rollout.heartbeat_s"), max_wait = cpt_cfg_float(cfg, "rollout.max_wait_weights_s");
@@ -471,8 +658,12 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         if (!*stop && !w->has_want && !waiting && cpt_engine_waiting(w->eng) == 0 &&
             cpt_engine_active(w->eng) < cpt_engine_slots(w->eng))
             take_group(w);
-        else if (cpt_engine_idle(w->eng))
+        else if (cpt_engine_idle(w->eng) && !(w->turns && cpt_turns_waiting(w->turns)))
             usleep(20000);
+        if (w->turns) {
+            if (step_turns(w, cpt_now(), err)) goto done;
+            continue;
+        }
         if (!cpt_engine_idle(w->eng) && cpt_engine_step(w->eng, err) < 0) goto done;
         cpt_gen_result res;
         while (cpt_engine_take(w->eng, &res)) {
@@ -482,6 +673,9 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     }
     cpt_info("cpt-rollout %s: stopping: %ld groups (%ld completions, %ld tokens), %ld dead, weights v%llu", worker_id,
              w->st->groups, w->st->completions, w->st->tokens, w->st->dead, (unsigned long long)w->version);
+    if (w->tools)
+        cpt_info("cpt-rollout %s: tools: %ld replies taken, %ld dropped", worker_id, w->st->env_replies,
+                 w->st->env_dropped);
     rc = 0;
 done:
     /* A drain (rc 0) leaves only groups held for a weight version not loaded yet (or, on SIGUSR2, groups half
@@ -497,10 +691,18 @@ done:
     cpt_err gerr;
     if (rc == 0 && cpt_queue_worker_gone(w->q, worker_id, &gerr)) /* drained: off cpt-queue stats' list */
         cpt_warn("cpt-rollout %s: removing its heartbeat: %s", worker_id, gerr.msg);
+    if (w->q && w->reply_key[0]) { /* its replies have no reader any more */
+        const char *del[] = {"DEL", w->reply_key};
+        redisReply *r = cpt_redis_command(w->q->redis, 2, del, NULL, w->reply_key, 0, &gerr);
+        if (r) freeReplyObject(r);
+        else cpt_warn("cpt-rollout %s: deleting its env reply stream: %s", worker_id, gerr.msg);
+    }
     while (w->n_fl) drop_flight(w, w->n_fl - 1); /* unacked: reclaimed by another worker */
     free(w->fl);
     cpt_weights_rx_free(w->rx); /* leaves the nccl group: a new epoch without this worker */
     cpt_queue_close(w->q);
+    cpt_turns_free(w->turns);
+    cpt_turn_opts_free(&w->topts);
     cpt_engine_free(w->eng);
     cpt_model_free(w->m);
     cpt_tokenizer_free(w->tok);

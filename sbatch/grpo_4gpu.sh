@@ -10,6 +10,7 @@
 #   a CPU-only node (every role on the CPU, weights as files):
 #     sbatch --gres=none --ntasks=3 --cpus-per-task=1 sbatch/grpo_4gpu.sh
 #   N GPUs: --gres=gpu:N --ntasks=N+2 gives N-1 rollout workers with a GPU each.
+#   trainer ranks: slurm.trainer_tasks=T takes T of the GPUs and T tasks (data parallel), the rest as above.
 # Role counts and slurm.* given as overrides win (docs/run-guide.md). The start of the job log says where each role
 # runs: "cpt: devices: trainer cuda (GPU 0), rollout cuda (a GPU per worker), reward cpu; weights over nccl".
 # Preemption-safe: USR1 arrives GRACE seconds before the end or on preemption; cpt-sched checkpoints, drains and

@@ -20,7 +20,6 @@
 #include "scheduler/run_lock.h"
 #include "weights/checkpoint_dir.h"
 
-static const char *role_names[2] = {"rollout", "reward"};
 
 static int is_online(const char *algo) {
     return !strcmp(algo, "grpo") || !strcmp(algo, "ppo") || !strcmp(algo, "opd");
@@ -302,8 +301,8 @@ int cpt_launcher_prepare(cpt_launcher *L, cpt_executor exec, const cpt_key_table
     /* srun ends its step on SIGTERM (the tasks may be killed before they checkpoint) but forwards SIGUSR1, which
      * every role treats like SIGTERM: finish the step or the group in hand, save, exit. */
     if (exec == CPT_EXEC_SLURM) L->sup.stop_signal = SIGUSR1;
-    L->want[CPT_ROLE_ROLLOUT] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.rollout") : 0;
-    L->want[CPT_ROLE_REWARD] = L->online ? (int)cpt_cfg_int(L->cfg, "roles.reward") : 0;
+    for (int role = 0; role < CPT_N_WORKER_ROLES; role++)
+        L->want[role] = L->online ? cpt_role_configured(L->cfg, role) : 0;
     if (cpt_autoscaler_init(&L->autoscale, L->cfg, L->run_dir, cpt_now(), err)) return -1;
     cpt_autoscale_params *ap = &L->autoscale.p; /* auto from the start: roles.rollout within the bounds */
     if (L->online && L->autoscale.on && (L->want[0] < ap->min || L->want[0] > ap->max))
@@ -382,8 +381,7 @@ static int count_role(const cpt_launcher *L, int role, int *highest) {
     *highest = -1;
     for (int i = 0; i < L->sup.n; i++) {
         const cpt_proc *p = &L->sup.procs[i];
-        size_t len = strlen(role_names[role]);
-        if (strncmp(p->name, role_names[role], len) || p->name[len] != '-') continue;
+        if (cpt_role_of_worker(p->name) != role) continue;
         if ((p->state == CPT_PROC_RUNNING && !p->stop_requested) || p->state == CPT_PROC_BACKOFF) {
             n++;
             *highest = i;
@@ -392,12 +390,8 @@ static int count_role(const cpt_launcher *L, int role, int *highest) {
     return n;
 }
 
-static int role_cpus(const cpt_launcher *L, int role) {
-    return (int)cpt_cfg_int(L->cfg, role == CPT_ROLE_ROLLOUT ? "slurm.rollout_cpus" : "slurm.reward_cpus");
-}
-static int role_gpus(const cpt_launcher *L, int role) {
-    return role == CPT_ROLE_ROLLOUT ? (int)cpt_cfg_int(L->cfg, "slurm.rollout_gpus") : 0;
-}
+static int role_cpus(const cpt_launcher *L, int role) { return cpt_role_cpus(L->cfg, role); }
+static int role_gpus(const cpt_launcher *L, int role) { return cpt_role_gpus(L->cfg, role); }
 
 /* What the allocation has left after the steps this launcher holds: the trainer, the workers, the workers in
  * backoff (they come back) and the ones still draining (they hold their CPUs until they exit). */
@@ -412,7 +406,8 @@ static void free_room(const cpt_launcher *L, cpt_alloc *room) {
                            (int)cpt_cfg_int(L->cfg, "slurm.trainer_gpus"));
             continue;
         }
-        int role = !strncmp(p->name, "reward-", 7) ? CPT_ROLE_REWARD : CPT_ROLE_ROLLOUT;
+        int role = cpt_role_of_worker(p->name);
+        if (role < 0) continue;
         cpt_alloc_take(room, 1, role_cpus(L, role), role_gpus(L, role));
     }
 }
@@ -431,18 +426,19 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
         room.cpus[0] = room.gpus[0] = 1 << 20;
     }
     double grace = cpt_cfg_float(L->cfg, "roles.drain_grace_s");
-    int inside[2], sats[2], cpus[2], gpus[2], highest[2];
-    int base[2] = {(int)cpt_cfg_int(L->cfg, "roles.rollout"), (int)cpt_cfg_int(L->cfg, "roles.reward")};
-    for (int role = 0; role < 2; role++) {
+    enum { N = CPT_N_WORKER_ROLES };
+    int inside[N], sats[N], cpus[N], gpus[N], highest[N], base[N];
+    for (int role = 0; role < N; role++) {
+        base[role] = cpt_role_configured(L->cfg, role);
         inside[role] = count_role(L, role, &highest[role]);
         sats[role] = L->satellites_on ? cpt_sat_live(&L->sats, role) : 0;
         cpus[role] = role_cpus(L, role);
         gpus[role] = role_gpus(L, role);
     }
     int left = L->satellites_on ? L->sats.max - L->sats.n : 0;
-    cpt_scale_move moves[2];
-    cpt_plan_scale(&room, L->want, base, inside, sats, cpus, gpus, left < 0 ? 0 : left, moves);
-    for (int role = 0; role < 2; role++) {
+    cpt_scale_move moves[N];
+    cpt_plan_scale(&room, N, L->want, base, inside, sats, cpus, gpus, left < 0 ? 0 : left, moves);
+    for (int role = 0; role < N; role++) {
         cpt_scale_move m = moves[role];
         /* backing off after a satellite failed; or rollout workers on the trainer's GPU, which a satellite on
          * another node cannot share (cuda_ipc is one host's) */
@@ -454,10 +450,9 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
         for (int k = 0; k < m.start_inside; k++) {
             char name[64];
             int idx = 0;
-            do snprintf(name, sizeof name, "%s-%d", role_names[role], idx++);
+            do snprintf(name, sizeof name, "%s-%d", cpt_role_name(role), idx++);
             while (cpt_sup_find(&L->sup, name) >= 0);
-            const char *prog = role == CPT_ROLE_ROLLOUT ? "cpt-rollout" : "cpt-reward";
-            if (add_role(L, name, prog, name, 1, role_cpus(L, role), role_gpus(L, role), 0, CPT_RESTART_ON_FAILURE,
+            if (add_role(L, name, cpt_role_program(role), name, 1, role_cpus(L, role), role_gpus(L, role), 0, CPT_RESTART_ON_FAILURE,
                          err) < 0)
                 return -1;
             fprintf(stderr, "cpt: started %s\n", name);
@@ -481,12 +476,12 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
         if (m.unplaced != L->unplaced[role] && (m.unplaced > 0 || L->unplaced[role] > 0)) {
             if (m.unplaced > 0)
                 fprintf(stderr, "cpt: %d %s worker%s wanted but not placed: the allocation has no room%s; they start "
-                                "when room frees\n", m.unplaced, role_names[role], m.unplaced == 1 ? "" : "s",
+                                "when room frees\n", m.unplaced, cpt_role_name(role), m.unplaced == 1 ? "" : "s",
                         L->satellites_on ? " and no satellite may be submitted now (slurm.max_satellites, a "
                                            "backoff after a satellite failed, or rollout workers on the trainer's GPU)"
                                          : " and satellites are off (slurm.max_satellites = 0, or no TCP queue)");
             else
-                fprintf(stderr, "cpt: every %s worker placed\n", role_names[role]);
+                fprintf(stderr, "cpt: every %s worker placed\n", cpt_role_name(role));
         }
         L->unplaced[role] = m.unplaced;
     }
@@ -499,8 +494,8 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
     int rollout_auto = L->online && cpt_autoscaler_read_control(&L->autoscale, r, &L->want[CPT_ROLE_ROLLOUT]);
-    for (int role = rollout_auto ? 1 : 0; role < 2; role++) { /* auto: the autoscaler sets the rollout count */
-        const char *argv[] = {"HGET", key, role_names[role]};
+    for (int role = rollout_auto ? 1 : 0; role < CPT_N_WORKER_ROLES; role++) { /* auto: the autoscaler sets the rollout count */
+        const char *argv[] = {"HGET", key, cpt_role_name(role)};
         cpt_err err;
         redisReply *rep = cpt_redis_command(r, 3, argv, NULL, key, 0, &err);
         if (!rep) {
@@ -514,12 +509,12 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
                 if (strncmp(L->bad_control[role], rep->str, sizeof L->bad_control[role] - 1)) {
                     snprintf(L->bad_control[role], sizeof L->bad_control[role], "%s", rep->str);
                     fprintf(stderr, "cpt: ignoring %s field %s = \"%.40s\": not a worker count (0..%d); keeping %d\n",
-                            key, role_names[role], rep->str, CPT_MAX_WORKERS, L->want[role]);
+                            key, cpt_role_name(role), rep->str, CPT_MAX_WORKERS, L->want[role]);
                 }
             } else {
                 L->bad_control[role][0] = '\0';
                 if (v != L->want[role]) {
-                    fprintf(stderr, "cpt: scale %s %d -> %d\n", role_names[role], L->want[role], v);
+                    fprintf(stderr, "cpt: scale %s %d -> %d\n", cpt_role_name(role), L->want[role], v);
                     L->want[role] = v;
                 }
             }
@@ -531,16 +526,17 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
 /* Publishes the current counts into control, for `cpt-scale` with no arguments: running (inside steps plus
  * satellites Slurm runs), inside, satellite (submitted, not draining) and the satellites' job ids with states. */
 static void write_counts(cpt_launcher *L, cpt_redis *r) {
-    char key[512], val[4][2][32], jobs[2][2048];
+    enum { N = CPT_N_WORKER_ROLES };
+    char key[512], val[3][N][32], jobs[N][2048], fields[N][4][48];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
-    const char *argv[2 + 2 * 8];
+    const char *argv[2 + 2 * 4 * N];
     int n = 0;
     argv[n++] = "HSET";
     argv[n++] = key;
-    static const char *fields[2][4] = {
-        {"running_rollout", "inside_rollout", "satellite_rollout", "satellite_jobs_rollout"},
-        {"running_reward", "inside_reward", "satellite_reward", "satellite_jobs_reward"}};
-    for (int role = 0; role < 2; role++) {
+    static const char *const prefix[4] = {"running", "inside", "satellite", "satellite_jobs"};
+    for (int role = 0; role < N; role++) {
+        for (int f = 0; f < 4; f++)
+            snprintf(fields[role][f], sizeof fields[role][f], "%s_%s", prefix[f], cpt_role_name(role));
         int hi;
         int inside = count_role(L, role, &hi);
         int sat = L->satellites_on ? cpt_sat_live(&L->sats, role) : 0;
@@ -567,8 +563,9 @@ static void report_resume(const cpt_launcher *L) {
     fprintf(stderr, "cpt: resuming %s from step %lld (checkpoint %s/checkpoints/step-%lld)", L->run_dir,
             (long long)L->resume_step, L->run_dir, (long long)L->resume_step);
     if (L->online)
-        fprintf(stderr, "; scale counts %s: rollout=%d reward=%d", L->control_seen ? "from the last run" : "from the config",
-                L->want[CPT_ROLE_ROLLOUT], L->want[CPT_ROLE_REWARD]);
+        fprintf(stderr, "; scale counts %s: rollout=%d reward=%d env=%d",
+                L->control_seen ? "from the last run" : "from the config", L->want[CPT_ROLE_ROLLOUT],
+                L->want[CPT_ROLE_REWARD], L->want[CPT_ROLE_ENV]);
     fprintf(stderr, "\n");
 }
 
@@ -600,9 +597,13 @@ static void print_progress(cpt_launcher *L, double started) {
     if (L->online) {
         int hi;
         fprintf(stderr, "  rollout %d reward %d", count_role(L, 0, &hi), count_role(L, 1, &hi));
-        if (L->satellites_on && L->sats.n)
-            fprintf(stderr, " (satellites: rollout %d reward %d)", cpt_sat_live(&L->sats, 0),
-                    cpt_sat_live(&L->sats, 1));
+        int env = count_role(L, CPT_ROLE_ENV, &hi);
+        if (env || L->want[CPT_ROLE_ENV]) fprintf(stderr, " env %d", env);
+        if (L->satellites_on && L->sats.n) {
+            fprintf(stderr, " (satellites: rollout %d reward %d", cpt_sat_live(&L->sats, 0), cpt_sat_live(&L->sats, 1));
+            if (cpt_sat_live(&L->sats, CPT_ROLE_ENV)) fprintf(stderr, " env %d", cpt_sat_live(&L->sats, CPT_ROLE_ENV));
+            fprintf(stderr, ")");
+        }
     }
     fprintf(stderr, "\n");
 }
@@ -715,7 +716,7 @@ static int forget_weights(cpt_launcher *L, cpt_redis *r, cpt_err *err) {
 
 static void drain_satellites(cpt_launcher *L, double grace) {
     if (!L->satellites_on) return;
-    for (int role = 0; role < 2; role++)
+    for (int role = 0; role < CPT_N_WORKER_ROLES; role++)
         while (cpt_sat_drain_one(&L->sats, role, grace) == 0) {}
 }
 

@@ -16,7 +16,8 @@
  * first GPU whatever other steps hold: in a one-GPU job, the trainer's (tests/slurm/test_sbatch_gpu_steps.sh).
  *
  * Role processes: `cpt-train RUN_DIR/config.toml`, `cpt-rollout RUN_DIR/config.toml --worker-id rollout-K`,
- * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`; environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
+ * `cpt-reward RUN_DIR/config.toml --worker-id reward-K`, `cpt-env RUN_DIR/config.toml --worker-id env-K` (roles.env,
+ * the tools of multi-turn rollouts); environment CPT_RUN=RUN_DIR and CPT_ROLE=<name>; logs in
  * RUN_DIR/logs/<name>.log.
  *
  * Trainer ranks (slurm.trainer_tasks = N > 1): under Slurm one step `srun --mpi=pmix --ntasks=N`; locally, CPU ranks
@@ -37,6 +38,7 @@
 #include "queue/redis_server.h"
 #include "scheduler/autoscale.h"
 #include "scheduler/placement.h"
+#include "scheduler/roles.h"
 #include "scheduler/satellite.h"
 #include "scheduler/supervisor.h"
 #include "weights/devices.h"
@@ -73,7 +75,7 @@ typedef struct cpt_launcher {
     int redis_restarts;       /* times the private redis-server was restarted after dying */
     double redis_next_start;  /* when a failed restart is tried again */
     cpt_supervisor sup;
-    int want[2];            /* desired rollout, reward workers */
+    int want[CPT_N_WORKER_ROLES]; /* desired workers per role (scheduler/roles.h) */
     cpt_autoscaler autoscale; /* rollout=auto: want[rollout] follows its decisions (autoscale.h) */
     int limited;            /* Slurm with a known allocation: steps are counted against alloc */
     cpt_alloc alloc;        /* what Slurm granted (placement.h) */
@@ -81,13 +83,11 @@ typedef struct cpt_launcher {
     int satellites_on;      /* workers beyond the allocation go to satellite jobs; the queue listens on TCP */
     cpt_satellites sats;
     int tcp_port;           /* the private redis-server's TCP port when satellites are on */
-    int unplaced[2];        /* last reported count of workers with no place, said once per change */
-    char bad_control[2][48]; /* the last invalid control value reported per role (reported once) */
+    int unplaced[CPT_N_WORKER_ROLES]; /* last reported count of workers with no place, said once per change */
+    char bad_control[CPT_N_WORKER_ROLES][48]; /* the last invalid control value reported per role (reported once) */
     volatile sig_atomic_t *stop_flag; /* set by the caller's signal handler */
     double last_progress, last_control;
 } cpt_launcher;
-
-enum { CPT_ROLE_ROLLOUT = 0, CPT_ROLE_REWARD = 1 };
 
 /* Loads the config (config_path + overrides, against keys), or RUN_DIR/config.toml when resume_dir is given, takes the run
  * directory's lock (run_lock.h) before writing anything into it, and prepares it. A run directory that holds a run is

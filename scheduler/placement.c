@@ -105,15 +105,16 @@ cpt_scale_move cpt_plan_role(int want, int inside, int satellites, int room, int
     return m;
 }
 
-void cpt_plan_scale(cpt_alloc *room, const int want[2], const int base[2], const int inside[2],
-                    const int satellites[2], const int cpus[2], const int gpus[2], int satellites_left,
-                    cpt_scale_move out[2]) {
-    int first[2] = {0, 0};
-    for (int r = 0; r < 2; r++) {
+void cpt_plan_scale(cpt_alloc *room, int n, const int *want, const int *base, const int *inside,
+                    const int *satellites, const int *cpus, const int *gpus, int satellites_left,
+                    cpt_scale_move *out) {
+    int first[CPT_PLAN_MAX_ROLES] = {0};
+    if (n > CPT_PLAN_MAX_ROLES) n = CPT_PLAN_MAX_ROLES;
+    for (int r = 0; r < n; r++) {
         int target = want[r] < base[r] ? want[r] : base[r];
         while (inside[r] + first[r] < target && cpt_alloc_take(room, 1, cpus[r], gpus[r]) == 0) first[r]++;
     }
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < n; r++) {
         out[r] = cpt_plan_role(want[r], inside[r] + first[r], satellites[r], cpt_alloc_room(room, cpus[r], gpus[r]),
                                satellites_left);
         for (int k = 0; k < out[r].start_inside; k++) cpt_alloc_take(room, 1, cpus[r], gpus[r]);

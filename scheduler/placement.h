@@ -13,6 +13,7 @@
 
 #define CPT_ALLOC_MAX_NODES 256
 #define CPT_MAX_WORKERS 4096 /* the most workers of one role cpt-scale may ask for */
+#define CPT_PLAN_MAX_ROLES 8  /* the most roles cpt_plan_scale plans at once */
 
 /* A desired worker count as cpt-scale writes it and the launcher reads it from cpt:{run}:control: the whole string
  * is decimal digits (no sign, no spaces) with a value in 0..CPT_MAX_WORKERS. Returns 0 and *out, or -1. */
@@ -51,12 +52,13 @@ typedef struct cpt_scale_move {
  * that fit inside now; satellites_left: satellite jobs that may still be submitted (all roles). */
 cpt_scale_move cpt_plan_role(int want, int inside, int satellites, int room, int satellites_left);
 
-/* Both roles at once, from the room left (room, updated) and the satellites that may still be submitted: first
- * each role's base count (what the allocation was sized for: roles.rollout, roles.reward) goes inside, so a run
- * that starts with higher desired counts (a requeue after cpt-scale) does not give one role's room to the other;
- * then each role's rest goes inside while room lasts, then to satellites. */
-void cpt_plan_scale(cpt_alloc *room, const int want[2], const int base[2], const int inside[2],
-                    const int satellites[2], const int cpus[2], const int gpus[2], int satellites_left,
-                    cpt_scale_move out[2]);
+/* The n roles at once (arrays of n, in role order: scheduler/roles.h), from the room left (room, updated) and the
+ * satellites that may still be submitted: first each role's base count (what the allocation was sized for:
+ * roles.rollout, roles.reward, roles.env) goes inside, so a run that starts with higher desired counts (a requeue
+ * after cpt-scale) does not give one role's room to another; then each role's rest goes inside while room lasts,
+ * then to satellites. */
+void cpt_plan_scale(cpt_alloc *room, int n, const int *want, const int *base, const int *inside,
+                    const int *satellites, const int *cpus, const int *gpus, int satellites_left,
+                    cpt_scale_move *out);
 
 #endif

@@ -19,8 +19,10 @@
 #include "model/model.h"
 #include "queue/redis.h"
 #include "queue/tls.h"
+#include "reward/env.h"
 #include "reward/plugin.h"
 #include "reward/reward.h"
+#include "scheduler/roles.h"
 #include "scheduler/satellite.h"
 #include "trainer/rl_data.h"
 #include "weights/devices.h"
@@ -370,6 +372,34 @@ static void check_reward(cpt_preflight *p) {
     }
 }
 
+/* The tools of multi-turn rollouts: the environment opens (a plugin is loaded and inited once in its sandboxed
+ * child, never in this process) and env workers are there to run it. */
+static void check_env(cpt_preflight *p) {
+    const char *type = cpt_cfg_str(p->cfg, "env.type");
+    int workers = cpt_role_configured(p->cfg, CPT_ROLE_ENV);
+    if (!strcmp(type, "none")) {
+        if (workers > 0)
+            line(p, "FAIL", "env", "roles.env = %d but env.type = none: the env workers would have no tool to run "
+                 "(set env.type, or roles.env = 0)", workers);
+        return;
+    }
+    if (workers < 1)
+        line(p, "FAIL", "env", "env.type = %s needs at least one env worker (roles.env = 0): every tool call would "
+             "wait env.reply_timeout_ms for nothing", type);
+    cpt_err err;
+    cpt_err_clear(&err);
+    cpt_env *e = cpt_env_open(p->cfg, &err);
+    if (!e) {
+        line(p, "FAIL", "env", "env.type = %s: %s", type, err.msg);
+        return;
+    }
+    line(p, "ok", "env", "%s%s%s, in a sandbox (seccomp strict%s, env.timeout_ms = %lld, env.memory_mb = %lld)",
+         cpt_env_name(e), !strcmp(type, "plugin") ? " " : "", !strcmp(type, "plugin") ? cpt_cfg_str(p->cfg, "env.plugin") : "",
+         !strcmp(type, "plugin") ? " unless the plugin asks for limits only" : "",
+         (long long)cpt_cfg_int(p->cfg, "env.timeout_ms"), (long long)cpt_cfg_int(p->cfg, "env.memory_mb"));
+    cpt_env_close(e);
+}
+
 static void check_program(cpt_preflight *p, const char *role, const char *program) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", p->bin_dir ? p->bin_dir : ".", program);
@@ -529,6 +559,9 @@ static void check_roles(cpt_preflight *p) {
     if (reward < 1) line(p, "FAIL", "roles", "%s needs at least one reward worker (roles.reward = 0)", algo);
     check_program(p, "rollout", "cpt-rollout");
     check_program(p, "reward", "cpt-reward");
+    int env = cpt_role_configured(c, CPT_ROLE_ENV);
+    if (env > 0) check_program(p, "env", "cpt-env");
+    check_env(p);
     cpt_err werr;
     if (p->dev_ok && cpt_weights_choice_check(p->dev.transport, p->dev.train, p->dev.rollout,
                                               !strcmp(cpt_cfg_str(c, "model.init"), "random"), &werr))
@@ -543,7 +576,9 @@ static void check_roles(cpt_preflight *p) {
     }
     if (!strcmp(algo, "ppo") && cpt_cfg_str(c, "critic.path")[0]) check_model_dir(p, "critic", cpt_cfg_str(c, "critic.path"));
     if (cpt_cfg_str(c, "reward.model_path")[0]) check_model_dir(p, "rm", cpt_cfg_str(c, "reward.model_path"));
-    line(p, "ok", "roles", "%s: trainer, %ld rollout, %ld reward%s%s", algo, rollout, reward,
+    char env_part[64] = "";
+    if (env > 0) snprintf(env_part, sizeof env_part, ", %d env", env);
+    line(p, "ok", "roles", "%s: trainer, %ld rollout, %ld reward%s%s%s", algo, rollout, reward, env_part,
          !strcmp(algo, "opd") ? ", teacher in the reward workers" : "",
          cpt_cfg_float(c, "algo.kl_beta") > 0 ? ", reference (kl_beta > 0)" : "");
     check_queue_url(p);
@@ -561,11 +596,12 @@ void cpt_preflight_resources(const cpt_config *cfg, cpt_resources *out) {
     out->cpus = tasks * (long)cpt_cfg_int(cfg, "slurm.trainer_cpus");
     out->gpus = tasks * (long)cpt_cfg_int(cfg, "slurm.trainer_gpus");
     if (is_online(cpt_cfg_str(cfg, "algo.type"))) {
-        long rollout = (long)cpt_cfg_int(cfg, "roles.rollout"), reward = (long)cpt_cfg_int(cfg, "roles.reward");
-        out->tasks += rollout + reward;
-        out->cpus += rollout * (long)cpt_cfg_int(cfg, "slurm.rollout_cpus") +
-                     reward * (long)cpt_cfg_int(cfg, "slurm.reward_cpus");
-        out->gpus += rollout * (long)cpt_cfg_int(cfg, "slurm.rollout_gpus");
+        for (int r = 0; r < CPT_N_WORKER_ROLES; r++) {
+            long n = cpt_role_configured(cfg, r);
+            out->tasks += n;
+            out->cpus += n * cpt_role_cpus(cfg, r);
+            out->gpus += n * cpt_role_gpus(cfg, r);
+        }
     }
 }
 
@@ -641,15 +677,14 @@ static long satellite_overflow(const cpt_config *c, const cpt_resources *have) {
     long cpus = have->cpus - tasks * (long)cpt_cfg_int(c, "slurm.trainer_cpus");
     long gpus = have->gpus - tasks * (long)cpt_cfg_int(c, "slurm.trainer_gpus");
     if (max_sat <= 0 || cpus < 0 || gpus < 0) return -1;
-    long n[2] = {(long)cpt_cfg_int(c, "roles.rollout"), (long)cpt_cfg_int(c, "roles.reward")};
-    long wc[2] = {(long)cpt_cfg_int(c, "slurm.rollout_cpus"), (long)cpt_cfg_int(c, "slurm.reward_cpus")};
-    long wg[2] = {(long)cpt_cfg_int(c, "slurm.rollout_gpus"), 0};
     long over = 0;
-    for (int r = 0; r < 2; r++)
-        for (long k = 0; k < n[r]; k++) {
-            if (cpus >= wc[r] && gpus >= wg[r]) cpus -= wc[r], gpus -= wg[r];
+    for (int r = 0; r < CPT_N_WORKER_ROLES; r++) {
+        long n = cpt_role_configured(c, r), wc = cpt_role_cpus(c, r), wg = cpt_role_gpus(c, r);
+        for (long k = 0; k < n; k++) {
+            if (cpus >= wc && gpus >= wg) cpus -= wc, gpus -= wg;
             else over++;
         }
+    }
     return over <= max_sat ? over : -1;
 }
 

@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-static const char *role_name(int role) { return role == 0 ? "rollout" : "reward"; }
+static const char *role_name(int role) { return cpt_role_name(role); }
 
 /* Runs argv (PATH lookup) with envp (NULL: ours); its stdout goes to out (NUL-terminated, truncated to cap), its
  * stderr to ours. Returns the exit status, or -1 when it could not run. */
@@ -111,8 +111,8 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     const char *job = getenv("SLURM_JOB_ID");
     snprintf(S->main_job, sizeof S->main_job, "%s", job ? job : "");
     snprintf(S->script, sizeof S->script, "%s/" CPT_SAT_SCRIPT, bin_dir);
-    snprintf(S->program[0], sizeof S->program[0], "%s/cpt-rollout", bin_dir);
-    snprintf(S->program[1], sizeof S->program[1], "%s/cpt-reward", bin_dir);
+    for (int r = 0; r < CPT_N_WORKER_ROLES; r++)
+        snprintf(S->program[r], sizeof S->program[r], "%s/%s", bin_dir, cpt_role_program(r));
     snprintf(S->config_path, sizeof S->config_path, "%s", config_path);
     snprintf(S->queue_url, sizeof S->queue_url, "%s", queue_url ? queue_url : "");
     snprintf(S->password_file, sizeof S->password_file, "%s", password_file ? password_file : "");
@@ -124,15 +124,15 @@ int cpt_sat_init(cpt_satellites *S, const cpt_config *cfg, const char *run_dir, 
     snprintf(S->account, sizeof S->account, "%s", v);
     snprintf(S->time_limit, sizeof S->time_limit, "%s", cpt_cfg_str(cfg, "slurm.satellite_time"));
     snprintf(S->extra, sizeof S->extra, "%s", cpt_cfg_str(cfg, "slurm.satellite_args"));
-    S->cpus[0] = (int)cpt_cfg_int(cfg, "slurm.rollout_cpus");
-    S->gpus[0] = (int)cpt_cfg_int(cfg, "slurm.rollout_gpus");
-    S->cpus[1] = (int)cpt_cfg_int(cfg, "slurm.reward_cpus");
-    S->gpus[1] = 0;
+    for (int r = 0; r < CPT_N_WORKER_ROLES; r++) {
+        S->cpus[r] = cpt_role_cpus(cfg, r);
+        S->gpus[r] = cpt_role_gpus(cfg, r);
+    }
     S->check_s = cpt_cfg_float(cfg, "slurm.satellite_check_s");
     S->warn_s = (int)cpt_cfg_int(cfg, "slurm.satellite_warn_s");
     const char *rc = getenv("SLURM_RESTART_COUNT");
     S->restart = rc ? atoi(rc) : 0;
-    for (int r = 0; r < 2; r++) S->backoff[r] = 5.0;
+    for (int r = 0; r < CPT_N_WORKER_ROLES; r++) S->backoff[r] = 5.0;
     if (access(S->script, R_OK) != 0)
         return cpt_errno(err, "satellite script %s (installed beside the cpt programs: rebuild or reinstall cpt)",
                          S->script);
@@ -145,13 +145,15 @@ void cpt_sat_free(cpt_satellites *S) {
     S->n = S->cap = 0;
 }
 
-/* squeue/scancel --name argument: both roles' job names. */
+/* squeue/scancel --name argument: every role's job name. */
 int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_t cap) {
     return run_capture(argv, envp, out, cap);
 }
 
 static void job_names(const cpt_satellites *S, char *out, size_t cap) {
-    snprintf(out, cap, "--name=cpt-sat-%s-rollout,cpt-sat-%s-reward", S->run_name, S->run_name);
+    size_t k = (size_t)snprintf(out, cap, "--name=");
+    for (int r = 0; r < CPT_N_WORKER_ROLES && k < cap; r++)
+        k += (size_t)snprintf(out + k, cap - k, "%scpt-sat-%s-%s", r ? "," : "", S->run_name, role_name(r));
 }
 
 static int scancel(const char *job, int drain_signal) {

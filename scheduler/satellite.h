@@ -28,6 +28,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "queue/redis.h"
+#include "scheduler/roles.h"
 
 /* The satellite batch script's file name, in the folder of the cpt programs. */
 #define CPT_SAT_SCRIPT "cpt-satellite.sh"
@@ -35,7 +36,7 @@
 typedef struct cpt_satellite {
     char job[32];        /* Slurm job id */
     char worker[64];     /* worker id: rollout-sat0 (rollout-sat0-r2 after the main job's second requeue) */
-    int role;            /* 0 rollout, 1 reward */
+    int role;            /* CPT_ROLE_ROLLOUT, _REWARD, _ENV (scheduler/roles.h) */
     char state[24];      /* squeue's %T; "" until the first refresh */
     double submitted_at, started_at;
     int draining;        /* the drain signal was sent (or the pending job cancelled) */
@@ -49,22 +50,22 @@ typedef struct cpt_satellites {
     int max;                     /* slurm.max_satellites */
     char run_name[128], run_dir[2048], main_job[32];
     char script[2100];           /* BIN_DIR/cpt-satellite.sh */
-    char program[2][2300];       /* cpt-rollout, cpt-reward */
+    char program[CPT_N_WORKER_ROLES][2300]; /* cpt-rollout, cpt-reward, cpt-env */
     char config_path[2100];
     char queue_url[700];         /* empty: the config's queue.url is used as is */
     char password_file[2100];
     char partition[128], account[128], time_limit[64];
     char extra[1024];            /* slurm.satellite_args */
-    int cpus[2], gpus[2];
+    int cpus[CPT_N_WORKER_ROLES], gpus[CPT_N_WORKER_ROLES];
     double check_s;
     int warn_s;                  /* --signal=B:USR2@warn_s: the satellite hands back and ends before its time limit */
     /* Workers whose satellite job ended since the launcher last looked: their pending entries are handed to the
      * others at once (cpt_sat_release_ended). */
     char ended[16][64];
     int ended_role[16], n_ended;
-    int next_index[2];           /* worker names are never reused within a run: rollout-sat0, rollout-sat1, ... */
+    int next_index[CPT_N_WORKER_ROLES]; /* worker names are never reused within a run: rollout-sat0, rollout-sat1, ... */
     int restart;                 /* SLURM_RESTART_COUNT: a requeued job's satellites are rollout-sat0-r1, ... */
-    double next_submit_at[2], backoff[2]; /* after a satellite ended on its own */
+    double next_submit_at[CPT_N_WORKER_ROLES], backoff[CPT_N_WORKER_ROLES]; /* after a satellite ended on its own */
 } cpt_satellites;
 
 /* Reads slurm.* from cfg and finds the satellite script in bin_dir (the folder of the cpt programs; an error names

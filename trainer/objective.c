@@ -197,6 +197,7 @@ static void zero_grads(const cpt_obj_inputs *in, const cpt_obj_grads *g) {
 static void base_metrics(const cpt_obj_inputs *in, cpt_obj_metrics *m) {
     double n = 0, ent = 0;
     for (int t = 0; t < in->n_tokens; t++) {
+        if (in->mask[t] == 0) continue; /* skipped, not multiplied: what is there may be anything, NaN included */
         n += in->mask[t];
         if (in->entropy) ent += in->mask[t] * in->entropy[t];
     }
@@ -210,6 +211,7 @@ static void entropy_bonus(const cpt_objective_config *oc, const cpt_obj_inputs *
     if (oc->entropy_coef == 0 || !in->entropy) return;
     double l = 0;
     for (int t = 0; t < in->n_tokens; t++) {
+        if (in->mask[t] == 0) continue;
         l -= oc->entropy_coef * c[t] * in->entropy[t];
         if (g->d_entropy) g->d_entropy[t] = (float)(-oc->entropy_coef * c[t]);
     }
@@ -225,6 +227,7 @@ static int sft_loss(const cpt_objective_config *oc, const cpt_obj_inputs *in, co
     agg_weights(in, oc->loss_agg, oc->loss_agg_norm, c);
     double l = 0;
     for (int t = 0; t < in->n_tokens; t++) {
+        if (in->mask[t] == 0) continue;
         l -= c[t] * in->logprobs[t];
         g->d_logprobs[t] = (float)(-c[t]);
     }
@@ -253,6 +256,7 @@ static int dpo_loss(const cpt_objective_config *oc, const cpt_obj_inputs *in, co
         for (int j = 0; j < 2; j++) {
             int s = 2 * k + j;
             for (int t = in->seq_start[s]; t < in->seq_start[s + 1]; t++) {
+                if (in->mask[t] == 0) continue;
                 lp[j] += in->mask[t] * in->logprobs[t];
                 ref[j] += in->mask[t] * in->ref_logprobs[t];
             }
@@ -329,6 +333,7 @@ static int pg_loss(const cpt_objective_config *oc, const cpt_obj_inputs *in, con
         if (gspo) {
             double lr = 0, ns = 0;
             for (int t = t0; t < t1; t++) {
+                if (in->mask[t] == 0) continue;
                 ns += in->mask[t];
                 if (in->old_logprobs) lr += in->mask[t] * ((double)in->logprobs[t] - in->old_logprobs[t]);
             }

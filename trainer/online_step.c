@@ -258,7 +258,8 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
         L->seq_rew[s] = r;
         rs += b->seq_reward[s];
         rq += b->seq_reward[s] * b->seq_reward[s];
-        len += b->seq_resp_len[s];
+        /* the model's tokens: a tool's observation tokens (mask 0) are not generated ones */
+        for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) len += b->mask[t] != 0;
     }
     st->reward_mean = rs / b->n_seqs;
     double var = rq / b->n_seqs - st->reward_mean * st->reward_mean;

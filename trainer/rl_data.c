@@ -164,7 +164,8 @@ int cpt_rl_batch_add_group(cpt_rl_batch *b, const cpt_rollout_group *g, int max_
         for (int i = 0; i < len; i++) {
             int t = s0 + i, j = i - (np - 1); /* completion token predicted at position i */
             b->targets[t] = i + 1 < len ? b->tokens[t + 1] : -1;
-            int on = j >= 0 && j < nc;
+            /* a token the model did not generate (a tool's observation) carries no weight */
+            int on = j >= 0 && j < nc && (!c->mask || c->mask[j]);
             b->mask[t] = on ? 1.0f : 0.0f;
             b->behav_logprobs[t] = on ? c->logprobs[j] : 0.0f;
             b->teacher_logprobs[t] = on && c->teacher_logprobs ? c->teacher_logprobs[j] : 0.0f;

@@ -2,9 +2,10 @@
  * -> a packed training batch.
  *
  * A completion k of a group becomes one packed sequence: tokens = prompt ++ completion, targets = next token (the
- * last token has none). mask is 1 exactly at the positions whose target is a completion token (the positions
- * n_prompt - 1 .. n_prompt + n_completion - 2), so the objective sees one logprob per generated token, aligned with
- * the rollout's behaviour logprobs (and the teacher's for opd). A sequence longer than max_seq_len keeps its prompt
+ * last token has none). mask is 1 exactly at the positions whose target is a completion token the model generated
+ * (the positions n_prompt - 1 .. n_prompt + n_completion - 2, less those whose completion mask is 0: a tool's
+ * observation in a multi-turn rollout), so the objective sees one logprob per generated token, aligned with the
+ * rollout's behaviour logprobs (and the teacher's for opd). A sequence longer than max_seq_len keeps its prompt
  * and the first max_seq_len - n_prompt completion tokens (counted in n_truncated). */
 #ifndef CPT_TRAINER_RL_DATA_H
 #define CPT_TRAINER_RL_DATA_H
@@ -36,7 +37,8 @@ typedef struct cpt_rl_batch {
     int has_teacher;         /* every completion of the batch carried teacher logprobs */
     double *seq_reward;      /* [n_seqs]: kept double until the advantages normalise them */
     int32_t *seq_group;      /* [n_seqs]: group index in the batch */
-    int32_t *seq_resp_len;   /* [n_seqs]: completion tokens kept */
+    int32_t *seq_resp_len;   /* [n_seqs]: completion tokens kept (observations included: they count against the
+                                length budget, so against the overlong penalty too) */
     int32_t *group_seq0, *group_size; /* [n_groups]: first sequence and count */
     uint64_t *group_version; /* [n_groups]: weight version that generated it */
     long n_truncated;        /* completions cut to max_seq_len */

@@ -10,6 +10,7 @@ trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 printf '#!/bin/sh\necho "$@"\n' > "$T/cpt-sched"
 chmod +x "$T/cpt-sched"
+ln -s "${CPT_BUILD:-$(pwd)/build}/cpt" "$T/cpt" # the real one: the scripts read slurm.trainer_tasks with cpt config show
 unset SLURM_GPUS_ON_NODE SLURM_NTASKS SLURM_CPUS_PER_TASK SLURM_SUBMIT_DIR
 run() { # SCRIPT ENV... -- ARGS...: the stand-in's output
   local script=$1; shift
@@ -53,6 +54,19 @@ for s in grpo_4gpu ppo opd; do
 done
 out=$(run grpo_4gpu SLURM_GPUS_ON_NODE=4 SLURM_NTASKS=6 --)
 has "$out" roles.reward=2 "grpo_4gpu, 4 GPUs"
+# trainer ranks (slurm.trainer_tasks, an override or the config's) take a GPU and a task each
+out=$(run grpo_4gpu SLURM_GPUS_ON_NODE=4 SLURM_NTASKS=6 -- slurm.trainer_tasks=2)
+for a in roles.rollout=2 roles.reward=2 slurm.trainer_gpus=1 slurm.rollout_gpus=1; do has "$out" $a "2 ranks, 4 GPUs"; done
+printf '[slurm]\ntrainer_tasks = 2\n' > "$T/ranks.toml"
+cat examples/grpo_arithmetic.toml "$T/ranks.toml" > "$T/ranks2.toml"
+out=$(run grpo_4gpu SLURM_GPUS_ON_NODE=2 SLURM_NTASKS=4 -- "$T/ranks2.toml")
+for a in roles.rollout=1 roles.reward=1 slurm.trainer_gpus=1 slurm.rollout_gpus=0 rollout.device=cuda; do
+  has "$out" $a "2 ranks from the config, 2 GPUs"; done
+out=$(run grpo_4gpu SLURM_GPUS_ON_NODE=4 SLURM_NTASKS=5 -- slurm.trainer_tasks=3)
+for a in roles.rollout=1 roles.reward=1; do has "$out" $a "3 ranks, 4 GPUs, 5 tasks"; done
+if out=$(run grpo_4gpu SLURM_GPUS_ON_NODE=1 SLURM_NTASKS=4 -- slurm.trainer_tasks=2 2>&1); then
+  fail "2 ranks on 1 GPU accepted: $out"; fi
+[[ $out == *"trainer ranks need 2 GPUs; the allocation has 1"* ]] || fail "2 ranks on 1 GPU: unclear error: $out"
 # every script's header documents its CPU-only line
 for s in sft dpo grpo_4gpu ppo opd; do
   grep -q "^#.* sbatch --gres=none .*sbatch/$s.sh" "sbatch/$s.sh" || fail "$s: no CPU-only line in the header"

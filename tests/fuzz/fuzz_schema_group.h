@@ -29,6 +29,14 @@ static inline void fuzz_group_roundtrip(const uint8_t *data, size_t size, cpt_ms
             if (m2.completions[c].n_tokens != m.completions[c].n_tokens ||
                 memcmp(m2.completions[c].logprobs, m.completions[c].logprobs, (size_t)m.completions[c].n_tokens * 4))
                 abort();
+        /* a mask with a 0 comes back equal; an all-ones one is not sent and comes back NULL */
+        for (uint32_t c = 0; c < m.n_completions; c++) {
+            const cpt_completion *k = &m.completions[c], *k2 = &m2.completions[c];
+            int any0 = 0;
+            for (uint32_t i = 0; k->mask && i < k->n_tokens; i++) any0 |= !k->mask[i];
+            if (any0 ? !k2->mask || memcmp(k2->mask, k->mask, k->n_tokens) : k2->mask != NULL)
+                abort();
+        }
         cpt_rollout_group_free(&m2);
         cpt_buf_free(&b);
         cpt_rollout_group_free(&m);

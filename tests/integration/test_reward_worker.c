@@ -47,6 +47,7 @@ static int32_t *encode(const cpt_tokenizer *tok, const char *s, uint32_t *n) {
 /* What add_group puts in the next group it writes (tests of forged messages), then resets. */
 static uint64_t next_version = 7;
 static int32_t next_bad_token = -1;
+static int next_mask = 0; /* completion 1's first token is not the model's (a tool's observation) */
 
 /* One rollout group: prompt text, completions texts, extra. */
 static void add_group(cpt_queue *q, const cpt_tokenizer *tok, const char *run, uint64_t index, const char *prompt,
@@ -68,8 +69,16 @@ static void add_group(cpt_queue *q, const cpt_tokenizer *tok, const char *run, u
     }
     g.weight_version = next_version;
     if (next_bad_token >= 0 && n > 0 && g.completions[0].n_tokens > 0) g.completions[0].tokens[0] = next_bad_token;
+    if (next_mask && n > 1 && g.completions[1].n_tokens > 1) {
+        cpt_completion *k = &g.completions[1];
+        k->mask = malloc(k->n_tokens);
+        memset(k->mask, 1, k->n_tokens);
+        k->mask[0] = 0;
+        k->logprobs[0] = 0;
+    }
     next_version = 7;
     next_bad_token = -1;
+    next_mask = 0;
     snprintf(g.worker, sizeof g.worker, "rollout-0");
     g.extra = extra ? strdup(extra) : NULL;
     cpt_buf b;
@@ -273,6 +282,7 @@ static void test_opd_and_reward_model(test_redis *t, const cpt_tokenizer *tok, c
     CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_SCORED, "trainer", &err), 0);
     const char *prompt = "What is 2 + 3?";
     const char *comps[] = {"2 + 3 = 5\n#### 5", "#### 7"};
+    next_mask = 1;
     add_group(q, tok, "rwo", 0, prompt, 2, comps, "{\"answer\": \"5\"}");
     pid_t pid = start_worker(cfgp, "reward-o");
     cpt_queue_item it;
@@ -283,6 +293,9 @@ static void test_opd_and_reward_model(test_redis *t, const cpt_tokenizer *tok, c
         for (uint32_t c = 0; c < g->n_completions; c++) {
             const cpt_completion *k = &g->completions[c];
             CHECK(k->teacher_logprobs != NULL);
+            /* the completion mask passes through the reward worker */
+            if (c == 0) CHECK(k->mask == NULL);
+            else CHECK(k->mask && k->mask[0] == 0 && k->n_tokens > 1 && k->mask[1] == 1);
             float *want = malloc(k->n_tokens * sizeof *want);
             const int32_t *toks[1] = {k->tokens};
             int nt[1] = {(int)k->n_tokens};

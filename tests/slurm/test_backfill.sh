@@ -54,6 +54,16 @@ for round in 1 2 3; do
   for _ in $(seq 1 240); do [ "$(sats_running)" = 2 ] && break; sleep 0.25; done
   [ "$(sats_running)" = 2 ] || fail "round $round: two satellites never ran together (running: $(sats_running))"
   victims=$(squeue -h -p low --name="cpt-sat-$RUN-rollout" -t R -o %i | tr '\n' ' ')
+  # Their workers run (a weight version loaded): a preemption that comes while Slurm still launches the batch script
+  # loses the user signal, and the job then ends only after GraceTime and KillWait (Slurm's behaviour, not cpt's).
+  for v in $victims; do
+    for _ in $(seq 1 400); do
+      log=$(grep -l "^satellite: job $v " "$R"/logs/rollout-sat*.log 2>/dev/null | head -1) || true
+      [ -n "$log" ] && grep -q "weights v[0-9]* loaded" "$log" && break
+      sleep 0.1
+    done
+    [ -n "$log" ] && grep -q "weights v[0-9]* loaded" "$log" || fail "round $round: satellite $v never loaded weights"
+  done
   s0=$(run_step "$R")
   wait_run_step "$R" $((s0 + 3)) 120 # they take part
   # every CPU the main job does not hold: Slurm must take both satellites back

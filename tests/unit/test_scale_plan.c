@@ -106,7 +106,7 @@ int main(void) {
     int cpus[2] = {1, 1}, gpus[2] = {0, 0}, base[2] = {1, 1}, zero[2] = {0, 0};
     CHECK(cpt_alloc_parse(&a, "2", NULL, &err) == 0);
     int want[2] = {2, 1};
-    cpt_plan_scale(&a, want, base, zero, zero, cpus, gpus, 4, mv);
+    cpt_plan_scale(&a, 2, want, base, zero, zero, cpus, gpus, 4, mv);
     CHECK_EQ_INT(mv[0].start_inside, 1);
     CHECK_EQ_INT(mv[0].submit, 1);
     CHECK_EQ_INT(mv[1].start_inside, 1);
@@ -115,21 +115,38 @@ int main(void) {
     /* Extra room goes to whoever asks first beyond the base; satellites_left is shared by the roles. */
     CHECK(cpt_alloc_parse(&a, "3", NULL, &err) == 0);
     int want2[2] = {3, 3};
-    cpt_plan_scale(&a, want2, base, zero, zero, cpus, gpus, 3, mv);
+    cpt_plan_scale(&a, 2, want2, base, zero, zero, cpus, gpus, 3, mv);
     CHECK_EQ_INT(mv[0].start_inside, 2);
     CHECK_EQ_INT(mv[0].submit, 1);
     CHECK_EQ_INT(mv[1].start_inside, 1);
     CHECK_EQ_INT(mv[1].submit, 2);
     CHECK_EQ_INT(mv[1].unplaced, 0);
     CHECK(cpt_alloc_parse(&a, "3", NULL, &err) == 0);
-    cpt_plan_scale(&a, want2, base, zero, zero, cpus, gpus, 2, mv);
+    cpt_plan_scale(&a, 2, want2, base, zero, zero, cpus, gpus, 2, mv);
     CHECK_EQ_INT(mv[0].submit + mv[1].submit, 2);
     CHECK_EQ_INT(mv[1].unplaced, 1);
     /* Scale-down with both present: satellites first, the room is not touched. */
     CHECK(cpt_alloc_parse(&a, "0", NULL, &err) == 0);
     int want3[2] = {1, 1}, in3[2] = {1, 1}, sat3[2] = {2, 0};
-    cpt_plan_scale(&a, want3, base, in3, sat3, cpus, gpus, 0, mv);
+    cpt_plan_scale(&a, 2, want3, base, in3, sat3, cpus, gpus, 0, mv);
     CHECK_EQ_INT(mv[0].stop_satellite, 2);
     CHECK_EQ_INT(mv[0].stop_inside + mv[1].stop_inside + mv[1].stop_satellite, 0);
+    /* Three roles (rollout, reward, env): each base count goes inside before any role's extra; with room for two,
+     * the env worker is the one that goes to a satellite, in role order. */
+    cpt_scale_move mv3[3];
+    int c3[3] = {1, 1, 1}, g3[3] = {0, 0, 0}, b3[3] = {1, 1, 1}, z3[3] = {0, 0, 0}, w3[3] = {2, 1, 1};
+    CHECK(cpt_alloc_parse(&a, "3", NULL, &err) == 0);
+    cpt_plan_scale(&a, 3, w3, b3, z3, z3, c3, g3, 4, mv3);
+    CHECK_EQ_INT(mv3[0].start_inside, 1);
+    CHECK_EQ_INT(mv3[0].submit, 1);
+    CHECK_EQ_INT(mv3[1].start_inside, 1);
+    CHECK_EQ_INT(mv3[2].start_inside, 1);
+    CHECK_EQ_INT(mv3[2].submit, 0);
+    CHECK(cpt_alloc_parse(&a, "2", NULL, &err) == 0);
+    int w4[3] = {1, 1, 1};
+    cpt_plan_scale(&a, 3, w4, b3, z3, z3, c3, g3, 4, mv3);
+    CHECK_EQ_INT(mv3[0].start_inside + mv3[1].start_inside, 2);
+    CHECK_EQ_INT(mv3[2].start_inside, 0);
+    CHECK_EQ_INT(mv3[2].submit, 1);
     return check_summary("test_scale_plan");
 }

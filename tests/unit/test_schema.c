@@ -299,6 +299,92 @@ static void test_group_round_trip(int scored) {
     sample_group_free(&g);
 }
 
+/* Re-encodes b with completions[c].mask changed by edit (the mask object of the decoded map, edited in place). */
+typedef void (*mask_edit)(msgpack_object *mask, uint8_t *scratch);
+static cpt_buf mutate_mask(const cpt_buf *b, uint32_t c, mask_edit edit) {
+    static uint8_t scratch[256];
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    msgpack_unpack_next(&up, b->data, b->len, &off);
+    msgpack_object_map *m = &up.data.via.map;
+    for (uint32_t i = 0; i < m->size; i++) {
+        msgpack_object *k = &m->ptr[i].key;
+        if (k->via.str.size != 11 || memcmp(k->via.str.ptr, "completions", 11)) continue;
+        msgpack_object_map *cm = &m->ptr[i].val.via.array.ptr[c].via.map;
+        for (uint32_t j = 0; j < cm->size; j++)
+            if (cm->ptr[j].key.via.str.size == 4 && !memcmp(cm->ptr[j].key.via.str.ptr, "mask", 4))
+                edit(&cm->ptr[j].val, scratch);
+    }
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_object(&pk, up.data);
+    msgpack_unpacked_destroy(&up);
+    cpt_buf out = {sb.data, sb.size};
+    return out;
+}
+static void mask_short(msgpack_object *o, uint8_t *s) { (void)s; o->via.bin.size--; }
+static void mask_two(msgpack_object *o, uint8_t *s) {
+    memcpy(s, o->via.bin.ptr, o->via.bin.size);
+    s[3] = 2;
+    o->via.bin.ptr = (const char *)s;
+}
+static void mask_str(msgpack_object *o, uint8_t *s) { (void)s; o->type = MSGPACK_OBJECT_STR; }
+
+/* The completion mask: travels only when some token is not the model's, comes back equal, and is checked. */
+static void test_group_mask(int scored) {
+    cpt_rollout_group g = sample_group("run-1", 1, 5, 3, 20, scored);
+    cpt_msg_type t = scored ? CPT_MSG_SCORED_GROUP : CPT_MSG_ROLLOUT_GROUP;
+    g.completions[0].mask = malloc(20);
+    memset(g.completions[0].mask, 1, 20); /* all model tokens: not sent */
+    g.completions[1].mask = malloc(21);
+    for (int i = 0; i < 21; i++) g.completions[1].mask[i] = !(i >= 5 && i < 9);
+    cpt_buf b;
+    cpt_err err = {{0}};
+    CHECK_MSG(cpt_rollout_group_encode(&g, &b, &err) == 0, "%s", err.msg);
+    save_seed(scored ? "scored" : "rollout", "mask_ok", b.data, b.len);
+    cpt_rollout_group d;
+    CHECK_MSG(cpt_rollout_group_decode(b.data, b.len, t, &d, &err) == 0, "%s", err.msg);
+    CHECK(d.completions[0].mask == NULL);
+    CHECK(d.completions[1].mask != NULL && !memcmp(d.completions[1].mask, g.completions[1].mask, 21));
+    CHECK(d.completions[2].mask == NULL);
+    cpt_rollout_group_free(&d);
+    /* without any mask the bytes are those of a group that never had one */
+    cpt_buf plain;
+    free(g.completions[1].mask);
+    g.completions[1].mask = NULL;
+    CHECK_MSG(cpt_rollout_group_encode(&g, &plain, &err) == 0, "%s", err.msg);
+    CHECK(plain.len < b.len);
+    free(g.completions[0].mask);
+    g.completions[0].mask = NULL;
+    cpt_buf plain2;
+    CHECK_MSG(cpt_rollout_group_encode(&g, &plain2, &err) == 0, "%s", err.msg);
+    CHECK(plain.len == plain2.len && !memcmp(plain.data, plain2.data, plain.len));
+    cpt_buf_free(&plain);
+    cpt_buf_free(&plain2);
+
+    cpt_buf x = mutate_mask(&b, 1, mask_short);
+    CHECK(decode_group_fails(&x, t, "completions[1].mask: 20 values for 21 tokens", scored ? NULL : "mask_short"));
+    cpt_buf_free(&x);
+    x = mutate_mask(&b, 1, mask_two);
+    CHECK(decode_group_fails(&x, t, "completions[1].mask[3] = 2: expected 0 or 1", scored ? NULL : "mask_two"));
+    cpt_buf_free(&x);
+    x = mutate_mask(&b, 1, mask_str);
+    CHECK(decode_group_fails(&x, t, "completions[1].mask: expected a bin", NULL));
+    cpt_buf_free(&x);
+    /* the encoder refuses a value other than 0 or 1 */
+    g.completions[2].mask = calloc(22, 1);
+    g.completions[2].mask[7] = 3;
+    CHECK_EQ_INT(cpt_rollout_group_encode(&g, &x, &err), -1);
+    CHECK_MSG(strstr(err.msg, "completions[2].mask[7] = 3: expected 0 or 1") != NULL, "%s", err.msg);
+    free(g.completions[2].mask);
+    g.completions[2].mask = NULL;
+    cpt_buf_free(&b);
+    sample_group_free(&g);
+}
+
 static void test_small_messages(void) {
     cpt_err err = {{0}};
     cpt_buf b;
@@ -441,6 +527,8 @@ int main(void) {
     test_prompt_round_trip();
     test_group_round_trip(0);
     test_group_round_trip(1);
+    test_group_mask(0);
+    test_group_mask(1);
     test_small_messages();
     test_seen();
     return check_summary("test_schema");

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `cpt run` with env.type = calculator (tiny model of grpo_small.sh): the launcher starts one env worker (roles.env
+# defaults to 1 when a tool is configured), `cpt preflight` names it, a tool call pushed into cpt:RUN:env with
+# redis-cli is answered on cpt:RUN:env:WORKER, `cpt-queue stats` shows the env stream, `cpt-scale env=2` starts a
+# second env worker and `cpt-scale env=1` drains it. The run is stopped with Ctrl-C (SIGINT).
+set -euo pipefail
+SRC=${CPT_SRC:-$(pwd)}
+BUILD=${CPT_BUILD:-$SRC/build}
+CPT="$BUILD/cpt"
+T=$(mktemp -d /tmp/cpt-run-env-XXXXXX)
+pg=
+trap '[ -n "$pg" ] && kill "$pg" 2>/dev/null; sleep 0.3; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log "$T"/*.out "$T"/run/logs/env-*.log; do [ -f "$f" ] && { echo "== $f"; tail -20 "$f"; }; done >&2; exit 1; }
+command -v redis-cli > /dev/null || { echo "SKIP: no redis-cli"; exit 77; }
+source tests/e2e/grpo_small.sh
+export OMP_NUM_THREADS=1 XDG_STATE_HOME="$T/state"
+unset CPT_RUN
+make_tiny_model "$T" || fail "tiny model"
+wait_log() { for _ in $(seq 1 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; fail "no '$2' in $1"; }
+D="$T/run" RUN_NAME=grpo-arithmetic
+args=("${GRPO_ARGS[@]}" run.dir="$D" train.steps=100000 checkpoint.every=100000 env.type=calculator)
+
+"$CPT" preflight "${args[@]}" > "$T/preflight.out" 2>&1 || fail "cpt preflight"
+grep -q "ok .*roles .*1 env" "$T/preflight.out" || fail "preflight does not count the env worker"
+grep -q "ok .*env .*calculator, in a sandbox (seccomp strict" "$T/preflight.out" || fail "preflight does not check the tool"
+
+"$CPT" run "${args[@]}" 2> "$T/run.log" & pg=$!
+wait_log "$T/run.log" "cpt: started env-0"
+wait_log "$D/logs/env-0.log" "cpt-env env-0: run $RUN_NAME, environment calculator, reading cpt:$RUN_NAME:env"
+
+# one env request (queue/env_msg.h), msgpack written by hand: the test needs no msgpack library
+python3 - "$RUN_NAME" > "$T/request.bin" <<'PY'
+import sys
+def enc(v):
+    if v is None: return b"\xc0"
+    if isinstance(v, int): return bytes([v]) if v < 128 else b"\xcd" + v.to_bytes(2, "big")
+    if isinstance(v, str):
+        b = v.encode(); return (bytes([0xa0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
+    return bytes([0x80 | len(v)]) + b"".join(enc(k) + enc(x) for k, x in v.items())
+sys.stdout.buffer.write(enc({"schema": 1, "type": "env_request", "run": sys.argv[1], "worker": "rollout-test",
+    "id": {"epoch": 0, "index": 5}, "sample": 3, "turn": 1,
+    "call": '<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>', "extra": None}))
+PY
+R=(redis-cli -s "$D/redis.sock")
+"${R[@]}" -x XADD "cpt:$RUN_NAME:env" '*' m < "$T/request.bin" > /dev/null || fail "XADD"
+for _ in $(seq 1 100); do
+  "${R[@]}" --raw XRANGE "cpt:$RUN_NAME:env:rollout-test" - + > "$T/reply.out" 2>&1
+  grep -aq "observation" "$T/reply.out" && break; sleep 0.1
+done
+grep -aq "env_reply" "$T/reply.out" || fail "no env reply on cpt:$RUN_NAME:env:rollout-test"
+LC_ALL=C grep -aq "observation.408" "$T/reply.out" || fail "the reply's observation is not 408"
+grep -aq "env-0" "$T/reply.out" || fail "the reply does not name env-0"
+[ "$("${R[@]}" XPENDING "cpt:$RUN_NAME:env" env | head -1)" = 0 ] || fail "the request was not acked"
+
+(cd / && "$BUILD/cpt-queue" stats) > "$T/stats.out" 2>&1 || fail "cpt-queue stats"
+grep -Eq "^env +1 .* env +1 +0 " "$T/stats.out" || fail "cpt-queue stats does not show the env stream"
+grep -Eq "^ +env-0 +env " "$T/stats.out" || fail "cpt-queue stats does not list the env worker"
+
+(cd / && "$BUILD/cpt-scale" env=2) > "$T/scale.out" 2>&1 || fail "cpt-scale env=2"
+grep -q "^desired: env=2" "$T/scale.out" || fail "cpt-scale did not say what it set"
+wait_log "$T/run.log" "cpt: started env-1"
+(cd / && "$BUILD/cpt-scale") > "$T/scale_show.out" 2>&1 || fail "cpt-scale (show)"
+grep -Eq "^env +[0-9]+ +2 " "$T/scale_show.out" || fail "cpt-scale does not show 2 desired env workers"
+(cd / && "$BUILD/cpt-scale" env=1) > /dev/null 2>&1 || fail "cpt-scale env=1"
+wait_log "$T/run.log" "cpt: draining env-1"
+wait_log "$D/logs/env-1.log" "cpt-env env-1: stopping"
+
+kill -INT "$pg"
+rc=0; wait "$pg" || rc=$?; pg=
+[ "$rc" = 3 ] || fail "the run stopped with status $rc, expected 3 (stopped after a checkpoint)"
+grep -q "cpt-env env-0: stopping: 1 calls answered (0 failed), 0 dead" "$D/logs/env-0.log" ||
+  fail "env-0 did not drain with its count"
+echo "ok: env worker started, answered, listed, scaled and drained"
