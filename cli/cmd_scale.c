@@ -89,6 +89,15 @@ int cmd_scale(int argc, char **argv) {
     char dir[2048];
     if (cpt_run_choose("cpt-scale", run, job, dir, sizeof dir, &err) != 0) cpt_die(&err);
     if (cpt_run_dir_open(dir, &cpt_config_table, &cfg, &r, &err) != 0) cpt_die(&err);
+    for (int i = 0; i < nset; i++)
+        if (!strcmp(set_argv[2 + 2 * i], "env") && strcmp(set_argv[3 + 2 * i], "0") &&
+            !strcmp(cpt_cfg_str(cfg, "env.type"), "none")) {
+            fprintf(stderr, "cpt-scale: env=%s: the run %s has no tool (env.type = none), so env workers would have "
+                            "nothing to run\n", set_argv[3 + 2 * i], dir);
+            cpt_redis_close(r);
+            cpt_config_free(cfg);
+            return 2;
+        }
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(cfg, "run.name"));
     int status = 0;

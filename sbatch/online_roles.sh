@@ -28,12 +28,13 @@ online_roles_exec() {
     rollout=1 tgpus=0 rgpus=0
   fi
   local env envargs=()
-  env=$("$bin/cpt" config show "$config" "$@" | awk '
+  env=$("$bin/cpt" config show "$config" "$@" 2> /dev/null | awk '
     /^\[/ { sec = $0 }
     sec == "[env]" && $1 == "type" { t = $3; gsub(/"/, "", t) }
     sec == "[roles]" && $1 == "env" { n = $3 }
-    END { if (n == "" || n < 0) n = (t == "" || t == "none") ? 0 : 1; print n }') || return 1
-  [ "$env" -gt 0 ] && envargs=(roles.env=$env slurm.env_cpus=$cpus)
+    END { if (n == "" || n < 0) n = (t == "" || t == "none") ? 0 : 1; print n }') || true
+  [[ $env =~ ^[0-9]+$ ]] || env=0
+  if [ "$env" -gt 0 ]; then envargs=(roles.env=$env slurm.env_cpus=$cpus); fi
   if [ $((ranks + rollout + reward + env)) -gt "$tasks" ]; then # fewer tasks: one reward worker, the rest rollout
     reward=1
     local left=$((tasks - ranks - 1 - env))

@@ -494,6 +494,7 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
     char key[512];
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
     int rollout_auto = L->online && cpt_autoscaler_read_control(&L->autoscale, r, &L->want[CPT_ROLE_ROLLOUT]);
+    int no_tool = !strcmp(cpt_cfg_str(L->cfg, "env.type"), "none");
     for (int role = rollout_auto ? 1 : 0; role < CPT_N_WORKER_ROLES; role++) { /* auto: the autoscaler sets the rollout count */
         const char *argv[] = {"HGET", key, cpt_role_name(role)};
         cpt_err err;
@@ -505,11 +506,17 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
         if (rep->type == REDIS_REPLY_STRING) {
             L->control_seen = 1;
             int v;
-            if (cpt_parse_worker_count(rep->str, &v) != 0) {
+            int bad = cpt_parse_worker_count(rep->str, &v) != 0;
+            /* env workers without a tool would fail at start, again and again, until the run gives up */
+            int toolless = !bad && role == CPT_ROLE_ENV && v > 0 && no_tool;
+            if (bad || toolless) {
                 if (strncmp(L->bad_control[role], rep->str, sizeof L->bad_control[role] - 1)) {
                     snprintf(L->bad_control[role], sizeof L->bad_control[role], "%s", rep->str);
-                    fprintf(stderr, "cpt: ignoring %s field %s = \"%.40s\": not a worker count (0..%d); keeping %d\n",
-                            key, cpt_role_name(role), rep->str, CPT_MAX_WORKERS, L->want[role]);
+                    char why[64];
+                    if (toolless) snprintf(why, sizeof why, "this run has no tool (env.type = none)");
+                    else snprintf(why, sizeof why, "not a worker count (0..%d)", CPT_MAX_WORKERS);
+                    fprintf(stderr, "cpt: ignoring %s field %s = \"%.40s\": %s; keeping %d\n", key,
+                            cpt_role_name(role), rep->str, why, L->want[role]);
                 }
             } else {
                 L->bad_control[role][0] = '\0';

@@ -122,6 +122,16 @@ for bad in rollout=garbage rollout=+3 "rollout= 3" rollout=5000 rollout=-1 rollo
   rc=0; CPT_RUN="$D" "$BUILD/cpt-scale" "$bad" > /dev/null 2>&1 || rc=$?
   [ "$rc" -eq 2 ] || fail "cpt-scale '$bad': status $rc, expected 2"
 done
+# env workers in a run without a tool would fail at start until the run gives up: cpt-scale refuses, the launcher
+# ignores the field
+rc=0; CPT_RUN="$D" "$BUILD/cpt-scale" env=1 > "$T/env_scale.out" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] || fail "cpt-scale env=1 on a run without a tool: status $rc, expected 2"
+grep -q "has no tool (env.type = none)" "$T/env_scale.out" || fail "cpt-scale env=1 does not say why it refuses"
+"${ctl[@]}" env 1 > /dev/null
+for _ in $(seq 1 100); do grep -q 'ignoring .* env = "1": this run has no tool' "$T/d.log" && break; sleep 0.1; done
+grep -q 'ignoring .* env = "1": this run has no tool (env.type = none)' "$T/d.log" ||
+  fail "an env count for a run without a tool was not refused"
+grep -q "started env-" "$T/d.log" && fail "an env worker was started in a run without a tool"
 kill -CONT "$tp"
 rc=0; wait "$first" || rc=$?
 [ "$rc" -eq 0 ] || fail "the first run ended with status $rc after a refused second launch"
