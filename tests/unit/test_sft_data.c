@@ -153,6 +153,10 @@ int main(void) {
         free(ans);
     }
     cpt_sft_dataset_free(&ds);
+    /* segments are raw text only */
+    CHECK_EQ_INT(cpt_write_file_atomic(seg, seg_text, strlen(seg_text), &err), 0);
+    CHECK_EQ_INT(cpt_sft_dataset_load(seg, &o, &ds, &err), -1);
+    CHECK_MSG(strstr(err.msg, "seg.jsonl:1") && strstr(err.msg, "chat_template"), "%s", err.msg);
     /* prompt/completion through the template: the completion is the assistant turn */
     CHECK_EQ_INT(cpt_sft_dataset_load(pc, &o, &ds, &err), 0);
     if (ds.n == 2) {
