@@ -289,12 +289,24 @@ static void start_flight(worker *w, int i) {
     int n_stop = 0;
     for (uint32_t k = 0; k < s->n_stop_ids && n_stop < CPT_MAX_STOP; k++) stop_ids[n_stop++] = s->stop_ids[k];
     for (int k = 0; k < w->n_eos; k++) stop_ids[n_stop++] = w->eos[k];
+    /* the group's stop strings, then rollout.stop */
+    size_t n_extra = cpt_cfg_array_len(w->cfg, "rollout.stop");
+    const char **strs = calloc(s->n_stop_strs + n_extra + 1, sizeof *strs);
+    if (!strs) {
+        cpt_warn("cpt-rollout %s: out of memory; the group stays pending", w->me);
+        drop_flight(w, i);
+        return;
+    }
+    int n_strs = 0;
+    for (uint32_t k = 0; k < s->n_stop_strs; k++) strs[n_strs++] = s->stop_strs[k];
+    for (size_t k = 0; k < n_extra; k++) strs[n_strs++] = cpt_cfg_array_str(w->cfg, "rollout.stop", k);
     cpt_gen_request r = {.prompt = pg->prompt, .n_prompt = (int)pg->n_prompt, .n_samples = (int)pg->n_samples,
                          .sp = {s->temperature, s->top_k, s->top_p, s->min_p}, .seed = mix_seed(s->seed, pg->id),
                          .max_new_tokens = (int)s->max_new_tokens, .stop_ids = stop_ids, .n_stop_ids = n_stop,
-                         .stop_strs = (const char *const *)s->stop_strs, .n_stop_strs = (int)s->n_stop_strs};
+                         .stop_strs = strs, .n_stop_strs = n_strs};
     cpt_err err;
     int64_t id = w->turns ? cpt_turns_submit(w->turns, &r, pg->extra, &err) : cpt_engine_submit(w->eng, &r, &err);
+    free(strs); /* the engine and the turn driver keep copies */
     if (id < 0) {
         dead_letter(w, i, err.msg);
         return;
@@ -575,6 +587,14 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
         goto done;
     }
     if (cpt_turn_opts_from_config(cfg, tp, &w->topts, &w->tools, err)) goto done;
+    for (size_t k = 0; k < cpt_cfg_array_len(cfg, "rollout.stop"); k++) {
+        size_t n = strlen(cpt_cfg_array_str(cfg, "rollout.stop", k));
+        if (!w->tok || n == 0 || n > CPT_MAX_STOP_STR) {
+            cpt_errf(err, "rollout.stop[%zu]: %s", k, !w->tok ? "stop strings need a tokenizer (tokenizer.path)"
+                                                               : "expected 1..1024 bytes");
+            goto done;
+        }
+    }
     if (!random_init) {
         if (!(w->m = cpt_rollout_load_model(cpt_cfg_str(cfg, "model.path"), NULL, 0, err))) {
             cpt_err_prefix(err, "model.path");

@@ -5,7 +5,8 @@
  * logprob 0), the model's turn 2, ...; each call's text is its turn's bytes; the model's logprobs equal a forward
  * pass over the whole sequence; no call past env.max_turns; a call never answered gets the timeout observation; a
  * reply sent twice is used once; replies for another group or malformed ones are dropped; the worker deletes its
- * reply stream when it exits. */
+ * reply stream when it exits. Then without tools (env.type = none) and rollout.stop = ["e"]: a sample ends at its
+ * first call. */
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -46,13 +47,13 @@ static const char *extra_of(uint64_t index) {
     return b[index];
 }
 
-static void add_group(cpt_queue *q, uint64_t index) {
+static void add_group(cpt_queue *q, uint64_t epoch, uint64_t index) {
     int32_t prompt[NP];
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((index * 131 + (uint64_t)i * 37 + 11) % 700);
     cpt_prompt_group g;
     memset(&g, 0, sizeof g);
     snprintf(g.run, sizeof g.run, RUN);
-    g.id = (cpt_group_id){0, index};
+    g.id = (cpt_group_id){epoch, index};
     g.n_prompt = NP;
     g.prompt = prompt;
     g.n_samples = G;
@@ -65,9 +66,9 @@ static void add_group(cpt_queue *q, uint64_t index) {
     cpt_buf_free(&b);
 }
 
-static pid_t start_worker(void) {
+static pid_t start_worker(const char *config, const char *id) {
     char log[300];
-    snprintf(log, sizeof log, "%s/%s.log", T.dir, WID);
+    snprintf(log, sizeof log, "%s/%s.log", T.dir, id);
     pid_t pid = fork();
     if (pid == 0) {
         FILE *f = freopen(log, "w", stderr);
@@ -76,7 +77,7 @@ static pid_t start_worker(void) {
         setenv("CPT_LOG", "debug", 1);
         char exe[512];
         snprintf(exe, sizeof exe, "%s/cpt-rollout", getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build");
-        execl(exe, "cpt-rollout", CONFIG, "--worker-id", WID, (char *)NULL);
+        execl(exe, "cpt-rollout", config, "--worker-id", id, (char *)NULL);
         perror("exec cpt-rollout");
         _exit(127);
     }
@@ -245,6 +246,64 @@ static int log_has(const char *text) {
     return found;
 }
 
+/* Without tools (env.type = none) and rollout.stop = ["e"]: a sample ends at its first call, with no mask, and
+ * nothing goes to the env stream. */
+static void without_tools(cpt_queue *q) {
+    char cfg[300], key[CPT_ENV_KEY_MAX];
+    snprintf(cfg, sizeof cfg, "%s/none.toml", T.dir);
+    FILE *f = fopen(CONFIG, "r"), *o = fopen(cfg, "w");
+    char line[1024];
+    while (f && o && fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "type = \"calculator\"", 19)) snprintf(line, sizeof line, "type = \"none\"\n");
+        if (!strncmp(line, "[rollout]", 9)) {
+            fputs(line, o);
+            snprintf(line, sizeof line, "stop = [\"e\"]\n");
+        }
+        fputs(line, o);
+    }
+    if (f) fclose(f);
+    if (o) fclose(o);
+    const char *xl[] = {"XLEN", cpt_env_stream(RUN, key)};
+    long long before = test_int(q, 2, xl);
+    add_group(q, 1, 0); /* a new group id: the checker drops one it has seen */
+    pid_t pid = start_worker(cfg, "wn");
+    cpt_queue_item it;
+    cpt_err err;
+    int got = 0;
+    double t0 = cpt_now();
+    while (!got && cpt_now() - t0 < 60)
+        if (cpt_queue_next(q, CPT_STREAM_ROLLOUTS, "check", "checker", &it, &err) == 1) got = 1;
+    CHECK(got);
+    if (got) {
+        cpt_queue_done(q, &it, &err);
+        int ended = 0;
+        for (uint32_t k = 0; k < it.rollout.n_completions; k++) {
+            const cpt_completion *c = &it.rollout.completions[k];
+            CHECK(c->mask == NULL);
+            char *b = bytes_of(c->tokens, (int)c->n_tokens);
+            int at_e = c->n_tokens > 0 && b[strlen(b) - 1] == 'e';
+            CHECK_MSG((c->finish == CPT_FINISH_STOP && at_e) || c->finish == CPT_FINISH_LENGTH,
+                      "sample %u: finish %d, \"%s\"", k, (int)c->finish, b);
+            ended += at_e;
+            free(b);
+            /* it stopped at its first call: no earlier token ends the call string */
+            for (uint32_t i = 0; i + 1 < c->n_tokens; i++) {
+                size_t len;
+                const char *tb = cpt_tokenizer_id_bytes(tok, c->tokens[i], &len);
+                CHECK_MSG(!(tb && len && tb[len - 1] == 'e'), "sample %u: token %u ends in the call string", k, i);
+            }
+        }
+        CHECK(ended > 0);
+        cpt_queue_item_free(&it);
+    }
+    CHECK_EQ_INT(test_int(q, 2, xl), before);
+    kill(pid, SIGTERM);
+    int status = 0;
+    double t1 = cpt_now();
+    while (waitpid(pid, &status, WNOHANG) != pid && cpt_now() - t1 < 30) usleep(20000);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
     cpt_err err;
     tok = cpt_tokenizer_load("examples/tiny-tokenizer", &err);
@@ -271,8 +330,8 @@ int main(void) {
     cpt_queue *q = test_queue_open(&T, RUN, 1000, 30000);
     CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_ROLLOUTS, "check", &err), 0);
     CHECK_EQ_INT(cpt_queue_create_group(q, CPT_STREAM_PROMPTS, "rollout", &err), 0);
-    for (uint64_t i = 0; i < NGROUPS; i++) add_group(q, i);
-    pid_t pid = start_worker();
+    for (uint64_t i = 0; i < NGROUPS; i++) add_group(q, 0, i);
+    pid_t pid = start_worker(CONFIG, WID);
     /* replies the worker must drop: another group's, and bytes that are no reply */
     int junk_sent = 0;
     cpt_rollout_group got[NGROUPS];
@@ -330,6 +389,7 @@ int main(void) {
     snprintf(want, sizeof want, "tools: %d replies taken, %d dropped", n_calls - timeouts, dup2 + 2);
     CHECK_MSG(log_has(want), "the log lacks \"%s\"", want);
     CHECK(log_has("malformed env reply dropped"));
+    without_tools(q);
     cpt_queue_close(q);
     cpt_model_free(model);
     cpt_tokenizer_free(tok);

@@ -13,22 +13,27 @@ CLUSTER_GPUS=4
 source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 make_tiny_model "$T" || fail "tiny model"
-STEPS=60 G=4
+G=4
 
 job=$(sbatch --parsable --ntasks=6 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh "${GRPO_ARGS[@]:1}" \
-      train.device=cpu rollout.device=cpu train.steps=$STEPS train.groups_per_step=$G run.dir="$T/job")
+      train.device=cpu rollout.device=cpu train.steps=100000 train.groups_per_step=$G run.dir="$T/job")
 wait_run_step "$T/job" 3 240
-# every role's process: its step's GPUs (SLURM_STEP_GPUS, CUDA_VISIBLE_DEVICES) from its environment
+# every role's process: its step's GPUs (SLURM_STEP_GPUS, CUDA_VISIBLE_DEVICES) from its environment. The trainer
+# steps with the first workers up, so on a loaded machine the last steps may still be starting: look until all 6 are
+# (the run goes on until the scancel below).
 declare -A step_gpus=() cvd=()
-for p in /proc/[0-9]*; do
-  comm=$(cat "$p/comm" 2>/dev/null) || continue
-  case "$comm" in cpt-train|cpt-rollout|cpt-reward) ;; *) continue ;; esac
-  env=$(tr '\0' '\n' < "$p/environ" 2>/dev/null) || continue
-  grep -qx "CPT_RUN=$T/job" <<< "$env" || continue
-  role=$(grep '^CPT_ROLE=' <<< "$env" | cut -d= -f2)
-  step_gpus[$role]=$(grep '^SLURM_STEP_GPUS=' <<< "$env" | cut -d= -f2 || true)
-  cvd[$role]=$(grep '^CUDA_VISIBLE_DEVICES=' <<< "$env" | cut -d= -f2 || true)
-done
+scan_roles() {
+  step_gpus=() cvd=()
+  local pid env role
+  for pid in $(pgrep -x 'cpt-train|cpt-rollout|cpt-reward'); do
+    env=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null) || continue
+    grep -qx "CPT_RUN=$T/job" <<< "$env" || continue
+    role=$(grep '^CPT_ROLE=' <<< "$env" | cut -d= -f2)
+    step_gpus[$role]=$(grep '^SLURM_STEP_GPUS=' <<< "$env" | cut -d= -f2 || true)
+    cvd[$role]=$(grep '^CUDA_VISIBLE_DEVICES=' <<< "$env" | cut -d= -f2 || true)
+  done
+}
+for _ in $(seq 1 120); do scan_roles; [ "${#step_gpus[@]}" -ge 6 ] && break; sleep 0.5; done
 for r in trainer rollout-0 rollout-1 rollout-2 reward-0 reward-1; do echo "  $r: SLURM_STEP_GPUS=${step_gpus[$r]:-none} CUDA_VISIBLE_DEVICES=${cvd[$r]:-unset}"; done
 [ "${#step_gpus[@]}" -eq 6 ] || fail "${#step_gpus[@]} role processes running, expected 6 (trainer, 3 rollout, 2 reward)"
 seen=""
@@ -41,10 +46,14 @@ done
 for r in reward-0 reward-1; do
   [ -z "${step_gpus[$r]:-}" ] && [ -z "${cvd[$r]:-}" ] || fail "$r was given GPUs (${step_gpus[$r]:-} ${cvd[$r]:-})"
 done
-wait_job_done "$job" 400
+wait_run_step "$T/job" $(($(run_step "$T/job") + 20)) 240 # every step takes part
+scancel "$job"
+wait_job_state "$job" CANCELLED 120
+stopped=$(tr -dc '0-9' < "$T/job/checkpoints/latest")
+[ -n "$stopped" ] && [ "$(run_step "$T/job")" = "$stopped" ] || fail "no checkpoint of the last step at the scancel"
 grep -q 'cpt: devices: trainer cpu, rollout cpu, reward cpu; weights over file' "$T/job.log" || fail "no devices line"
 grep -q 'warn  devices    slurm.trainer_gpus = 1, but train.device = cpu' "$T/job.log" || fail "no unused-GPU warning"
-summary=$(check_groups "$T/job" $STEPS $G) || fail "exactly-once: $summary"
+summary=$(check_groups_ahead "$T/job" "$stopped" $G) || fail "exactly-once: $summary"
 
 # one GPU: a step holds it; an --overlap step gets the same GPU; a plain step and one that asks the GPU wait
 share=$(sbatch --parsable --gres=gpu:1 --ntasks=2 --cpus-per-task=1 --output="$T/share.log" --wrap '
@@ -63,5 +72,5 @@ grep -qx "overlap=$held" "$T/share.log" || fail "the --overlap step did not get 
 grep -qx 'none=unset' "$T/share.log" || fail "the --gres=none step did not start, or saw a GPU"
 grep -qx 'asking=waited' "$T/share.log" || fail "a second step asking the held GPU started (expected it to wait)"
 grep -qx 'plain=waited' "$T/share.log" || fail "a step without --gres started (Slurm gives it the job's GPUs: expected it to wait)"
-echo "test_sbatch_gpu_steps: ok (4 GPUs: trainer and 3 rollout steps on GPUs$seen, reward steps on none; $STEPS steps," \
+echo "test_sbatch_gpu_steps: ok (4 GPUs: trainer and 3 rollout steps on GPUs$seen, reward steps on none; $stopped steps to the scancel," \
      "$summary; one GPU: --overlap step on GPU $held beside the holder, plain and GPU-asking steps wait)"
