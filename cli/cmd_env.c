@@ -9,8 +9,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: cpt-env CONFIG [--worker-id ID] [section.key=value ...]\n"
-               "  Answers the run's tool calls (env.type: calculator, countdown or plugin) from the stream cpt:RUN:env\n"
-               "  (queue.url, else $CPT_RUN/queue.json) and replies on cpt:RUN:env:WORKER.\n"
+               "  Answers the run's tool calls (env.type: calculator, countdown or plugin) from the stream\n"
+               "  cpt:RUN:env (queue.url, else $CPT_RUN/queue.json) and replies on cpt:RUN:env:WORKER.\n"
                "  SIGTERM drains: the call in hand is answered, then the worker exits 0.\n");
 }
 

@@ -46,7 +46,8 @@ int cmd_scale(int argc, char **argv) {
         const char *eq = strchr(argv[i], '=');
         int v = -1, lo = -1, hi = -1;
         char name[16] = "";
-        if (eq && (size_t)(eq - argv[i]) < sizeof name) snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
+        if (eq && (size_t)(eq - argv[i]) < sizeof name)
+            snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
         int role = eq ? cpt_role_from_name(name) : -1;
         int is_auto = role == 0 ? cpt_autoscale_parse_spec(eq + 1, &lo, &hi) : 0;
         if (role < 0 || is_auto < 0 || (!is_auto && cpt_parse_worker_count(eq + 1, &v) != 0)) {
@@ -138,7 +139,8 @@ int cmd_scale(int argc, char **argv) {
                 snprintf(f, sizeof f, "satellite_jobs_%s", name);
                 const char *jobs = field(rep, f);
                 /* a run without tools shows no env row */
-                if (role == CPT_ROLE_ENV && cpt_role_configured(cfg, role) == 0 && !want && (!running || !strcmp(running, "0")))
+                if (role == CPT_ROLE_ENV && cpt_role_configured(cfg, role) == 0 && !want &&
+                    (!running || !strcmp(running, "0")))
                     continue;
                 const char *mode = role == 0 ? field(rep, "autoscale_rollout") : NULL;
                 if (mode && !strncmp(mode, "auto", 4)) want = field(rep, "autoscale_want_rollout");

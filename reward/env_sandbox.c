@@ -142,15 +142,32 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits for pid until deadline; returns 1 with *status when it ended, 0 when it is still running. */
+/* Waits for pid until deadline; returns 1 with *status when it ended, 0 when it is still running. A pidfd makes the
+ * wait exact (the child ends microseconds after its answer); without one (kernels before 5.3) it polls every 100 us. */
 static int wait_until(pid_t pid, int *status, int64_t deadline) {
+#ifdef SYS_pidfd_open
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    int pfd = -1;
+#endif
     for (;;) {
         pid_t r = waitpid(pid, status, WNOHANG);
-        if (r == pid) return 1;
-        if (r < 0 && errno != EINTR) return 1; /* not ours to wait for any more */
-        if (now_ms() >= deadline) return 0;
-        struct timespec ts = {0, 1000 * 1000};
-        nanosleep(&ts, NULL);
+        if (r == pid || (r < 0 && errno != EINTR)) { /* ended, or not ours to wait for any more */
+            if (pfd >= 0) close(pfd);
+            return 1;
+        }
+        int64_t left = deadline - now_ms();
+        if (left <= 0) {
+            if (pfd >= 0) close(pfd);
+            return 0;
+        }
+        if (pfd >= 0) {
+            struct pollfd p = {.fd = pfd, .events = POLLIN};
+            poll(&p, 1, (int)left);
+        } else {
+            struct timespec ts = {0, 100 * 1000};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 

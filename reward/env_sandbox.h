@@ -1,8 +1,9 @@
 /* The tool sandbox: runs one tool call in a forked child and brings back its observation.
  *
- * The child, in its own process group: closes every inherited descriptor but its pipe, sets RLIMIT_AS (what the
- * process maps already plus memory_mb: a child of a large process such as `cpt eval` is not starved by its parent's
- * mappings) and RLIMIT_CPU, runs prepare (may open files: a plugin is loaded here), then with strict on enters
+ * The child, in its own process group and killed if its caller dies: closes every inherited descriptor but its pipe
+ * (stdin and stdout become /dev/null, stderr stays the caller's log), sets RLIMIT_AS (what the process maps already
+ * plus memory_mb: a child of a large process such as `cpt eval` is not starved by its parent's mappings) and
+ * RLIMIT_CPU, runs prepare (may open files: a plugin is loaded here), then with strict on enters
  * seccomp strict mode (only read, write, _exit and sigreturn are allowed: no file, network or process access; any
  * other system call kills it), runs the tool, writes its answer into the pipe and ends with SYS_exit.
  *

@@ -78,12 +78,14 @@ static int take_entry(redisReply *e, cpt_queue_msg *m) {
     return 0;
 }
 
-/* Moves m to the dead stream with the reason and acks it, atomically (the queue's dead-letter format). */
+/* Moves m to the dead stream with the reason, acks it and deletes it from the env stream, atomically (the queue's
+ * dead-letter format). */
 static int dead_letter(env_loop *L, const cpt_queue_msg *m, const char *reason, cpt_err *err) {
     static const char script[] =
         "redis.call('XADD', KEYS[1], '*', 'from', ARGV[1], 'id', ARGV[2], 'group', ARGV[3], 'reason', ARGV[4],"
         " 'm', ARGV[5])\n"
-        "return redis.call('XACK', KEYS[2], ARGV[3], ARGV[2])\n";
+        "redis.call('XACK', KEYS[2], ARGV[3], ARGV[2])\n"
+        "return redis.call('XDEL', KEYS[2], ARGV[2])\n";
     const char *dead = cpt_queue_key(L->q, CPT_STREAM_DEAD);
     const char *argv[] = {"EVAL", script, "2", dead, L->key, "env", m->id, CPT_ENV_GROUP, reason,
                           m->data ? m->data : ""};
@@ -182,7 +184,9 @@ static int next_request(env_loop *L, cpt_queue_msg *m, cpt_err *err) {
     return got;
 }
 
-/* XADD the reply to the rollout worker's stream and XACK the request, in one transaction. */
+/* XADD the reply to the rollout worker's stream, XACK the request and XDEL it, in one transaction: the env group is
+ * the stream's only reader, so an answered request is never needed again and the stream stays as long as the
+ * requests in flight. */
 static int send_reply(env_loop *L, const cpt_queue_msg *m, const cpt_env_request *req, const cpt_buf *reply,
                       cpt_err *err) {
     char rkey[CPT_ENV_KEY_MAX], maxlen[24];
@@ -195,12 +199,13 @@ static int send_reply(env_loop *L, const cpt_queue_msg *m, const cpt_env_request
     for (int i = 0; i < 7; i++) xadd_lens[i] = strlen(xadd[i]);
     xadd_lens[7] = reply->len;
     const char *xack[] = {"XACK", L->key, CPT_ENV_GROUP, m->id};
-    cpt_redis_cmd cmds[4] = {{1, multi, NULL, NULL}, {8, xadd, xadd_lens, rkey}, {4, xack, NULL, L->key},
-                             {1, exec, NULL, NULL}};
-    redisReply *reps[4] = {0};
-    if (cpt_redis_pipeline(L->q->redis, 4, cmds, reps, err)) return cpt_err_prefix(err, "replying to %s", rkey);
-    int ok = reps[3] && reps[3]->type == REDIS_REPLY_ARRAY;
-    for (int i = 0; i < 4; i++)
+    const char *xdel[] = {"XDEL", L->key, m->id};
+    cpt_redis_cmd cmds[5] = {{1, multi, NULL, NULL}, {8, xadd, xadd_lens, rkey}, {4, xack, NULL, L->key},
+                             {3, xdel, NULL, L->key}, {1, exec, NULL, NULL}};
+    redisReply *reps[5] = {0};
+    if (cpt_redis_pipeline(L->q->redis, 5, cmds, reps, err)) return cpt_err_prefix(err, "replying to %s", rkey);
+    int ok = reps[4] && reps[4]->type == REDIS_REPLY_ARRAY;
+    for (int i = 0; i < 5; i++)
         if (reps[i]) freeReplyObject(reps[i]);
     return ok ? 0 : cpt_errf(err, "replying to %s: the transaction did not run", rkey);
 }

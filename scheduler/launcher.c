@@ -495,7 +495,8 @@ static void read_control(cpt_launcher *L, cpt_redis *r) {
     snprintf(key, sizeof key, "cpt:%s:control", cpt_cfg_str(L->cfg, "run.name"));
     int rollout_auto = L->online && cpt_autoscaler_read_control(&L->autoscale, r, &L->want[CPT_ROLE_ROLLOUT]);
     int no_tool = !strcmp(cpt_cfg_str(L->cfg, "env.type"), "none");
-    for (int role = rollout_auto ? 1 : 0; role < CPT_N_WORKER_ROLES; role++) { /* auto: the autoscaler sets the rollout count */
+    /* auto: the autoscaler sets the rollout count */
+    for (int role = rollout_auto ? 1 : 0; role < CPT_N_WORKER_ROLES; role++) {
         const char *argv[] = {"HGET", key, cpt_role_name(role)};
         cpt_err err;
         redisReply *rep = cpt_redis_command(r, 3, argv, NULL, key, 0, &err);

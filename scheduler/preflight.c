@@ -393,9 +393,10 @@ static void check_env(cpt_preflight *p) {
         line(p, "FAIL", "env", "env.type = %s: %s", type, err.msg);
         return;
     }
+    int plugin = !strcmp(type, "plugin");
     line(p, "ok", "env", "%s%s%s, in a sandbox (seccomp strict%s, env.timeout_ms = %lld, env.memory_mb = %lld)",
-         cpt_env_name(e), !strcmp(type, "plugin") ? " " : "", !strcmp(type, "plugin") ? cpt_cfg_str(p->cfg, "env.plugin") : "",
-         !strcmp(type, "plugin") ? " unless the plugin asks for limits only" : "",
+         cpt_env_name(e), plugin ? " " : "", plugin ? cpt_cfg_str(p->cfg, "env.plugin") : "",
+         plugin ? " unless the plugin asks for limits only" : "",
          (long long)cpt_cfg_int(p->cfg, "env.timeout_ms"), (long long)cpt_cfg_int(p->cfg, "env.memory_mb"));
     cpt_env_close(e);
 }

@@ -4,7 +4,8 @@
 # redis-cli is answered on cpt:RUN:env:WORKER, `cpt-queue stats` shows the env stream, `cpt-scale env=2` starts a
 # second env worker and `cpt-scale env=1` drains it. The rollout's own tool calls go through the same worker: the
 # call ends at every "1" the tiny model writes (env.call_end), so calls are frequent, and the env worker answers
-# them while the run trains. The run is stopped with Ctrl-C (SIGINT).
+# them while the run trains; answered requests are deleted, so the env stream stays as long as the calls in flight.
+# The run is stopped with Ctrl-C (SIGINT).
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -69,6 +70,13 @@ grep -Eq "^env +[0-9]+ +2 " "$T/scale_show.out" || fail "cpt-scale does not show
 wait_log "$T/run.log" "cpt: draining env-1"
 wait_log "$D/logs/env-1.log" "cpt-env env-1: stopping"
 
+# answered requests are deleted: the env stream holds only the calls in flight (at most a step's samples, 4 x 8)
+info=$("${R[@]}" XINFO STREAM "cpt:$RUN_NAME:env")
+len=$(echo "$info" | awk '$0 == "length" {getline; print}')
+added=$(echo "$info" | awk '$0 == "entries-added" {getline; print}')
+[ -n "$len" ] && [ "$len" -le 32 ] || fail "the env stream holds $len requests: answered ones are not deleted"
+[ -n "$added" ] && [ "$added" -ge $((len + 10)) ] || fail "only $added env requests in the run: the check above is vacuous"
+echo "env stream: $len requests held of $added added"
 kill -INT "$pg"
 rc=0; wait "$pg" || rc=$?; pg=
 [ "$rc" = 3 ] || fail "the run stopped with status $rc, expected 3 (stopped after a checkpoint)"

@@ -1,8 +1,9 @@
 /* cpt-env against a real redis-server: env requests encoded here go into cpt:RUN:env, replies come out on
  * cpt:RUN:env:WORKER with the calculator's observations; a request that does not decode, and one of another run,
- * go to the dead stream with their reasons; every request is acked; heartbeats reach the workers hash; SIGTERM
- * drains and exits 0. Then a worker killed while it holds a request: a second worker claims it and replies. Runs
- * the cpt-env binary of $CPT_BUILD. */
+ * go to the dead stream with their reasons; every request is acked and deleted, so the env stream holds only the
+ * requests in flight (a burst of 50 leaves it empty); heartbeats reach the workers hash; SIGTERM drains and exits 0.
+ * Then a worker killed while it holds a request: a second worker claims it and replies. Runs the cpt-env binary of
+ * $CPT_BUILD. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +114,12 @@ static long long pending_env(cpt_queue *q) {
     return n;
 }
 
+static long long env_len(cpt_queue *q) {
+    char key[CPT_ENV_KEY_MAX];
+    const char *argv[] = {"XLEN", cpt_env_stream(q->run, key)};
+    return test_int(q, 2, argv);
+}
+
 /* The dead stream's reasons, concatenated. */
 static void dead_reasons(cpt_queue *q, char *out, size_t cap) {
     const char *argv[] = {"XRANGE", cpt_queue_key(q, CPT_STREAM_DEAD), "-", "+"};
@@ -135,7 +142,8 @@ static void test_answers(test_redis *t, const char *dir) {
     write_config(cfgp, t->srv.url, "envt", "type = \"calculator\"");
     cpt_queue *q = test_queue_open(t, "envt", 64, 1000);
     add_request(q, "envt", "rollout-7", 3, 0, 1,
-                "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*34\"}}\n</tool_call>", NULL);
+                "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*34\"}}\n</tool_call>",
+                NULL);
     add_request(q, "envt", "rollout-7", 3, 1, 2, "<tool_call>1/0</tool_call>", "{\"answer\": 1}");
     char key[CPT_ENV_KEY_MAX];
     raw_add(q, cpt_env_stream("envt", key), "garbage", 7);
@@ -172,6 +180,21 @@ static void test_answers(test_redis *t, const char *dir) {
     CHECK_MSG(strstr(reasons, "env|") && strstr(reasons, "malformed env request") &&
               strstr(reasons, "env request of run \"other\" in the stream of run \"envt\""), "%s", reasons);
     CHECK_EQ_INT((int)pending_env(q), 0); /* everything acked */
+    /* and deleted, answered or dead-lettered: the env stream holds only the requests in flight */
+    CHECK_EQ_INT((int)env_len(q), 0);
+    /* a burst of requests leaves it empty again once answered */
+    for (int i = 0; i < 50; i++) add_request(q, "envt", "rollout-8", 10 + (uint64_t)i, 0, 1, "6*7", NULL);
+    t0 = cpt_now();
+    while ((env_len(q) > 0 || pending_env(q) > 0) && cpt_now() - t0 < 30) usleep(50000);
+    CHECK_EQ_INT((int)env_len(q), 0);
+    CHECK_EQ_INT((int)pending_env(q), 0);
+    cpt_env_reply burst[50];
+    n = read_replies(q, "rollout-8", burst, 50);
+    CHECK_EQ_INT(n, 50);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ_STR(burst[i].observation, "42");
+        cpt_env_reply_free(&burst[i]);
+    }
     usleep(400000);
     const char *hx[] = {"HEXISTS", cpt_queue_key(q, CPT_HASH_WORKERS), "env-1"};
     CHECK_EQ_INT((int)test_int(q, 3, hx), 1);
@@ -216,6 +239,7 @@ static void test_claim(test_redis *t, const char *dir) {
     }
     for (int i = 0; i < n; i++) cpt_env_reply_free(&rep[i]);
     CHECK_EQ_INT((int)pending_env(q), 0);
+    CHECK_EQ_INT((int)env_len(q), 0); /* claimed, answered, deleted */
     kill(b, SIGTERM);
     CHECK(wait_exit(b, 15, &st));
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);

@@ -28,7 +28,7 @@
 #define UNDER_ASAN 0
 #endif
 
-static char strict_so[512], limits_so[512];
+static char strict_so[512], limits_so[512], echo_so[512];
 
 static double now_s(void) {
     struct timespec ts;
@@ -153,6 +153,18 @@ static void test_strict_plugin(void) {
     CHECK_MSG(strstr(err.msg, "ELF") != NULL || strstr(err.msg, "not") != NULL, "%s", err.msg);
 }
 
+/* The documented example plugin (docs/env.md) works as documented. */
+static void test_example_plugin(void) {
+    cpt_err err = {{0}};
+    cpt_env *e = open_env("plugin", echo_so, "count: ", NULL, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    if (!e) return;
+    answer(e, "<tool_call>{\"name\": \"wordcount\", \"arguments\": {\"text\": \"h\u00e9llo w\u00f6rld\"}}</tool_call>",
+           NULL, 1, "count: 2 words, 11 characters"); /* UTF-8 characters, not bytes */
+    answer(e, "<tool_call>one two  three</tool_call>", NULL, 1, "count: 3 words, 14 characters");
+    cpt_env_close(e);
+}
+
 static int process_gone(pid_t pid) {
     char path[64], st[512] = "";
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -193,10 +205,12 @@ int main(void) {
     if (!build) build = "build";
     snprintf(strict_so, sizeof strict_so, "%s/plugins/libenv_strict_test.so", build);
     snprintf(limits_so, sizeof limits_so, "%s/plugins/libenv_limits_test.so", build);
+    snprintf(echo_so, sizeof echo_so, "%s/plugins/libenv_echo.so", build);
     test_calculator();
     test_countdown();
     test_strict_plugin();
     test_limits_plugin();
+    test_example_plugin();
     /* every sandbox child was reaped */
     errno = 0;
     CHECK_MSG(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD, "a sandbox child was left unreaped");
