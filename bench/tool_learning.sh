@@ -2,7 +2,7 @@
 # RL with a tool against RL without it (issue 25): examples/grpo_tool.toml (GRPO from examples/models/tiny-tool-sft on
 # multiply-2digit, "What is 47 * 86?") over SEEDS, three ways each:
 #   tool   env.type = calculator: a call gets the calculator's answer from the run's cpt-env worker
-#   none   env.type = none: no tool (a call gets no observation; the model must make one up)
+#   none   env.type = none with rollout.stop = ["</tool_call>"]: no tool; a sample that calls ends at its call
 #   lr0    env.type = calculator at optim.lr = 0: the start, sampled the same way
 # For every run: held-out greedy accuracy (val/accuracy: 200 questions of the eval split, never in SFT or RL, tool
 # calls answered in-process as `cpt eval` does) before training and at the end, the share of those greedy answers
@@ -40,7 +40,7 @@ for seed in $SEEDS; do
   for way in tool none lr0; do
     case $way in
       tool) ov=() ;;
-      none) ov=(env.type=none) ;;
+      none) ov=(env.type=none 'rollout.stop=["</tool_call>"]') ;;
       lr0) ov=(optim.lr=0) ;;
     esac
     dir=$T/$way-$seed start=$(date +%s)

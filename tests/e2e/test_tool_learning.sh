@@ -3,7 +3,8 @@
 # cpt-env workers, a private redis-server) for STEPS steps from examples/models/tiny-tool-sft, whose greedy answers
 # never call the calculator at the start. With env.type = calculator the held-out greedy accuracy (val/accuracy,
 # tool calls answered in-process) must rise from <= 0.05 to >= MIN_ACC and most greedy answers must call the tool
-# (val/tool_use); the same run with env.type = none (no tool) must stay <= 0.05. bench/tool_learning.sh is the full
+# (val/tool_use); the same run without the tool (env.type = none, rollout.stop = ["</tool_call>"]: a sample that
+# calls ends there) must stay <= 0.05. bench/tool_learning.sh is the full
 # comparison (3 seeds, an lr-0 control; docs/env.md).
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
@@ -27,7 +28,7 @@ run() { # NAME [overrides]: prints "val_start val_end tool_use_end seconds"
 }
 read -r a0 a1 u1 s1 < <(run tool)
 echo "test_tool_learning: with the tool, $STEPS steps in ${s1}s: val/accuracy $a0 -> $a1, val/tool_use $u1"
-read -r b0 b1 v1 s2 < <(run none env.type=none)
+read -r b0 b1 v1 s2 < <(run none env.type=none 'rollout.stop=["</tool_call>"]')
 echo "test_tool_learning: without it, $STEPS steps in ${s2}s: val/accuracy $b0 -> $b1 (tool use $v1)"
 at_most() { awk -v x="$1" -v y="$2" 'BEGIN { exit !(x <= y) }'; }
 at_most "$a0" 0.05 || fail "the start answers $a0 right greedily; the test expects it not to use the tool yet"
