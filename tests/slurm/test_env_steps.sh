@@ -11,7 +11,7 @@ BUILD=${CPT_BUILD:-$SRC/build}
 source tests/e2e/grpo_small.sh
 source tests/slurm/lib.sh
 make_tiny_model "$T" || fail "tiny model"
-STEPS=120 G=4
+STEPS=300 G=4
 R="$T/job" RUN=grpo-arithmetic
 job=$(sbatch --parsable --gres=none --ntasks=4 --cpus-per-task=1 --output="$T/job.log" sbatch/grpo_4gpu.sh \
       "${GRPO_ARGS[@]}" train.steps=$STEPS train.groups_per_step=$G env.type=calculator env.call_start= \
@@ -42,7 +42,9 @@ for _ in $(seq 1 60); do
   grep -q "env .* env-sat0 " "$T/stats" && break; sleep 0.5
 done
 grep -q "env .* env-sat0 " "$T/stats" || { cat "$T/stats"; fail "env-sat0 is not a consumer of the env stream"; }
-wait_run_step "$R" $(($(run_step "$R") + 10)) 300
+cur=$(run_step "$R")
+[ "$cur" -lt $((STEPS - 20)) ] || fail "the run reached step $cur before the env satellite worked: raise STEPS"
+wait_run_step "$R" $((cur + 10)) 300
 "$BUILD/cpt-scale" --run "$R" env=1 > /dev/null || fail "cpt-scale env=1"
 wait_job_done "$sat" 90
 [ "$(job_field "$sat" ExitCode)" = "0:0" ] || fail "env satellite $sat exit code $(job_field "$sat" ExitCode)"
