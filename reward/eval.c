@@ -193,8 +193,9 @@ static int eval_chunk(cpt_engine *e, cpt_turns *turns, const cpt_tokenizer *tok,
                                     .stop_ids = stops, .n_stop_ids = n_stops, .tag = first + (uint64_t)i};
         if (turns) rextras[i] = r->extra;
     }
-    if (turns ? cpt_turns_generate(turns, reqs, rextras, count, touts, err) : cpt_engine_generate(e, reqs, count, outs, err))
-        goto done;
+    int gen_rc = turns ? cpt_turns_generate(turns, reqs, rextras, count, touts, err)
+                       : cpt_engine_generate(e, reqs, count, outs, err);
+    if (gen_rc) goto done;
     generated = 1;
     for (int i = 0; i < count; i++) {
         const cpt_record *r = cpt_dataset_get(ds, first + (size_t)i);
@@ -207,7 +208,8 @@ static int eval_chunk(cpt_engine *e, cpt_turns *turns, const cpt_tokenizer *tok,
             /* With tools the completion holds the observations too; n counts the model's tokens. */
             const int32_t *ids = turns ? touts[i].samples[j].tokens : outs[i].samples[j].tokens;
             int n_ids = turns ? touts[i].samples[j].n_tokens : outs[i].samples[j].n_tokens;
-            int n_model = turns ? touts[i].samples[j].n_model : n_ids, calls = turns ? touts[i].samples[j].n_calls : 0;
+            int n_model = turns ? touts[i].samples[j].n_model : n_ids;
+            int calls = turns ? touts[i].samples[j].n_calls : 0;
             res->tool_use += calls > 0;
             res->tool_calls += calls;
             int t = i * K + j;
