@@ -1,4 +1,4 @@
-/* cpt data gen TASK --n N --seed S [--format sft|rl] [--split all|train|eval|sft|rl] [--out FILE]
+/* cpt data gen TASK --n N --seed S [--format sft|rl|tool-sft] [--split all|train|eval|sft|rl] [--out FILE]
  *     writes synthetic instances as JSONL to stdout (or atomically to FILE)
  * cpt data check FILE [--format F] [--skip-bad-lines]
  *     reads a dataset as training would and prints its format, record count and bad lines */
@@ -14,7 +14,8 @@
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: cpt data gen arithmetic|arithmetic-1digit|countdown --n N --seed S [--format sft|rl]\n"
+            "usage: cpt data gen arithmetic|arithmetic-1digit|multiply-2digit|countdown --n N --seed S\n"
+            "                    [--format sft|rl|tool-sft]\n"
             "                    [--split all|train|eval|sft|rl] [--out FILE]\n"
             "       cpt data check FILE [--format auto|prompt_completion|messages|preference|rl_prompt]\n"
             "                           [--skip-bad-lines]\n");
@@ -37,7 +38,8 @@ static int cmd_gen(int argc, char **argv) {
     if (argc < 1) return usage();
     cpt_synth_task task;
     if (cpt_synth_task_parse(argv[0], &task)) {
-        fprintf(stderr, "cpt data gen: unknown task '%s' (arithmetic, arithmetic-1digit, countdown)\n", argv[0]);
+        fprintf(stderr, "cpt data gen: unknown task '%s' (arithmetic, arithmetic-1digit, "
+                        "multiply-2digit, countdown)\n", argv[0]);
         return 2;
     }
     unsigned long long n = 0, seed = 0;
@@ -60,7 +62,7 @@ static int cmd_gen(int argc, char **argv) {
             have_seed = 1;
         } else if (!strcmp(a, "--format")) {
             if (cpt_synth_format_parse(v, &format)) {
-                fprintf(stderr, "cpt data gen: --format is sft or rl, got '%s'\n", v);
+                fprintf(stderr, "cpt data gen: --format is sft, rl or tool-sft, got '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--split")) {

@@ -1,4 +1,5 @@
-/* cpt eval --model HF_DIR|CHECKPOINT --data FILE.jsonl --reward NAME [options] [reward.key=value ...]
+/* cpt eval --model HF_DIR|CHECKPOINT --data FILE.jsonl --reward NAME [options] [reward.key=value ...] [env.key=value ...]
+ * env.type=calculator|countdown|plugin answers tool calls in-process (reward/eval.h) so accuracy counts tool use.
  * --device auto (the default) generates on the GPU engine when this process sees a GPU (weights/devices.h). */
 #include <jansson.h>
 #include <stdio.h>
@@ -22,6 +23,8 @@ static void usage(FILE *f) {
             "  mean reward and pass@k (unbiased estimator over --samples K). docs/evaluation.md.\n"
             "  NAME: math | countdown | format | length | plugin | combined | model (reward.* keys as overrides,\n"
             "  e.g. reward.format_regex=..., reward.combine=[\"math:1\"], reward.model_path=DIR).\n"
+            "  env.type=calculator|countdown|plugin (and env.* keys): a sample that stops on env.call_end gets the\n"
+            "  tool's answer, run in-process, and goes on (docs/env.md); tool use is reported.\n"
             "options:\n"
             "  --samples K            samples per prompt (default 1)\n"
             "  --max-new-tokens N     generation limit (default 64)\n"
@@ -51,10 +54,10 @@ int cmd_eval(int argc, char **argv) {
     cpt_eval_opts o;
     cpt_eval_opts_default(&o);
     o.verbose = 1;
-    char **ov = calloc((size_t)argc + 2, sizeof *ov);
+    char **ov = calloc((size_t)argc + 3, sizeof *ov);
     int n_ov = 0;
     if (!ov) return 1;
-    char type_ov[96];
+    char type_ov[96], tpl_ov[96];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -123,11 +126,18 @@ int cmd_eval(int argc, char **argv) {
     int have_tpl = 0;
     cpt_eval_results res;
     memset(&res, 0, sizeof res);
+    cpt_eval_tools tools;
+    memset(&tools, 0, sizeof tools);
     int is_model = !strcmp(rname, "model");
     if (!is_model) {
         snprintf(type_ov, sizeof type_ov, "reward.type=%s", rname);
         ov[n_ov++] = type_ov;
     }
+    /* the tools' default observation template follows the chat template in use */
+    snprintf(tpl_ov, sizeof tpl_ov, "data.chat_template=%s", tname);
+    memmove(ov + 1, ov, (size_t)n_ov * sizeof *ov);
+    ov[0] = tpl_ov;
+    n_ov++;
     cfg = cpt_config_load(NULL, n_ov, ov, &err);
     if (!cfg) goto fail;
     if (is_model && !*cpt_cfg_str(cfg, "reward.model_path")) {
@@ -162,6 +172,8 @@ int cmd_eval(int argc, char **argv) {
         reward = cpt_reward_with_model_from_config(cfg, &err);
     }
     if (!reward) goto fail;
+    if (cpt_eval_tools_open(cfg, tokp, &tools, &err)) goto fail;
+    o.tools = &tools;
     o.verbose = !json_out;
     if (cpt_eval_run(m, tok, ds, reward, &o, &res, &err)) goto fail;
     if (json_out) {
@@ -178,6 +190,11 @@ int cmd_eval(int argc, char **argv) {
             snprintf(key, sizeof key, "pass@%d", res.k[i]);
             json_object_set_new(jo, key, json_real(res.pass_at_k[i]));
         }
+        if (res.with_tools) {
+            json_object_set_new(jo, "env", json_string(cpt_env_name(tools.env)));
+            json_object_set_new(jo, "tool_use", json_real(res.tool_use));
+            json_object_set_new(jo, "tool_calls", json_real(res.tool_calls));
+        }
         json_object_set_new(jo, "seconds", json_real(res.seconds));
         char *txt = json_dumps(jo, JSON_COMPACT);
         json_decref(jo);
@@ -193,6 +210,10 @@ int cmd_eval(int argc, char **argv) {
         printf("accuracy     %.4f   (samples with reward > %.2f)\n", res.accuracy, o.correct_above);
         printf("mean reward  %.4f\n", res.mean_reward);
         printf("mean tokens  %.1f\n", res.mean_tokens);
+        if (res.with_tools) {
+            printf("tool use     %.4f   (samples that called %s)\n", res.tool_use, cpt_env_name(tools.env));
+            printf("tool calls   %.3f   (per sample)\n", res.tool_calls);
+        }
         for (int i = 0; i < res.n_k; i++) printf("pass@%-7d %.4f\n", res.k[i], res.pass_at_k[i]);
         printf("time         %.1f s\n", res.seconds);
     }
@@ -200,6 +221,7 @@ int cmd_eval(int argc, char **argv) {
 fail:
     if (rc) fprintf(stderr, "cpt eval: %s\n", err.msg);
     cpt_eval_results_free(&res);
+    cpt_eval_tools_close(&tools);
     cpt_reward_free(reward);
     cpt_dataset_free(ds);
     cpt_model_free(m);

@@ -11,6 +11,7 @@
 int cpt_synth_task_parse(const char *name, cpt_synth_task *out) {
     if (!strcmp(name, "arithmetic")) *out = CPT_SYNTH_ARITHMETIC;
     else if (!strcmp(name, "arithmetic-1digit")) *out = CPT_SYNTH_ARITHMETIC_1DIGIT;
+    else if (!strcmp(name, "multiply-2digit")) *out = CPT_SYNTH_MULTIPLY_2DIGIT;
     else if (!strcmp(name, "countdown")) *out = CPT_SYNTH_COUNTDOWN;
     else return -1;
     return 0;
@@ -19,6 +20,7 @@ int cpt_synth_task_parse(const char *name, cpt_synth_task *out) {
 int cpt_synth_format_parse(const char *name, cpt_synth_format *out) {
     if (!strcmp(name, "sft")) *out = CPT_SYNTH_SFT;
     else if (!strcmp(name, "rl")) *out = CPT_SYNTH_RL;
+    else if (!strcmp(name, "tool-sft")) *out = CPT_SYNTH_TOOL_SFT;
     else return -1;
     return 0;
 }
@@ -80,6 +82,13 @@ int cpt_synth_arithmetic_1digit(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) 
     char op = cpt_rng_below(rng, 2) ? '-' : '+';
     it->target = op == '+' ? a + b : a - b;
     return finish_binary(it, a, op, b, err);
+}
+
+int cpt_synth_multiply_2digit(cpt_rng *rng, cpt_synth_item *it, cpt_err *err) {
+    memset(it, 0, sizeof *it);
+    int a = 10 + (int)cpt_rng_below(rng, 90), b = 10 + (int)cpt_rng_below(rng, 90);
+    it->target = (int64_t)a * b;
+    return finish_binary(it, a, '*', b, err);
 }
 
 static int finish_binary(cpt_synth_item *it, int a, char op, int b, cpt_err *err) {
@@ -181,6 +190,26 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
+int cpt_synth_uses_tool(const char *prompt) {
+    /* The split takes the hash modulo 10; this takes the next digit, independent of the split. */
+    return (fnv1a(prompt) / 10) % 2 == 0;
+}
+
+/* segments of a tool-sft record: a call, its observation (not trained) and the copied answer, or the answer. */
+static json_t *tool_segments(const cpt_synth_item *it) {
+    char expr[sizeof it->solution], call[sizeof expr + 32], obs[sizeof it->answer + 40], ans[sizeof it->answer + 8];
+    size_t k = 0;
+    for (const char *p = it->solution; *p; p++)
+        if (*p != ' ') expr[k++] = *p;
+    expr[k] = '\0';
+    snprintf(call, sizeof call, "%s%s%s", CPT_SYNTH_CALL_START, expr, CPT_SYNTH_CALL_END);
+    snprintf(obs, sizeof obs, "%s%s%s", CPT_SYNTH_OBS_BEFORE, it->answer, CPT_SYNTH_OBS_AFTER);
+    snprintf(ans, sizeof ans, "#### %s", it->answer);
+    if (!cpt_synth_uses_tool(it->prompt)) return json_pack("[{s:s, s:b}]", "text", ans, "train", 1);
+    return json_pack("[{s:s, s:b}, {s:s, s:b}, {s:s, s:b}]", "text", call, "train", 1, "text", obs, "train", 0,
+                     "text", ans, "train", 1);
+}
+
 static int in_split(const cpt_synth_item *it, cpt_synth_split split) {
     if (split == CPT_SYNTH_ALL) return 1;
     uint64_t bucket = fnv1a(it->prompt) % 10;
@@ -205,6 +234,10 @@ static json_t *record_json(const cpt_synth_item *it, cpt_synth_task task, cpt_sy
     } else {
         bad |= json_object_set_new(o, "prompt", json_string(it->prompt)) ||
                json_object_set_new(o, "answer", json_string(it->answer));
+        if (format == CPT_SYNTH_TOOL_SFT) {
+            json_t *seg = tool_segments(it);
+            bad |= !seg || json_object_set_new(o, "segments", seg);
+        }
         if (task == CPT_SYNTH_COUNTDOWN) {
             json_t *nums = json_array();
             for (int i = 0; nums && i < it->n_numbers; i++) bad |= json_array_append_new(nums, json_integer(it->numbers[i]));
@@ -223,12 +256,15 @@ static json_t *record_json(const cpt_synth_item *it, cpt_synth_task task, cpt_sy
 int cpt_synth_write(FILE *out, cpt_synth_task task, cpt_synth_format format, cpt_synth_split split, long n,
                     uint64_t seed, cpt_err *err) {
     if (n < 0) return cpt_errf(err, "synth: --n must be >= 0");
+    if (format == CPT_SYNTH_TOOL_SFT && task == CPT_SYNTH_COUNTDOWN)
+        return cpt_errf(err, "synth: --format tool-sft is for the arithmetic tasks, not countdown");
     cpt_rng rng;
     cpt_rng_seed(&rng, seed, SYNTH_STREAM + (uint64_t)task);
     for (long i = 0; i < n;) {
         cpt_synth_item it;
         int rc = task == CPT_SYNTH_ARITHMETIC          ? cpt_synth_arithmetic(&rng, &it, err)
                  : task == CPT_SYNTH_ARITHMETIC_1DIGIT ? cpt_synth_arithmetic_1digit(&rng, &it, err)
+                 : task == CPT_SYNTH_MULTIPLY_2DIGIT   ? cpt_synth_multiply_2digit(&rng, &it, err)
                                                        : cpt_synth_countdown(&rng, &it, err);
         if (rc) return -1;
         if (!in_split(&it, split)) continue;

@@ -29,6 +29,33 @@ void cpt_eval_opts_from_config(const cpt_config *cfg, cpt_eval_opts *o) {
     o->seed = (uint64_t)cpt_cfg_int(cfg, "run.seed");
 }
 
+int cpt_eval_tools_open(const cpt_config *cfg, const char *tok_path, cpt_eval_tools *t, cpt_err *err) {
+    memset(t, 0, sizeof *t);
+    if (cpt_turn_opts_from_config(cfg, tok_path, &t->turns, &t->enabled, err)) return -1;
+    if (!t->enabled) return 0;
+    t->env = cpt_env_open(cfg, err);
+    if (!t->env) {
+        cpt_turn_opts_free(&t->turns);
+        memset(t, 0, sizeof *t);
+        return cpt_err_prefix(err, "env");
+    }
+    return 0;
+}
+
+void cpt_eval_tools_close(cpt_eval_tools *t) {
+    if (t->env) cpt_env_close(t->env);
+    cpt_turn_opts_free(&t->turns);
+    memset(t, 0, sizeof *t);
+}
+
+/* The turn driver's synchronous answer: the tool, in-process. */
+static int answer_call(void *ctx, const char *call, const char *extra, char *obs, size_t cap, int *ok) {
+    cpt_err err;
+    if (cpt_env_answer(ctx, call, extra, obs, cap, ok, &err) == 0) return 0;
+    cpt_warn("eval: the tool could not run: %s", err.msg);
+    return -1;
+}
+
 void cpt_eval_results_free(cpt_eval_results *r) {
     free(r->rewards);
     free(r->n_tokens);
@@ -133,20 +160,22 @@ static const char *escaped(const char *s, char *buf, size_t cap) {
     return buf;
 }
 
-/* Generates and scores records [first, first + count). */
-static int eval_chunk(cpt_engine *e, const cpt_tokenizer *tok, const cpt_dataset *ds, size_t first, int count,
-                      cpt_reward *reward, const cpt_eval_opts *o, const int32_t *stops, int n_stops,
+/* Generates and scores records [first, first + count); through the turn driver when turns is not NULL. */
+static int eval_chunk(cpt_engine *e, cpt_turns *turns, const cpt_tokenizer *tok, const cpt_dataset *ds, size_t first,
+                      int count, cpt_reward *reward, const cpt_eval_opts *o, const int32_t *stops, int n_stops,
                       cpt_eval_results *res, cpt_err *err) {
     int K = o->samples, rc = -1, n_items = count * K;
     cpt_gen_request *reqs = calloc((size_t)count, sizeof *reqs);
     cpt_gen_result *outs = calloc((size_t)count, sizeof *outs);
+    cpt_turn_result *touts = turns ? calloc((size_t)count, sizeof *touts) : NULL;
+    const char **rextras = turns ? calloc((size_t)count, sizeof *rextras) : NULL;
     int32_t **pids = calloc((size_t)count, sizeof *pids);
     char **ptext = calloc((size_t)count, sizeof *ptext);
     char **texts = calloc((size_t)n_items, sizeof *texts), **extras = calloc((size_t)n_items, sizeof *extras);
     cpt_reward_item *items = calloc((size_t)n_items, sizeof *items);
     cpt_reward_result *rr = calloc((size_t)n_items, sizeof *rr);
     int generated = 0;
-    if (!reqs || !outs || !pids || !ptext || !texts || !extras || !items || !rr) {
+    if (!reqs || !outs || !pids || !ptext || !texts || !extras || !items || !rr || (turns && (!touts || !rextras))) {
         cpt_errf(err, "out of memory");
         goto done;
     }
@@ -162,28 +191,38 @@ static int eval_chunk(cpt_engine *e, const cpt_tokenizer *tok, const cpt_dataset
                                     .sp = {.temperature = o->temperature, .top_k = 0, .top_p = 1, .min_p = 0},
                                     .seed = o->seed + first + (uint64_t)i, .max_new_tokens = o->max_new_tokens,
                                     .stop_ids = stops, .n_stop_ids = n_stops, .tag = first + (uint64_t)i};
+        if (turns) rextras[i] = r->extra;
     }
-    if (cpt_engine_generate(e, reqs, count, outs, err)) goto done;
+    int gen_rc = turns ? cpt_turns_generate(turns, reqs, rextras, count, touts, err)
+                       : cpt_engine_generate(e, reqs, count, outs, err);
+    if (gen_rc) goto done;
     generated = 1;
     for (int i = 0; i < count; i++) {
         const cpt_record *r = cpt_dataset_get(ds, first + (size_t)i);
-        if (outs[i].n_samples != K) {
-            cpt_errf(err, "line %d: the engine returned %d samples, want %d", r->line, outs[i].n_samples, K);
+        int got = turns ? touts[i].n_samples : outs[i].n_samples;
+        if (got != K) {
+            cpt_errf(err, "line %d: the engine returned %d samples, want %d", r->line, got, K);
             goto done;
         }
         for (int j = 0; j < K; j++) {
-            const cpt_gen_sample *s = &outs[i].samples[j];
+            /* With tools the completion holds the observations too; n counts the model's tokens. */
+            const int32_t *ids = turns ? touts[i].samples[j].tokens : outs[i].samples[j].tokens;
+            int n_ids = turns ? touts[i].samples[j].n_tokens : outs[i].samples[j].n_tokens;
+            int n_model = turns ? touts[i].samples[j].n_model : n_ids;
+            int calls = turns ? touts[i].samples[j].n_calls : 0;
+            res->tool_use += calls > 0;
+            res->tool_calls += calls;
             int t = i * K + j;
             size_t len;
-            texts[t] = cpt_tokenizer_decode(tok, s->tokens, (size_t)s->n_tokens, 1, &len, err);
-            extras[t] = texts[t] ? make_extra(r, s->n_tokens) : NULL;
+            texts[t] = cpt_tokenizer_decode(tok, ids, (size_t)n_ids, 1, &len, err);
+            extras[t] = texts[t] ? make_extra(r, n_model) : NULL;
             if (!texts[t]) goto done;
             if (!extras[t]) {
                 cpt_errf(err, "out of memory");
                 goto done;
             }
             items[t] = (cpt_reward_item){.prompt = ptext[i], .completion = texts[t], .extra = extras[t]};
-            res->n_tokens[(first + (size_t)i) * (size_t)K + (size_t)j] = s->n_tokens;
+            res->n_tokens[(first + (size_t)i) * (size_t)K + (size_t)j] = n_model;
         }
     }
     if (cpt_reward_score_batch(reward, n_items, items, rr, err)) goto done;
@@ -204,8 +243,10 @@ static int eval_chunk(cpt_engine *e, const cpt_tokenizer *tok, const cpt_dataset
         }
     rc = 0;
 done:
-    for (int i = 0; i < count && outs; i++)
-        if (generated) cpt_gen_result_free(&outs[i]);
+    for (int i = 0; i < count && generated; i++) {
+        if (turns) cpt_turn_result_free(&touts[i]);
+        else cpt_gen_result_free(&outs[i]);
+    }
     for (int i = 0; i < count && pids; i++) {
         free(pids[i]);
         free(ptext[i]);
@@ -216,6 +257,8 @@ done:
     }
     free(reqs);
     free(outs);
+    free(touts);
+    free(rextras);
     free(pids);
     free(ptext);
     free(texts);
@@ -253,17 +296,30 @@ int cpt_eval_run(cpt_model *m, const cpt_tokenizer *tok, const cpt_dataset *reco
         cpt_eval_results_free(res);
         return cpt_err_prefix(err, "eval");
     }
+    cpt_turns *turns = NULL;
+    if (o->tools && o->tools->enabled) {
+        turns = cpt_turns_new(e, tok, &o->tools->turns, err);
+        if (!turns) {
+            cpt_engine_free(e);
+            cpt_eval_results_free(res);
+            return cpt_err_prefix(err, "eval");
+        }
+        cpt_turns_set_answer(turns, answer_call, o->tools->env);
+        res->with_tools = 1;
+    }
     int32_t stops[4];
     int n_stops;
     stop_ids(tok, stops, &n_stops);
     for (size_t first = 0; first < n; first += EVAL_CHUNK) {
         int count = (int)(n - first < EVAL_CHUNK ? n - first : EVAL_CHUNK);
-        if (eval_chunk(e, tok, records, first, count, reward, o, stops, n_stops, res, err)) {
+        if (eval_chunk(e, turns, tok, records, first, count, reward, o, stops, n_stops, res, err)) {
+            cpt_turns_free(turns);
             cpt_engine_free(e);
             cpt_eval_results_free(res);
             return cpt_err_prefix(err, "eval");
         }
     }
+    cpt_turns_free(turns);
     cpt_engine_free(e);
 
     double sum = 0, toks = 0;
@@ -276,6 +332,8 @@ int cpt_eval_run(cpt_model *m, const cpt_tokenizer *tok, const cpt_dataset *reco
     res->accuracy = (double)correct / (double)(n * (size_t)K);
     res->mean_reward = sum / (double)(n * (size_t)K);
     res->mean_tokens = toks / (double)(n * (size_t)K);
+    res->tool_use /= (double)(n * (size_t)K);
+    res->tool_calls /= (double)(n * (size_t)K);
     for (int k = 1; res->n_k < CPT_EVAL_MAX_K; k = 2 * k < K ? 2 * k : K) {
         double s = 0;
         for (size_t i = 0; i < n; i++) {
@@ -299,6 +357,12 @@ void cpt_eval_add_metrics(cpt_metrics *m, const char *prefix, const cpt_eval_res
     cpt_metrics_add(m, key, r->mean_reward);
     snprintf(key, sizeof key, "%s/response_len", prefix);
     cpt_metrics_add(m, key, r->mean_tokens);
+    if (r->with_tools) {
+        snprintf(key, sizeof key, "%s/tool_use", prefix);
+        cpt_metrics_add(m, key, r->tool_use);
+        snprintf(key, sizeof key, "%s/tool_calls", prefix);
+        cpt_metrics_add(m, key, r->tool_calls);
+    }
     for (int i = 0; i < r->n_k; i++) {
         snprintf(key, sizeof key, "%s/pass@%d", prefix, r->k[i]);
         cpt_metrics_add(m, key, r->pass_at_k[i]);

@@ -7,15 +7,17 @@ check.
 
 Without arguments it checks the committed examples (examples/data: arithmetic_train.jsonl is SFT data,
 arithmetic_rl_train.jsonl and arithmetic1_rl_train.jsonl RL prompts, arithmetic_eval.jsonl, arithmetic_rl_eval.jsonl
-and arithmetic1_rl_eval.jsonl evaluation questions); tests/e2e/test_data_splits.sh also checks the example model's
-SFT data (scripts/make_example_model.sh --data-only). Prints each split's size and the overlaps; exits 1 on any shared question, 2 on bad input."""
+and arithmetic1_rl_eval.jsonl evaluation questions; multiply2_rl_train.jsonl and multiply2_rl_eval.jsonl, the
+tool-learning run's); tests/e2e/test_data_splits.sh also checks the example models' SFT data
+(scripts/make_example_model.sh --data-only, and MODEL=tiny-tool-sft's tool-sft transcripts). Prints each split's size and the overlaps; exits 1 on any shared question, 2 on bad input."""
 import json
 import os
 import sys
 
 EXAMPLES = ["sft=examples/data/arithmetic_train.jsonl", "rl=examples/data/arithmetic_rl_train.jsonl",
             "rl=examples/data/arithmetic1_rl_train.jsonl", "eval=examples/data/arithmetic_eval.jsonl",
-            "eval=examples/data/arithmetic_rl_eval.jsonl", "eval=examples/data/arithmetic1_rl_eval.jsonl"]
+            "eval=examples/data/arithmetic_rl_eval.jsonl", "eval=examples/data/arithmetic1_rl_eval.jsonl",
+            "rl=examples/data/multiply2_rl_train.jsonl", "eval=examples/data/multiply2_rl_eval.jsonl"]
 
 
 def question(rec, where):

@@ -78,6 +78,7 @@ typedef struct online_ctx {
     /* held-out validation (validation.*): greedy or sampled generations scored with the run's reward */
     cpt_dataset *val;
     cpt_reward *val_reward;
+    cpt_eval_tools val_tools; /* env.type: validation with the tool */
     /* trainer ranks (trainer/online_ranks.h): rank 0 is this trainer, the others follow its headers */
     cpt_dp *dp;
     int rank, world;
@@ -586,7 +587,9 @@ static int setup_validation(online_ctx *c, cpt_err *err) {
     c->val = cpt_dataset_load_config(path, c->cfg, err);
     if (!c->val) return cpt_err_prefix(err, "validation.data");
     c->val_reward = cpt_reward_from_config(c->cfg, err);
-    return c->val_reward ? 0 : cpt_err_prefix(err, "validation reward");
+    if (!c->val_reward) return cpt_err_prefix(err, "validation reward");
+    /* with env.type set, validation answers tool calls in-process, as the rollouts get them from cpt-env */
+    return cpt_eval_tools_open(c->cfg, c->tok_path, &c->val_tools, err) ? cpt_err_prefix(err, "validation") : 0;
 }
 
 static int validate(online_ctx *c, cpt_err *err) {
@@ -594,12 +597,15 @@ static int validate(online_ctx *c, cpt_err *err) {
     cpt_eval_opts o;
     cpt_eval_opts_from_config(c->cfg, &o);
     o.tpl = c->have_tpl ? &c->tpl : NULL;
+    o.tools = &c->val_tools;
     cpt_eval_results r;
     memset(&r, 0, sizeof r);
     if (cpt_model_sync_to_host(c->policy, err)) return -1; /* generation reads the host weights */
     if (cpt_eval_run(c->policy, c->tok, c->val, c->val_reward, &o, &r, err)) return cpt_err_prefix(err, "validation");
-    fprintf(stderr, "%s validation at step %" PRId64 ": accuracy %.3f | reward %.3f | len %.1f | %zu prompts x %d (%.1fs)\n",
-            cpt_obj_type_name(c->oc.type), c->st.step, r.accuracy, r.mean_reward, r.mean_tokens, r.n_prompts,
+    char tools[64] = "";
+    if (r.with_tools) snprintf(tools, sizeof tools, " | tool use %.3f", r.tool_use);
+    fprintf(stderr, "%s validation at step %" PRId64 ": accuracy %.3f | reward %.3f | len %.1f%s | %zu prompts x %d (%.1fs)\n",
+            cpt_obj_type_name(c->oc.type), c->st.step, r.accuracy, r.mean_reward, r.mean_tokens, tools, r.n_prompts,
             r.samples, r.seconds);
     cpt_metrics_begin(c->metrics, c->st.step);
     cpt_eval_add_metrics(c->metrics, "val", &r);
@@ -769,6 +775,7 @@ static void ctx_free(online_ctx *c) {
     free(c->config_text);
     if (c->val) cpt_dataset_free(c->val);
     if (c->val_reward) cpt_reward_free(c->val_reward);
+    cpt_eval_tools_close(&c->val_tools);
     cpt_dp_free(c->dp);
 }
 

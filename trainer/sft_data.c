@@ -1,6 +1,7 @@
 /* Reading SFT examples from JSONL and tokenizing them (see trainer/sft_data.h). */
 #include "trainer/sft_data.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,66 @@ static int tokenize_raw(const cpt_sft_data_opts *o, const char *p, const char *c
     return rc;
 }
 
+/* Appends encode(text) to ids/mask with mask value train, leaving room for one more id. */
+static int append_text(const cpt_tokenizer *tok, const char *text, uint8_t train, int32_t **ids, uint8_t **mask,
+                       int *n, int *cap, cpt_err *err) {
+    int32_t *t = NULL;
+    long nt = cpt_tokenizer_encode(tok, text, strlen(text), &t, err);
+    if (nt < 0) return -1;
+    if (*n + nt + 1 > *cap) {
+        int nc = (int)(*n + nt + 1) * 2;
+        int32_t *ni = realloc(*ids, (size_t)nc * sizeof *ni);
+        if (ni) *ids = ni;
+        uint8_t *nm = realloc(*mask, (size_t)nc);
+        if (nm) *mask = nm;
+        if (!ni || !nm) {
+            free(t);
+            return cpt_errf(err, "out of memory");
+        }
+        *cap = nc;
+    }
+    memcpy(*ids + *n, t, (size_t)nt * sizeof *t);
+    memset(*mask + *n, train, (size_t)nt);
+    *n += (int)nt;
+    free(t);
+    return 0;
+}
+
+/* Raw segments: encode(prompt) + encode(segment 1) + ... + [eos], each segment encoded on its own (as a rollout
+ * appends an observation's tokens), the loss on the segments with "train": true and on the eos. */
+static int tokenize_segments(const cpt_sft_data_opts *o, const char *prompt, json_t *segs, int32_t **ids,
+                             uint8_t **mask, int *n, cpt_err *err) {
+    int cap = 0;
+    *n = 0;
+    if (!json_is_array(segs) || json_array_size(segs) == 0)
+        return cpt_errf(err, "field 'segments': expected a non-empty list of {\"text\": str, \"train\": bool}");
+    if (append_text(o->tok, prompt, 0, ids, mask, n, &cap, err)) return cpt_err_prefix(err, "prompt");
+    size_t i;
+    json_t *seg;
+    json_array_foreach(segs, i, seg) {
+        json_t *text = json_object_get(seg, "text"), *train = json_object_get(seg, "train");
+        if (!json_is_string(text) || !json_is_boolean(train))
+            return cpt_errf(err, "field 'segments' [%zu]: expected {\"text\": str, \"train\": bool}", i);
+        if (append_text(o->tok, json_string_value(text), json_is_true(train), ids, mask, n, &cap, err))
+            return cpt_err_prefix(err, "field 'segments' [%zu]", i);
+    }
+    if (o->eos_id >= 0) { /* append_text keeps room for one more id */
+        (*ids)[*n] = o->eos_id;
+        (*mask)[*n] = 1;
+        (*n)++;
+    }
+    return 0;
+}
+
+/* The "segments" of an rl_prompt record (kept in its extra JSON), or NULL. */
+static json_t *record_segments(const cpt_record *r) {
+    if (!r->extra || !strstr(r->extra, "\"segments\"")) return NULL;
+    json_t *extra = json_loads(r->extra, 0, NULL);
+    json_t *segs = json_incref(json_object_get(extra, "segments"));
+    json_decref(extra);
+    return segs;
+}
+
 /* One record -> ids + mask. */
 static int tokenize_record(const cpt_record *r, cpt_data_format fmt, const cpt_sft_data_opts *o, int32_t **ids,
                            uint8_t **mask, int *n, cpt_err *err) {
@@ -54,6 +115,22 @@ static int tokenize_record(const cpt_record *r, cpt_data_format fmt, const cpt_s
     size_t nm = 0;
     /* rl_prompt records train as prompt -> answer (the synthetic tasks' reference answers). */
     const char *completion = fmt == CPT_DATA_RL_PROMPT ? r->answer : r->completion;
+    json_t *segs = fmt == CPT_DATA_RL_PROMPT ? record_segments(r) : NULL;
+    if (segs) {
+        int rc = -1;
+        if (o->tpl || !r->prompt)
+            cpt_errf(err, "field 'segments': needs a string prompt and data.chat_template = \"none\"");
+        else
+            rc = tokenize_segments(o, r->prompt, segs, ids, mask, n, err);
+        json_decref(segs);
+        if (rc) {
+            free(*ids);
+            free(*mask);
+            *ids = NULL;
+            *mask = NULL;
+        }
+        return rc;
+    }
     if ((fmt == CPT_DATA_PROMPT_COMPLETION || fmt == CPT_DATA_RL_PROMPT) && r->prompt) {
         if (!o->tpl) return tokenize_raw(o, r->prompt, completion, ids, mask, n, err);
         pc[0] = (cpt_chat_message){.role = "user", .content = r->prompt, .content_len = strlen(r->prompt)};

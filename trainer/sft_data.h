@@ -6,6 +6,10 @@
  * [user: prompt, assistant: completion] and the loss covers the assistant tokens (the template's assistant mask,
  * end-of-turn token included). Without one, the ids are encode(prompt) + encode(completion) + [eos] and the loss
  * covers the completion and the eos. A messages example needs a chat template.
+ * An rl_prompt record with "segments": [{"text": str, "train": bool}, ...] (cpt data gen --format tool-sft), raw
+ * only, is encode(prompt) + encode(text 1) + encode(text 2) + ... + [eos], each text encoded on its own as a
+ * rollout appends a tool's observation, the loss on the texts with "train": true and the eos: a tool call's
+ * observation is in the context but not learned.
  *
  * The loss is on a target token: position i predicts ids[i+1] and counts when mask[i+1] is 1. */
 #ifndef CPT_TRAINER_SFT_DATA_H

@@ -3,7 +3,7 @@
 # and the example model's SFT data (regenerated exactly as scripts/make_example_model.sh makes it) against the main
 # job's RL prompts and evaluation questions (examples/grpo_arithmetic.toml). The checker itself must catch an
 # overlap: the task's whole train split (what the SFT data was drawn from before the rl split existed) shares
-# questions with the RL prompts.
+# questions with the RL prompts. The same for the tool-learning model (examples/models/tiny-tool-sft).
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -28,4 +28,11 @@ if python3 scripts/check_splits.py sft="$T/train_all.jsonl" rl="$rl" > "$T/out";
   cat "$T/out"; fail "the checker missed the overlap of the whole train split with the RL prompts"
 fi
 grep -q "FAIL, [0-9]* questions in two splits" "$T/out" || { cat "$T/out"; fail "unclear overlap report"; }
+# the tool-learning model's transcripts against its run's RL prompts and evaluation questions (examples/grpo_tool.toml)
+MODEL=tiny-tool-sft scripts/make_example_model.sh --data-only "$T/tool" "$BUILD"
+grep -q '"segments":\[{"text":"<tool_call>' "$T/tool/train.jsonl" || fail "no tool call in the tool-sft transcripts"
+python3 scripts/check_splits.py sft="$T/tool/train.jsonl" eval="$T/tool/eval.jsonl" \
+  rl=examples/data/multiply2_rl_train.jsonl eval=examples/data/multiply2_rl_eval.jsonl > "$T/out" ||
+  { cat "$T/out"; fail "the tool model's SFT data shares questions with its RL prompts or evaluation questions"; }
+cat "$T/out"
 echo "test_data_splits: ok"

@@ -1,6 +1,8 @@
 /* SFT data: JSONL -> ids + loss mask with the tiny tokenizer. Raw prompt/completion: the loss covers the completion
  * and the appended eos only. ChatML messages: the loss covers the assistant reply and its <|im_end|>, nothing of
- * the user turn, and the last answer's span decodes to the reply. A bad line names file:line. */
+ * the user turn, and the last answer's span decodes to the reply. Raw segments (a tool call's transcript): each
+ * text encoded on its own, the loss on the trained texts and the eos, never on the observation. A bad line names
+ * file:line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,60 @@ int main(void) {
     cpt_sft_dataset_free(&ds);
     o.max_seq_len = 64;
 
+    /* segments: prompt, call (trained), observation (not trained), answer (trained), eos */
+    char seg[256];
+    snprintf(seg, sizeof seg, "%s/seg.jsonl", dir);
+    const char *seg_text =
+        "{\"prompt\": \"What is 47 * 86?\", \"answer\": \"4042\", \"segments\": ["
+        "{\"text\": \"<tool_call>47*86</tool_call>\", \"train\": true}, "
+        "{\"text\": \"\\n<tool_response>4042</tool_response>\\n\", \"train\": false}, "
+        "{\"text\": \"#### 4042\", \"train\": true}]}\n"
+        "{\"prompt\": \"What is 12 * 10?\", \"answer\": \"120\", \"segments\": [{\"text\": \"#### 120\", \"train\": true}]}\n";
+    CHECK_EQ_INT(cpt_write_file_atomic(seg, seg_text, strlen(seg_text), &err), 0);
+    o.max_seq_len = 128; /* the tiny tokenizer spells the markup out: 71 tokens */
+    CHECK_EQ_INT(cpt_sft_dataset_load(seg, &o, &ds, &err), 0);
+    CHECK_EQ_INT(ds.n, 2);
+    if (ds.n == 2) {
+        const char *texts[] = {"What is 47 * 86?", "<tool_call>47*86</tool_call>", "\n<tool_response>4042</tool_response>\n",
+                               "#### 4042"};
+        const uint8_t train[] = {0, 1, 0, 1};
+        int32_t want[128];
+        uint8_t want_mask[128];
+        int nw = 0;
+        for (int k = 0; k < 4; k++) {
+            int32_t *t = NULL;
+            long nt = cpt_tokenizer_encode(tok, texts[k], strlen(texts[k]), &t, &err);
+            CHECK(nt > 0 && nw + nt < 127);
+            for (long j = 0; j < nt && nw < 127; j++) {
+                want[nw] = t[j];
+                want_mask[nw++] = train[k];
+            }
+            free(t);
+        }
+        want[nw] = eos;
+        want_mask[nw++] = 1;
+        cpt_sft_example *e = &ds.ex[0];
+        CHECK_EQ_INT(e->n, nw);
+        int same = e->n == nw;
+        for (int i = 0; same && i < nw; i++) same = e->ids[i] == want[i] && e->mask[i] == want_mask[i];
+        CHECK_MSG(same, "segments are not encoded one by one with their masks");
+        char *ans = decode(tok, e->ids + e->n_prompt, e->n_answer, 1);
+        CHECK_EQ_STR(ans, "#### 4042");
+        free(ans);
+        char *ctx = decode(tok, e->ids, e->n_prompt, 0);
+        CHECK_EQ_STR(ctx, "What is 47 * 86?<tool_call>47*86</tool_call>\n<tool_response>4042</tool_response>\n");
+        free(ctx);
+        char *direct = decode(tok, ds.ex[1].ids + ds.ex[1].n_prompt, ds.ex[1].n_answer, 1);
+        CHECK_EQ_STR(direct, "#### 120");
+        free(direct);
+    }
+    cpt_sft_dataset_free(&ds);
+    const char *seg_bad = "{\"prompt\": \"p\", \"answer\": \"1\", \"segments\": [{\"text\": \"1\"}]}\n";
+    CHECK_EQ_INT(cpt_write_file_atomic(seg, seg_bad, strlen(seg_bad), &err), 0);
+    CHECK_EQ_INT(cpt_sft_dataset_load(seg, &o, &ds, &err), -1);
+    CHECK_MSG(strstr(err.msg, "seg.jsonl:1") && strstr(err.msg, "'segments' [0]"), "%s", err.msg);
+    o.max_seq_len = 64;
+
     /* messages need a template */
     CHECK_EQ_INT(cpt_sft_dataset_load(msg, &o, &ds, &err), -1);
     CHECK(strstr(err.msg, "msg.jsonl:1") && strstr(err.msg, "chat template"));
@@ -97,6 +153,10 @@ int main(void) {
         free(ans);
     }
     cpt_sft_dataset_free(&ds);
+    /* segments are raw text only */
+    CHECK_EQ_INT(cpt_write_file_atomic(seg, seg_text, strlen(seg_text), &err), 0);
+    CHECK_EQ_INT(cpt_sft_dataset_load(seg, &o, &ds, &err), -1);
+    CHECK_MSG(strstr(err.msg, "seg.jsonl:1") && strstr(err.msg, "chat_template"), "%s", err.msg);
     /* prompt/completion through the template: the completion is the assistant turn */
     CHECK_EQ_INT(cpt_sft_dataset_load(pc, &o, &ds, &err), 0);
     if (ds.n == 2) {

@@ -35,6 +35,58 @@ static void test_arithmetic(void) {
     for (int k = 0; k < 3; k++) CHECK_MSG(ops[k] > 800, "op %d drawn %d times", k, ops[k]);
 }
 
+static char *gen(cpt_synth_task t, cpt_synth_format f, cpt_synth_split s, long n, uint64_t seed, size_t *len);
+
+/* multiply-2digit: a * b of 10-99; tool-sft transcripts call the tool on about half of the prompts, with the
+ * observation as an untrained segment in the rollout's raw observation format, and copy its answer. */
+static void test_multiply_tool_sft(void) {
+    cpt_rng rng;
+    cpt_rng_seed(&rng, 9, 0);
+    int failures = 0;
+    cpt_err err;
+    for (int i = 0; i < 2000; i++) {
+        cpt_synth_item it;
+        int a, b;
+        if (cpt_synth_multiply_2digit(&rng, &it, &err) || sscanf(it.prompt, "What is %d * %d?", &a, &b) != 2 ||
+            a < 10 || a > 99 || b < 10 || b > 99 || it.target != a * b || atoll(it.answer) != a * b)
+            failures++;
+    }
+    CHECK_EQ_INT(failures, 0);
+    size_t len;
+    char *text = gen(CPT_SYNTH_MULTIPLY_2DIGIT, CPT_SYNTH_TOOL_SFT, CPT_SYNTH_SFT_PART, 1000, 1, &len);
+    cpt_dataset *ds = cpt_dataset_load_text(text, len, "tool.jsonl", NULL, &err);
+    CHECK_MSG(ds && cpt_dataset_count(ds) == 1000 && cpt_dataset_format(ds) == CPT_DATA_RL_PROMPT, "%s", err.msg);
+    int tool = 0;
+    for (size_t i = 0; ds && i < cpt_dataset_count(ds); i++) {
+        const cpt_record *r = cpt_dataset_get(ds, i);
+        int a = 0, b = 0;
+        sscanf(r->prompt, "What is %d * %d?", &a, &b);
+        char want[512];
+        if (cpt_synth_uses_tool(r->prompt)) {
+            tool++;
+            snprintf(want, sizeof want,
+                     "{\"segments\":[{\"text\":\"<tool_call>%d*%d</tool_call>\",\"train\":true},"
+                     "{\"text\":\"\\n<tool_response>%d</tool_response>\\n\",\"train\":false},"
+                     "{\"text\":\"#### %d\",\"train\":true}]}", a, b, a * b, a * b);
+        } else {
+            snprintf(want, sizeof want, "{\"segments\":[{\"text\":\"#### %d\",\"train\":true}]}", a * b);
+        }
+        if (strcmp(r->extra, want) || atoll(r->answer) != a * b) {
+            if (!failures++) fprintf(stderr, "got %s\nwant %s\n", r->extra, want);
+        }
+    }
+    CHECK_EQ_INT(failures, 0);
+    CHECK_MSG(tool > 420 && tool < 580, "%d of 1000 transcripts call the tool", tool);
+    cpt_dataset_free(ds);
+    free(text);
+    CHECK(cpt_synth_write(stdout, CPT_SYNTH_COUNTDOWN, CPT_SYNTH_TOOL_SFT, CPT_SYNTH_ALL, 1, 1, &err) == -1 &&
+          strstr(err.msg, "tool-sft"));
+    cpt_synth_task task;
+    cpt_synth_format format;
+    CHECK(cpt_synth_task_parse("multiply-2digit", &task) == 0 && task == CPT_SYNTH_MULTIPLY_2DIGIT);
+    CHECK(cpt_synth_format_parse("tool-sft", &format) == 0 && format == CPT_SYNTH_TOOL_SFT);
+}
+
 static void test_countdown(void) {
     cpt_rng rng;
     cpt_rng_seed(&rng, 6, 0);
@@ -197,6 +249,8 @@ static void test_examples(void) {
         {"examples/data/arithmetic1_rl_train.jsonl", CPT_SYNTH_ARITHMETIC_1DIGIT, CPT_SYNTH_RL, CPT_SYNTH_RL_PART, 3000, 3},
         {"examples/data/arithmetic1_rl_eval.jsonl", CPT_SYNTH_ARITHMETIC_1DIGIT, CPT_SYNTH_RL, CPT_SYNTH_EVAL, 100, 4},
         {"examples/data/countdown_rl_train.jsonl", CPT_SYNTH_COUNTDOWN, CPT_SYNTH_RL, CPT_SYNTH_TRAIN, 200, 5},
+        {"examples/data/multiply2_rl_train.jsonl", CPT_SYNTH_MULTIPLY_2DIGIT, CPT_SYNTH_RL, CPT_SYNTH_RL_PART, 1500, 3},
+        {"examples/data/multiply2_rl_eval.jsonl", CPT_SYNTH_MULTIPLY_2DIGIT, CPT_SYNTH_RL, CPT_SYNTH_EVAL, 200, 4},
     };
     size_t total = 0;
     char *readme = cpt_read_file("examples/data/README.md", NULL, NULL);
@@ -215,7 +269,7 @@ static void test_examples(void) {
         free(file);
         free(want);
     }
-    CHECK_MSG(total < 400 * 1024, "examples/data holds %zu bytes", total);
+    CHECK_MSG(total < 512 * 1024, "examples/data holds %zu bytes", total);
     free(readme);
 }
 
@@ -268,6 +322,7 @@ int main(void) {
     test_cli();
     test_arithmetic();
     test_countdown();
+    test_multiply_tool_sft();
     test_eval();
     test_write();
     test_examples();
