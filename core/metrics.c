@@ -15,6 +15,7 @@
 
 #include "core/fs.h"
 #include "core/json_util.h"
+#include "core/tfevents.h"
 
 struct cpt_metrics {
     int fd;
@@ -25,6 +26,16 @@ struct cpt_metrics {
     cpt_json_buf line;
     cpt_json_buf keys; /* the record's keys, each followed by a NUL, for the repeat check */
     char problem[300]; /* the first misuse in the record, reported by end */
+    /* TensorBoard (cpt_metrics_tensorboard): the record's numbers, as offsets of their keys in `keys` */
+    char *tb_dir;      /* set: TensorBoard on; the file is made at the first record with numbers */
+    int64_t tb_start;
+    cpt_tfevents *tb;
+    int64_t step;
+    double wall_time;
+    size_t n_num, cap_num;
+    size_t *num_key;
+    double *num_val;
+    const char **tags;
 };
 
 cpt_metrics *cpt_metrics_open(const char *path, cpt_err *err) {
@@ -94,8 +105,44 @@ long cpt_metrics_truncate_after(const char *path, int64_t step, cpt_err *err) {
     return dropped;
 }
 
+int cpt_metrics_tensorboard(cpt_metrics *m, const char *dir, int64_t first_step, cpt_err *err) {
+    if (!m) return 0;
+    m->tb_start = first_step;
+    if (m->tb_dir) return cpt_errf(err, "%s: TensorBoard events already go to %s", m->path, m->tb_dir);
+    if (!(m->tb_dir = strdup(dir))) return cpt_errf(err, "%s: out of memory", dir);
+    return 0;
+}
+
+const char *cpt_metrics_tensorboard_path(const cpt_metrics *m) { return m && m->tb ? cpt_tfevents_path(m->tb) : NULL; }
+
+/* The number just added under the key at offset off of `keys`, for the record's event. */
+static void add_number(cpt_metrics *m, size_t off, double v) {
+    if (!m->tb_dir || m->problem[0]) return;
+    if (m->n_num == m->cap_num) {
+        size_t cap = m->cap_num ? m->cap_num * 2 : 32;
+        size_t *k = realloc(m->num_key, cap * sizeof *k);
+        if (k) m->num_key = k;
+        double *d = realloc(m->num_val, cap * sizeof *d);
+        if (d) m->num_val = d;
+        const char **t = realloc(m->tags, cap * sizeof *t);
+        if (t) m->tags = t;
+        if (!k || !d || !t) {
+            snprintf(m->problem, sizeof m->problem, "out of memory for the TensorBoard event");
+            return;
+        }
+        m->cap_num = cap;
+    }
+    m->num_key[m->n_num] = off;
+    m->num_val[m->n_num++] = v;
+}
+
 void cpt_metrics_close(cpt_metrics *m) {
     if (!m) return;
+    cpt_tfevents_close(m->tb);
+    free(m->tb_dir);
+    free(m->num_key);
+    free(m->num_val);
+    free(m->tags);
     fsync(m->fd);
     close(m->fd);
     cpt_json_buf_free(&m->line);
@@ -116,6 +163,9 @@ void cpt_metrics_begin(cpt_metrics *m, int64_t step) {
     cpt_json_buf_reset(&m->keys);
     m->problem[0] = '\0';
     m->open_record = 1;
+    m->step = step;
+    m->wall_time = (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) * 1e-3; /* the line's "time" */
+    m->n_num = 0;
     if (m->torn) cpt_json_buf_append(&m->line, "\n", 1); /* end a torn line inside this record's one write */
     cpt_json_buf_printf(&m->line, "{\"step\":%" PRId64 ",\"time\":%lld.%03ld", step, (long long)ts.tv_sec,
                         ts.tv_nsec / 1000000);
@@ -143,11 +193,19 @@ static int add_key(cpt_metrics *m, const char *key) {
 }
 
 void cpt_metrics_add(cpt_metrics *m, const char *key, double value) {
-    if (add_key(m, key) == 0) cpt_json_buf_number(&m->line, value);
+    size_t off = m ? m->keys.len : 0;
+    if (add_key(m, key) == 0) {
+        cpt_json_buf_number(&m->line, value);
+        add_number(m, off, value);
+    }
 }
 
 void cpt_metrics_add_int(cpt_metrics *m, const char *key, int64_t value) {
-    if (add_key(m, key) == 0) cpt_json_buf_printf(&m->line, "%" PRId64, value);
+    size_t off = m ? m->keys.len : 0;
+    if (add_key(m, key) == 0) {
+        cpt_json_buf_printf(&m->line, "%" PRId64, value);
+        add_number(m, off, (double)value);
+    }
 }
 
 void cpt_metrics_add_str(cpt_metrics *m, const char *key, const char *value) {
@@ -177,6 +235,12 @@ int cpt_metrics_end(cpt_metrics *m, cpt_err *err) {
     if (m->fsync_every > 0 && ++m->unsynced >= m->fsync_every) {
         m->unsynced = 0;
         if (fsync(m->fd) != 0) return cpt_errno(err, "%s: fsync metrics", m->path);
+    }
+    if (m->tb_dir && m->n_num > 0) {
+        if (!m->tb && !(m->tb = cpt_tfevents_open(m->tb_dir, m->tb_start, err))) return cpt_err_prefix(err, "metrics.tensorboard");
+        for (size_t i = 0; i < m->n_num; i++) m->tags[i] = m->keys.s + m->num_key[i];
+        if (cpt_tfevents_scalars(m->tb, m->step, m->wall_time, m->tags, m->num_val, m->n_num, err))
+            return cpt_err_prefix(err, "metrics.tensorboard");
     }
     return 0;
 }

@@ -33,6 +33,15 @@ void cpt_metrics_close(cpt_metrics *m); /* fsyncs, closes, frees; NULL is fine *
  * writes it. Returns the number of lines dropped (0 when the file does not exist), or -1. */
 long cpt_metrics_truncate_after(const char *path, int64_t step, cpt_err *err);
 
+/* metrics.tensorboard: from now on every record's numbers also go to a TensorBoard event file in dir
+ * (core/tfevents.h; dir and the file are made at the first such record, so a process that logs nothing leaves no
+ * file), as scalars under the same keys at the record's step and time; strings stay in the JSONL only. first_step:
+ * the first step this process logs (after cpt_metrics_truncate_after(step), step + 1): TensorBoard drops what
+ * earlier files hold at that step and later. A second call is an error. */
+int cpt_metrics_tensorboard(cpt_metrics *m, const char *dir, int64_t first_step, cpt_err *err);
+/* The event file's path, or NULL when TensorBoard is off or no record went there yet. */
+const char *cpt_metrics_tensorboard_path(const cpt_metrics *m);
+
 /* 0: never fsync (default); 1: after every line; N: after every N lines. close always fsyncs. */
 void cpt_metrics_set_fsync_every(cpt_metrics *m, int every);
 

@@ -24,6 +24,7 @@
 #include "reward/reward.h"
 #include "scheduler/roles.h"
 #include "scheduler/satellite.h"
+#include "trainer/online_defaults.h"
 #include "trainer/rl_data.h"
 #include "weights/devices.h"
 
@@ -577,11 +578,11 @@ static void check_roles(cpt_preflight *p) {
     }
     if (!strcmp(algo, "ppo") && cpt_cfg_str(c, "critic.path")[0]) check_model_dir(p, "critic", cpt_cfg_str(c, "critic.path"));
     if (cpt_cfg_str(c, "reward.model_path")[0]) check_model_dir(p, "rm", cpt_cfg_str(c, "reward.model_path"));
-    char env_part[64] = "";
+    char env_part[64] = "", ref[64] = "";
     if (env > 0) snprintf(env_part, sizeof env_part, ", %d env", env);
+    if (cpt_online_kl_beta(c) > 0) snprintf(ref, sizeof ref, ", reference (kl_beta %g)", cpt_online_kl_beta(c));
     line(p, "ok", "roles", "%s: trainer, %ld rollout, %ld reward%s%s%s", algo, rollout, reward, env_part,
-         !strcmp(algo, "opd") ? ", teacher in the reward workers" : "",
-         cpt_cfg_float(c, "algo.kl_beta") > 0 ? ", reference (kl_beta > 0)" : "");
+         !strcmp(algo, "opd") ? ", teacher in the reward workers" : "", ref);
     check_queue_url(p);
     if (!cpt_cfg_str(c, "queue.url")[0]) {
         char path[4200];

@@ -93,6 +93,7 @@ int cpt_objective_from_config(const cpt_config *cfg, cpt_objective_config *oc, c
     oc->gspo_eps_low = cpt_cfg_float(cfg, "algo.gspo_eps_low");
     oc->gspo_eps_high = cpt_cfg_float(cfg, "algo.gspo_eps_high");
     oc->kl_beta = cpt_cfg_float(cfg, "algo.kl_beta");
+    if (oc->kl_beta < 0) oc->kl_beta = 0; /* -1: the online trainer picks the method's (trainer/online_defaults.h) */
     if (cpt_kl_estimator_parse(cpt_cfg_str(cfg, "algo.kl_estimator"), &oc->kl_estimator, err)) return -1;
     if (cpt_loss_agg_parse(cpt_cfg_str(cfg, "algo.loss_agg"), &oc->loss_agg, err)) return -1;
     oc->loss_agg_norm = cpt_cfg_float(cfg, "algo.loss_agg_norm");

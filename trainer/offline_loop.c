@@ -91,7 +91,10 @@ int cpt_offline_open_metrics(cpt_offline *o, int write, cpt_err *err) {
     if (dropped < 0) return -1;
     if (dropped > 0) cpt_info("%s: %ld metrics line(s) of steps after the checkpoint removed from %s", o->name, dropped, mpath);
     o->metrics = cpt_metrics_open(mpath, err);
-    return o->metrics ? 0 : -1;
+    if (!o->metrics) return -1;
+    snprintf(mpath, sizeof mpath, "%s/tensorboard", run_dir);
+    if (!cpt_cfg_bool(o->cfg, "metrics.tensorboard")) return 0;
+    return cpt_metrics_tensorboard(o->metrics, mpath, o->last_saved_step + 1, err);
 }
 
 int cpt_offline_log(cpt_offline *o, const char *const *keys, const double *vals, int n, cpt_err *err) {

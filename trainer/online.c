@@ -22,6 +22,7 @@
 #include "trainer/dp.h"
 #include "trainer/online_book.h"
 #include "trainer/online_dead.h"
+#include "trainer/online_defaults.h"
 #include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
@@ -324,7 +325,7 @@ static int load_critic(online_ctx *c, int64_t step, cpt_err *err) {
     snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, step);
     cpt_train_state cst;
     memset(&cst, 0, sizeof cst);
-    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.ppo_epochs, &cst, err);
+    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.updates_per_step, &cst, err);
     cpt_train_state_free(&cst);
     return rc ? cpt_err_prefix(err, "resume: the critic of step %" PRId64, step) : 0;
 }
@@ -336,7 +337,7 @@ static int resume(online_ctx *c, cpt_err *err) {
     int found = cpt_cfg_bool(c->cfg, "train.resume") ? cpt_ckpt_find_latest(c->run_dir, ckpt, sizeof ckpt, err) : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
-        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err)) return -1;
+        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err)) return -1;
         if (load_critic(c, c->st.step, err)) return -1;
         if (c->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
@@ -717,6 +718,7 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     if (ss.m.entropy == 0) cpt_metrics_add(c->metrics, "entropy", 0);
     cpt_metrics_add(c->metrics, "grad_norm", ss.grad_norm);
     cpt_metrics_add(c->metrics, "lr", ss.lr);
+    cpt_metrics_add_int(c->metrics, "train/optimizer_steps", ss.optimizer_steps);
     if (c->critic) {
         cpt_metrics_add(c->metrics, "critic/grad_norm", ss.critic_grad_norm);
         cpt_metrics_add(c->metrics, "critic/lr", ss.critic_lr);
@@ -744,7 +746,11 @@ static int open_metrics(online_ctx *c, const char *path, cpt_err *err) {
         cpt_info("online: %ld metrics line(s) after step %" PRId64 " removed from %s (a lost attempt's)", dropped,
                  c->last_saved_step < 0 ? 0 : c->last_saved_step, path);
     c->metrics = cpt_metrics_open(path, err);
-    return c->metrics ? 0 : -1;
+    if (!c->metrics) return -1;
+    char tb[CPT_CKPT_PATH_MAX + 16];
+    snprintf(tb, sizeof tb, "%s/tensorboard", c->run_dir);
+    if (!cpt_cfg_bool(c->cfg, "metrics.tensorboard")) return 0;
+    return cpt_metrics_tensorboard(c->metrics, tb, c->last_saved_step + 1, err);
 }
 
 static void ctx_free(online_ctx *c) {
@@ -806,7 +812,7 @@ static int follow(online_ctx *c, cpt_err *err) {
         /* read only: rank 0 holds the checkpoint folder, and writes nothing before the first step's exchange */
         char ckpt[CPT_CKPT_PATH_MAX + 64];
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints/step-%" PRId64, c->run_dir, h.step);
-        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.ppo_epochs, &c->st, err) || load_critic(c, h.step, err))
+        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err) || load_critic(c, h.step, err))
             return cpt_err_prefix(err, "trainer rank %d", c->rank);
         cpt_info("online: trainer rank %d resumed from %s", c->rank, ckpt);
     }
@@ -848,6 +854,7 @@ static int run(online_ctx *c, cpt_err *err) {
     c->run = cpt_cfg_str(cfg, "run.name");
     if (cpt_obj_type_parse(cpt_cfg_str(cfg, "algo.type"), &c->oc.type, err)) return -1;
     if (cpt_objective_from_config(cfg, &c->oc, err)) return -1;
+    c->oc.kl_beta = cpt_online_kl_beta(cfg); /* unset: the method's default (trainer/online_defaults.h) */
     c->sync = !strcmp(cpt_cfg_str(cfg, "async.mode"), "sync");
     c->max_staleness = c->sync ? 0 : cpt_cfg_int(cfg, "async.max_staleness");
     c->groups_per_step = cpt_cfg_int(cfg, "train.groups_per_step");

@@ -16,6 +16,17 @@ static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *
     return 0;
 }
 
+/* train.epochs_per_batch, or (0, its default) its older name train.ppo_epochs; both above 1 and different is an
+ * error. */
+static int epochs_from_config(const cpt_config *cfg, int *epochs, cpt_err *err) {
+    int64_t e = cpt_cfg_int(cfg, "train.epochs_per_batch"), p = cpt_cfg_int(cfg, "train.ppo_epochs");
+    if (e > 0 && p > 1 && e != p)
+        return cpt_errf(err, "train.epochs_per_batch = %" PRId64 " and train.ppo_epochs = %" PRId64
+                        " disagree (train.ppo_epochs is the older name of the same key: set one)", e, p);
+    *epochs = (int)(e > 0 ? e : p);
+    return 0;
+}
+
 int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const cpt_objective_config *oc,
                             cpt_model *policy, cpt_model *ref, cpt_model *critic, cpt_err *err) {
     memset(L, 0, sizeof *L);
@@ -45,7 +56,17 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
         if (sched_from_config(cfg, cpt_cfg_float(cfg, "critic.lr"), &L->csched, err)) return -1;
     }
     L->grad_clip = cpt_cfg_float(cfg, "optim.grad_clip");
-    L->ppo_epochs = (int)cpt_cfg_int(cfg, "train.ppo_epochs");
+    if (epochs_from_config(cfg, &L->ppo_epochs, err)) return -1;
+    /* A mini-batch is whole groups: with fewer groups a step than mini-batches (an example's mini_batches under a
+     * smaller groups_per_step), one group each. */
+    L->mini_batches = (int)cpt_cfg_int(cfg, "train.mini_batches");
+    int64_t groups = cpt_cfg_int(cfg, "train.groups_per_step");
+    if (L->mini_batches > groups) {
+        cpt_warn("train.mini_batches = %d is more than train.groups_per_step = %" PRId64 ": %" PRId64
+                 " mini-batches of one group", L->mini_batches, groups, groups);
+        L->mini_batches = (int)groups;
+    }
+    L->updates_per_step = L->ppo_epochs * L->mini_batches;
     L->micro_tokens = (int)cpt_cfg_int(cfg, "train.tokens_per_micro_batch");
     return 0;
 }
@@ -160,6 +181,30 @@ void cpt_online_shard(const cpt_rl_batch *b, int rank, int world, int *s0, int *
     *s0 = bound[0], *s1 = bound[1];
 }
 
+int cpt_online_mini_batch(const cpt_rl_batch *b, int k, int n, int32_t *seq_start, cpt_rl_batch *v) {
+    int g0 = (int)((int64_t)b->n_groups * k / n), g1 = (int)((int64_t)b->n_groups * (k + 1) / n);
+    int s0 = b->group_seq0[g0], s1 = g1 < b->n_groups ? b->group_seq0[g1] : b->n_seqs;
+    int t0 = b->seq_start[s0];
+    *v = *b;
+    v->cap_tokens = v->cap_seqs = v->cap_groups = 0; /* a view: owns nothing */
+    v->n_groups = g1 - g0;
+    v->n_seqs = s1 - s0;
+    v->n_tokens = b->seq_start[s1] - t0;
+    for (int s = s0; s <= s1; s++) seq_start[s - s0] = b->seq_start[s] - t0;
+    v->seq_start = seq_start;
+    v->tokens += t0;
+    v->targets += t0;
+    v->mask += t0;
+    v->behav_logprobs += t0;
+    if (v->teacher_logprobs) v->teacher_logprobs += t0;
+    v->seq_reward += s0;
+    v->seq_resp_len += s0;
+    v->group_size += g0;
+    v->group_version += g0;
+    v->seq_group = v->group_seq0 = NULL; /* indices into b: not the view's */
+    return t0;
+}
+
 /* The rank's part of a step: its sequences [s0, s1) and their tokens [t0, t1). */
 typedef struct shard {
     int rank, world, s0, s1, t0, t1;
@@ -240,6 +285,65 @@ static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch 
     return 0;
 }
 
+/* One optimizer update on v, the mini-batch of b whose tokens start at t0 (b itself with one mini-batch). With
+ * first (one mini-batch, first epoch) this forward's logprobs (and values) are the proximal ones as well, and the
+ * advantages come from them: one forward less than with mini-batches. */
+static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_batch *v, int t0, int first,
+                  int64_t step, cpt_online_step_stats *st, cpt_err *err) {
+    const cpt_objective_config *oc = &L->oc;
+    int ppo = oc->type == CPT_OBJ_PPO;
+    shard sh = shard_of(L, v);
+    float *logp = L->logp + t0, *ent = L->ent + t0, *values = L->values + t0;
+    int n_micro = 0;
+    if (forward_all(L, L->policy, v, &sh, logp, ent, NULL, 1, &n_micro, err)) return cpt_err_prefix(err, "policy forward");
+    int single = n_micro == 1, csingle = 0;
+    if (ppo) {
+        if (forward_all(L, L->critic, v, &sh, NULL, NULL, values, 1, &n_micro, err)) return cpt_err_prefix(err, "critic forward");
+        csingle = n_micro == 1;
+    }
+    st->n_micro = n_micro;
+    if (first) {
+        memcpy(L->old_logp, L->logp, (size_t)b->n_tokens * sizeof(float));
+        if (ppo) memcpy(L->old_values, L->values, (size_t)b->n_tokens * sizeof(float));
+        if (cpt_online_advantages(oc, b, L->seq_rew, ppo ? L->old_values : NULL, L->adv, L->returns, L->seq_adv,
+                                  L->task_adv, err))
+            return -1;
+    }
+    cpt_obj_inputs in = {
+        .n_tokens = v->n_tokens,
+        .n_seqs = v->n_seqs,
+        .seq_start = v->seq_start,
+        .mask = v->mask,
+        .logprobs = logp,
+        .old_logprobs = L->old_logp + t0,
+        .behav_logprobs = oc->tis ? v->behav_logprobs : NULL,
+        .ref_logprobs = oc->kl_beta > 0 ? L->ref_logp + t0 : NULL,
+        .entropy = ent,
+        .advantages = L->adv + t0,
+        .values = ppo ? values : NULL,
+        .old_values = ppo ? L->old_values + t0 : NULL,
+        .returns = ppo ? L->returns + t0 : NULL,
+    };
+    cpt_obj_grads g = {.d_logprobs = L->d_logp + t0, .d_entropy = L->d_ent + t0, .d_values = ppo ? L->d_val + t0 : NULL};
+    if (cpt_objective_compute(oc, &in, &g, &st->m, err)) return cpt_err_prefix(err, "step %" PRId64, step);
+    /* The critic first: the policy's kept activations would not survive a forward of the same model, and the
+     * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
+    if (ppo) {
+        if (backward_all(L, L->critic, v, &sh, L->zeros, NULL, g.d_values, csingle, err)) return cpt_err_prefix(err, "critic backward");
+        st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
+        st->critic_lr = cpt_lr_at(&L->csched, step);
+        cpt_adamw_step(L->copt, st->critic_lr);
+    }
+    if (backward_all(L, L->policy, v, &sh, g.d_logprobs, oc->entropy_coef != 0 ? g.d_entropy : NULL, NULL, single, err))
+        return cpt_err_prefix(err, "policy backward");
+    st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
+    if (!isfinite(st->grad_norm))
+        return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
+    st->lr = cpt_lr_at(&L->sched, step);
+    cpt_adamw_step(L->opt, st->lr);
+    return 0;
+}
+
 int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_t step, cpt_online_step_stats *st,
                             cpt_err *err) {
     memset(st, 0, sizeof *st);
@@ -274,56 +378,33 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
     if (L->ref && oc->kl_beta > 0 && forward_all(L, L->ref, b, &sh, L->ref_logp, NULL, NULL, 0, NULL, err))
         return cpt_err_prefix(err, "reference forward");
 
-    int single = 0;
-    for (int epoch = 0; epoch < L->ppo_epochs; epoch++) {
-        int n_micro = 0;
-        if (forward_all(L, L->policy, b, &sh, L->logp, L->ent, NULL, 1, &n_micro, err)) return cpt_err_prefix(err, "policy forward");
-        single = n_micro == 1;
-        int csingle = 0;
-        if (ppo) {
-            if (forward_all(L, L->critic, b, &sh, NULL, NULL, L->values, 1, &n_micro, err)) return cpt_err_prefix(err, "critic forward");
-            csingle = n_micro == 1;
-        }
-        st->n_micro = n_micro;
-        if (epoch == 0) {
-            memcpy(L->old_logp, L->logp, (size_t)b->n_tokens * sizeof(float));
-            if (ppo) memcpy(L->old_values, L->values, (size_t)b->n_tokens * sizeof(float));
-            if (cpt_online_advantages(oc, b, L->seq_rew, ppo ? L->old_values : NULL, L->adv, L->returns, L->seq_adv,
-                                      L->task_adv, err))
-                return -1;
-        }
-        cpt_obj_inputs in = {
-            .n_tokens = b->n_tokens,
-            .n_seqs = b->n_seqs,
-            .seq_start = b->seq_start,
-            .mask = b->mask,
-            .logprobs = L->logp,
-            .old_logprobs = L->old_logp,
-            .behav_logprobs = oc->tis ? b->behav_logprobs : NULL,
-            .ref_logprobs = oc->kl_beta > 0 ? L->ref_logp : NULL,
-            .entropy = L->ent,
-            .advantages = L->adv,
-            .values = ppo ? L->values : NULL,
-            .old_values = ppo ? L->old_values : NULL,
-            .returns = ppo ? L->returns : NULL,
-        };
-        cpt_obj_grads g = {.d_logprobs = L->d_logp, .d_entropy = L->d_ent, .d_values = ppo ? L->d_val : NULL};
-        if (cpt_objective_compute(oc, &in, &g, &st->m, err)) return cpt_err_prefix(err, "step %" PRId64, step);
-        /* The critic first: the policy's kept activations would not survive a forward of the same model, and the
-         * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
-        if (ppo) {
-            if (backward_all(L, L->critic, b, &sh, L->zeros, NULL, L->d_val, csingle, err)) return cpt_err_prefix(err, "critic backward");
-            st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
-            st->critic_lr = cpt_lr_at(&L->csched, step);
-            cpt_adamw_step(L->copt, st->critic_lr);
-        }
-        if (backward_all(L, L->policy, b, &sh, L->d_logp, oc->entropy_coef != 0 ? L->d_ent : NULL, NULL, single, err))
-            return cpt_err_prefix(err, "policy backward");
-        st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
-        if (!isfinite(st->grad_norm))
-            return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
-        st->lr = cpt_lr_at(&L->sched, step);
-        cpt_adamw_step(L->opt, st->lr);
+    int mbs = L->mini_batches;
+    if (b->n_groups < mbs)
+        return cpt_errf(err, "step %" PRId64 ": %d groups cannot make train.mini_batches = %d mini-batches", step,
+                        b->n_groups, mbs);
+    if (mbs > 1) {
+        /* The proximal policy is the weights before the step's first update: one pass over the whole batch, since
+         * every mini-batch after the first sees weights already moved. */
+        if (forward_all(L, L->policy, b, &sh, L->old_logp, NULL, NULL, 0, NULL, err))
+            return cpt_err_prefix(err, "policy forward (proximal logprobs)");
+        if (ppo && forward_all(L, L->critic, b, &sh, NULL, NULL, L->old_values, 0, NULL, err))
+            return cpt_err_prefix(err, "critic forward (old values)");
+        if (cpt_online_advantages(oc, b, L->seq_rew, ppo ? L->old_values : NULL, L->adv, L->returns, L->seq_adv,
+                                  L->task_adv, err))
+            return -1;
     }
-    return 0;
+    int32_t *mb_ss = NULL;
+    if (mbs > 1 && !(mb_ss = malloc((size_t)(b->n_seqs + 1) * sizeof *mb_ss)))
+        return cpt_errf(err, "out of memory for %d sequences", b->n_seqs);
+    int rc = 0;
+    for (int epoch = 0; epoch < L->ppo_epochs && !rc; epoch++)
+        for (int k = 0; k < mbs && !rc; k++) {
+            cpt_rl_batch v = *b;
+            int t0 = 0;
+            if (mbs > 1) t0 = cpt_online_mini_batch(b, k, mbs, mb_ss, &v);
+            rc = update(L, b, &v, t0, epoch == 0 && mbs == 1, step, st, err);
+        }
+    free(mb_ss);
+    if (!rc) st->optimizer_steps = L->opt->step;
+    return rc;
 }

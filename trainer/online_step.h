@@ -15,9 +15,14 @@
  * world size, and the gradients are averaged over the ranks before clipping and AdamW: the update is the whole
  * batch's, identical on every rank.
  *
- * Proximal policy: the first pass's logprobs (detached) are logp_old; with train.ppo_epochs = 1 the ratio is 1 and
- * only the rollout's behaviour logprobs (truncated importance weights, algo.tis) correct for staleness; with more
- * epochs the later passes are clipped against the first. */
+ * Mini-batches (train.mini_batches = M): the batch's groups are split into M runs of whole groups, one optimizer
+ * update each, train.epochs_per_batch times over. The objective and its aggregation are then each mini-batch's; the
+ * advantages are still the whole batch's (computed once).
+ *
+ * Proximal policy: the logprobs (detached) of the weights before the step's first update are logp_old. With one
+ * mini-batch and one epoch the ratio is 1 and only the rollout's behaviour logprobs (truncated importance weights,
+ * algo.tis) correct for staleness; every later update is clipped against them. With one mini-batch the first
+ * update's forward gives them; with several, one more forward over the whole batch does, before the first. */
 #ifndef CPT_TRAINER_ONLINE_STEP_H
 #define CPT_TRAINER_ONLINE_STEP_H
 
@@ -44,7 +49,9 @@ typedef struct cpt_online_learner {
     cpt_adamw *copt;
     cpt_lr_schedule csched;
     double grad_clip;
-    int ppo_epochs;
+    int ppo_epochs;      /* passes over each batch (train.epochs_per_batch) */
+    int mini_batches;    /* optimizer updates per pass (train.mini_batches) */
+    int updates_per_step; /* ppo_epochs x mini_batches: the optimizer's steps per trainer step */
     int micro_tokens;
     struct cpt_dp *dp; /* not owned; NULL or one rank: the whole batch here */
     /* scratch, grown to the batch */
@@ -64,18 +71,24 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
 void cpt_online_learner_free(cpt_online_learner *L);
 
 typedef struct cpt_online_step_stats {
-    cpt_obj_metrics m;  /* of the last epoch */
+    cpt_obj_metrics m;  /* of the step's last update */
     double grad_norm, critic_grad_norm, lr, critic_lr;
     double reward_mean, reward_std, resp_len_mean;
     long tokens, loss_tokens; /* the whole batch's */
     long shard_tokens;        /* the tokens this rank forwarded (its shard; the batch's with one rank) */
     int n_micro;
+    int64_t optimizer_steps; /* the policy optimizer's updates so far (updates_per_step per trainer step) */
 } cpt_online_step_stats;
 
-/* One step (train.ppo_epochs optimizer updates) on b; `step` is the 0-based optimizer step for the LR schedule.
+/* One step (train.epochs_per_batch passes of train.mini_batches optimizer updates) on b; `step` is the 0-based optimizer step for the LR schedule.
  * Rewards get the overlong penalty here when algo.overlong_buffer_len > 0. */
 int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_t step, cpt_online_step_stats *st,
                             cpt_err *err);
+
+/* Mini-batch k of n of b: groups [n_groups * k / n, n_groups * (k + 1) / n), as a view *v into b's arrays (its
+ * seq_start written to seq_start[n_seqs + 1], rebased to 0; seq_group and group_seq0 NULL). Returns the view's
+ * first token in b. Needs n <= b->n_groups. */
+int cpt_online_mini_batch(const cpt_rl_batch *b, int k, int n, int32_t *seq_start, cpt_rl_batch *v);
 
 /* The contiguous sequences [*s0, *s1) of rank `rank` of `world`: boundaries at the sequence starts nearest to
  * rank * n_tokens / world, so every rank forwards about the same number of tokens (a rank may get none when there

@@ -33,6 +33,11 @@ good "sft example" "${sft[@]}"
 grep -q "ok    data       data.train: .*1000 rl_prompt records" "$T/out" || { cat "$T/out"; fail "data line"; }
 grep -q "ok    resources" "$T/out" || fail "no resources line"
 good "grpo" "${grpo[@]}"
+# the KL default of online runs (trainer/online_defaults.h): GRPO proper loads a reference at 0.001, Dr. GRPO none
+grep -q "ok    roles      grpo: trainer, 1 rollout, 1 reward, reference (kl_beta 0.001)" "$T/out" ||
+  { cat "$T/out"; fail "grpo: no reference at the default kl_beta 0.001"; }
+good "dr_grpo" "${grpo[@]}" algo.variant=dr_grpo
+grep -q "ok    roles      grpo: trainer, 1 rollout, 1 reward$" "$T/out" || { cat "$T/out"; fail "dr_grpo: a reference"; }
 grep -q "ok    queue      private redis-server" "$T/out" || fail "no queue line for grpo"
 grep -q "ok    reward     math" "$T/out" || fail "no reward line for grpo"
 

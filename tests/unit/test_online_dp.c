@@ -95,15 +95,17 @@ static float *copy(const float *x, size_t n) {
     return y;
 }
 
-/* One learner step of algo on the fixed batch, over dp's ranks (NULL: this process alone). */
-static int one_step(const char *algo, cpt_dp *dp, result *out) {
+/* One learner step of algo on the fixed batch, over dp's ranks (NULL: this process alone), with extra, one more
+ * override (may be NULL). */
+static int one_step(const char *algo, const char *extra, cpt_dp *dp, result *out) {
     cpt_err err;
     char o1[64];
     snprintf(o1, sizeof o1, "algo.type=%s", algo);
     /* optim.eps large: AdamW's first update is then smooth in the gradient, not its sign, so weights compare */
     char *ov[] = {o1, "train.tokens_per_micro_batch=16", "optim.lr=0.01", "optim.eps=0.1", "critic.lr=0.01",
-                  "algo.kl_beta=0.05", "algo.entropy_coef=0.01", "train.ppo_epochs=2", "optim.grad_clip=1000"};
-    int n_ov = sizeof ov / sizeof ov[0];
+                  "algo.kl_beta=0.05", "algo.entropy_coef=0.01", "train.ppo_epochs=2", "optim.grad_clip=1000",
+                  (char *)extra};
+    int n_ov = sizeof ov / sizeof ov[0] - (extra == NULL);
     cpt_config *cfg = cpt_config_load(NULL, n_ov, ov, &err);
     CHECK_MSG(cfg != NULL, "%s", err.msg);
     if (!cfg) return -1;
@@ -159,11 +161,11 @@ static double max_diff(const float *x, const float *y, size_t n) {
     return m;
 }
 
-static void compare(const char *algo, cpt_dp *dp) {
+static void compare(const char *algo, const char *extra, cpt_dp *dp) {
     result one, two;
     memset(&one, 0, sizeof one);
     memset(&two, 0, sizeof two);
-    if (one_step(algo, NULL, &one) || one_step(algo, dp, &two)) {
+    if (one_step(algo, extra, NULL, &one) || one_step(algo, extra, dp, &two)) {
         result_free(&one);
         result_free(&two);
         return;
@@ -174,7 +176,8 @@ static void compare(const char *algo, cpt_dp *dp) {
     float parts[1] = {(float)two.shard_tokens};
     cpt_err err;
     CHECK_EQ_INT(cpt_dp_sum_floats(dp, parts, 1, &err), 0);
-    printf("rank %d, %s: forwarded %ld of %ld tokens\n", cpt_dp_rank(dp), algo, two.shard_tokens, two.tokens);
+    printf("rank %d, %s %s: forwarded %ld of %ld tokens\n", cpt_dp_rank(dp), algo, extra ? extra : "", two.shard_tokens,
+           two.tokens);
     CHECK_MSG(two.shard_tokens > 0 && two.shard_tokens < two.tokens, "%s: rank %d forwarded %ld of %ld tokens", algo,
               cpt_dp_rank(dp), two.shard_tokens, two.tokens);
     CHECK_MSG((long)parts[0] == two.tokens, "%s: the ranks forwarded %ld tokens, the batch has %ld", algo,
@@ -331,9 +334,12 @@ int main(int argc, char **argv) {
     if (!dp) return check_summary("test_online_dp");
     CHECK_EQ_INT(cpt_dp_size(dp), 2);
     test_exchange(dp);
-    compare("grpo", dp);
-    compare("ppo", dp);
-    compare("opd", dp);
+    compare("grpo", NULL, dp);
+    compare("ppo", NULL, dp);
+    compare("opd", NULL, dp);
+    /* three mini-batches of one group, two passes: six updates, each split over the ranks */
+    compare("grpo", "train.mini_batches=3", dp);
+    compare("ppo", "train.mini_batches=3", dp);
     cpt_dp_free(dp);
     return check_summary("test_online_dp");
 }

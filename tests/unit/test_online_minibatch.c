@@ -1,0 +1,225 @@
+/* Mini-batches of the online learner (trainer/online_step.h, train.mini_batches and train.epochs_per_batch): the
+ * view of mini-batch k, the number of optimizer updates per step, that the updates after the first see ratios off 1
+ * and clip (the proximal logprobs are the weights before the step's first update), that with lr 0 the ratio stays 1
+ * (the proximal pass and the mini-batch forwards agree), that one mini-batch is exactly the step as it was, and the
+ * config checks (the two names of the epochs; more mini-batches than groups). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/config_keys.h"
+#include "core/config.h"
+#include "tests/check.h"
+#include "trainer/online_step.h"
+#include "trainer/rl_data.h"
+
+static cpt_model *tiny_model(void) {
+    cpt_model_config mc = {.arch = CPT_ARCH_QWEN2, .vocab_size = 24, .hidden_size = 16, .intermediate_size = 32,
+                           .num_layers = 1, .num_heads = 2, .num_kv_heads = 1, .head_dim = 8, .rms_norm_eps = 1e-6f,
+                           .rope_theta = 10000, .tie_word_embeddings = 1, .qkv_bias = 1,
+                           .max_position_embeddings = 64, .bos_token_id = -1, .eos_token_id = -1};
+    cpt_err err;
+    return cpt_model_new_random(&mc, 7, &err);
+}
+
+/* Four groups of four completions (lengths 2..5 by group), rewards 1 for completions of 3s, 0 for 4s; behaviour
+ * logprobs the model's own. */
+typedef struct groups {
+    cpt_rollout_group g[4];
+    cpt_completion comp[4][4];
+    double rewards[4][4];
+    int32_t tok[4][4][8];
+    float lp[4][4][8];
+    int32_t prompt[2];
+} groups;
+
+static void make_batch(groups *f, cpt_model *m, cpt_rl_batch *b) {
+    memset(f, 0, sizeof *f);
+    f->prompt[0] = 1, f->prompt[1] = 2;
+    cpt_err err;
+    cpt_rl_batch_reset(b);
+    for (int g = 0; g < 4; g++) {
+        cpt_rollout_group *rg = &f->g[g];
+        rg->id.index = (uint64_t)g;
+        rg->n_prompt = 2;
+        rg->prompt = f->prompt;
+        rg->n_completions = 4;
+        rg->completions = f->comp[g];
+        rg->has_rewards = 1;
+        rg->rewards = f->rewards[g];
+        for (int k = 0; k < 4; k++) {
+            int n = 2 + g;
+            f->comp[g][k].n_tokens = (uint32_t)n;
+            f->comp[g][k].tokens = f->tok[g][k];
+            f->comp[g][k].logprobs = f->lp[g][k];
+            for (int j = 0; j < n; j++) f->tok[g][k][j] = k % 2 ? 4 : 3;
+            f->rewards[g][k] = k % 2 ? 0 : 1;
+        }
+        CHECK_EQ_INT(cpt_rl_batch_add_group(b, rg, 32, 24, &err), 0);
+    }
+    float *lp = calloc((size_t)b->n_tokens, sizeof *lp);
+    cpt_batch mb = {.n_tokens = b->n_tokens, .n_seqs = b->n_seqs, .tokens = b->tokens, .seq_start = b->seq_start,
+                    .targets = b->targets};
+    cpt_forward_out fo = {.logprobs = lp};
+    CHECK_EQ_INT(cpt_model_forward(m, &mb, &fo, 0, &err), 0);
+    for (int t = 0; t < b->n_tokens; t++) b->behav_logprobs[t] = b->mask[t] != 0 ? lp[t] : 0;
+    free(lp);
+}
+
+/* Mini-batch k of n: whole groups, its own seq_start from 0, its arrays where its tokens and sequences are in b. */
+static void test_view(void) {
+    cpt_model *m = tiny_model();
+    groups f;
+    cpt_rl_batch b, v;
+    memset(&b, 0, sizeof b);
+    make_batch(&f, m, &b);
+    int32_t ss[17];
+    /* groups of 4 sequences of 4, 5, 6, 7 tokens: [0, 16), [16, 36), [36, 60), [60, 88) */
+    CHECK_EQ_INT(b.n_tokens, 88);
+    int t0 = cpt_online_mini_batch(&b, 0, 2, ss, &v);
+    CHECK_EQ_INT(t0, 0);
+    CHECK(v.n_groups == 2 && v.n_seqs == 8 && v.n_tokens == 36);
+    t0 = cpt_online_mini_batch(&b, 1, 2, ss, &v);
+    CHECK_EQ_INT(t0, 36);
+    CHECK(v.n_groups == 2 && v.n_seqs == 8 && v.n_tokens == 52);
+    CHECK(v.seq_start == ss && ss[0] == 0 && ss[1] == 6 && ss[8] == 52);
+    CHECK(v.tokens == b.tokens + 36 && v.mask == b.mask + 36 && v.behav_logprobs == b.behav_logprobs + 36);
+    CHECK(v.seq_reward == b.seq_reward + 8 && v.group_size == b.group_size + 2);
+    CHECK(v.group_seq0 == NULL && v.seq_group == NULL && v.cap_tokens == 0);
+    /* three of four groups: 1, 1, 2 */
+    int want[3] = {1, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        cpt_online_mini_batch(&b, k, 3, ss, &v);
+        CHECK_MSG(v.n_groups == want[k], "mini-batch %d of 3: %d groups", k, v.n_groups);
+    }
+    cpt_rl_batch_free(&b);
+    cpt_model_free(m);
+}
+
+typedef struct outcome {
+    cpt_online_step_stats st[2]; /* of two steps */
+    float *weights;
+    size_t n;
+} outcome;
+
+/* Two learner steps of grpo on the batch with the given overrides; 0, or -1 with err when init fails. */
+static int two_steps(const char *const *extra, int n_extra, outcome *out, cpt_err *err) {
+    char *ov[16] = {"algo.type=grpo", "optim.lr=0.05", "optim.schedule=constant", "train.steps=10",
+                    "algo.clip_eps_low=0.05", "algo.clip_eps_high=0.05"};
+    int n = 6;
+    for (int i = 0; i < n_extra; i++) ov[n++] = (char *)extra[i];
+    cpt_config *cfg = cpt_config_load(NULL, n, ov, err);
+    CHECK_MSG(cfg != NULL, "%s", err->msg);
+    if (!cfg) return -1;
+    cpt_objective_config oc;
+    oc.type = CPT_OBJ_GRPO;
+    CHECK_EQ_INT(cpt_objective_from_config(cfg, &oc, err), 0);
+    cpt_model *pol = tiny_model();
+    cpt_online_learner L;
+    int rc = cpt_online_learner_init(&L, cfg, &oc, pol, NULL, NULL, err);
+    if (!rc) {
+        groups f;
+        cpt_rl_batch b;
+        memset(&b, 0, sizeof b);
+        make_batch(&f, pol, &b);
+        for (int s = 0; s < 2 && !rc; s++) {
+            cpt_err e2;
+            rc = cpt_online_learner_step(&L, &b, s, &out->st[s], &e2);
+            CHECK_MSG(rc == 0, "step %d: %s", s, e2.msg);
+        }
+        out->n = cpt_model_numel(pol);
+        out->weights = malloc(out->n * sizeof(float));
+        memcpy(out->weights, cpt_model_data(pol), out->n * sizeof(float));
+        cpt_rl_batch_free(&b);
+    }
+    cpt_online_learner_free(&L);
+    cpt_model_free(pol);
+    cpt_config_free(cfg);
+    return rc;
+}
+
+static double max_diff(const outcome *a, const outcome *b) {
+    double m = 0;
+    for (size_t i = 0; i < a->n; i++) m = fmax(m, fabs((double)a->weights[i] - b->weights[i]));
+    return m;
+}
+
+static void test_updates(void) {
+    cpt_err err;
+    outcome one, two, two_lr0, e2, p2;
+    memset(&one, 0, sizeof one), memset(&two, 0, sizeof two), memset(&two_lr0, 0, sizeof two_lr0);
+    memset(&e2, 0, sizeof e2), memset(&p2, 0, sizeof p2);
+    const char *mb2[] = {"train.mini_batches=2"}, *mb2lr0[] = {"train.mini_batches=2", "optim.lr=0"};
+    const char *ep2[] = {"train.epochs_per_batch=2"}, *pp2[] = {"train.ppo_epochs=2"};
+    CHECK_EQ_INT(two_steps(NULL, 0, &one, &err), 0);
+    CHECK_EQ_INT(two_steps(mb2, 1, &two, &err), 0);
+    CHECK_EQ_INT(two_steps(mb2lr0, 2, &two_lr0, &err), 0);
+    CHECK_EQ_INT(two_steps(ep2, 1, &e2, &err), 0);
+    CHECK_EQ_INT(two_steps(pp2, 1, &p2, &err), 0);
+    if (!one.weights || !two.weights || !two_lr0.weights || !e2.weights || !p2.weights) goto out;
+    printf("one mini-batch: ratio %.6f clip %.4f | two, the second: ratio mean %.6f max %.6f clip %.4f | lr 0: "
+           "ratio max %.8f\n",
+           one.st[0].m.ratio_mean, one.st[0].m.clip_frac, two.st[0].m.ratio_mean, two.st[0].m.ratio_max,
+           two.st[0].m.clip_frac, two_lr0.st[0].m.ratio_max);
+    /* one update a step, on-policy: ratio 1, nothing clipped (the step as it always was) */
+    CHECK_EQ_INT(one.st[0].optimizer_steps, 1);
+    CHECK_EQ_INT(one.st[1].optimizer_steps, 2);
+    CHECK_NEAR(one.st[0].m.ratio_max, 1.0, 1e-6);
+    CHECK_NEAR(one.st[0].m.clip_frac, 0.0, 0.0);
+    /* two mini-batches: two updates a step; the second is measured against the weights before the first */
+    CHECK_EQ_INT(two.st[0].optimizer_steps, 2);
+    CHECK_EQ_INT(two.st[1].optimizer_steps, 4);
+    CHECK_MSG(fabs(two.st[0].m.ratio_mean - 1) > 1e-3, "second mini-batch ratio mean %.6f", two.st[0].m.ratio_mean);
+    CHECK_MSG(two.st[0].m.clip_frac > 0, "second mini-batch clip fraction %g", two.st[0].m.clip_frac);
+    CHECK_NEAR(two.st[0].m.n_tokens, 4 * 4 + 4 * 5, 0); /* groups 3 and 4 (4 and 5 completion tokens): the last mini-batch's */
+    CHECK_MSG(max_diff(&one, &two) > 1e-4, "two mini-batches moved the weights as one did (%g)", max_diff(&one, &two));
+    /* lr 0: the proximal pass and each mini-batch's forward see the same weights */
+    CHECK_NEAR(two_lr0.st[0].m.ratio_max, 1.0, 1e-6);
+    CHECK_NEAR(two_lr0.st[1].m.ratio_mean, 1.0, 1e-6);
+    CHECK_NEAR(two_lr0.st[0].m.clip_frac, 0.0, 0.0);
+    CHECK_EQ_INT(two_lr0.st[0].optimizer_steps, 2);
+    /* train.ppo_epochs is the older name of train.epochs_per_batch: the same updates */
+    CHECK_EQ_INT(e2.st[1].optimizer_steps, 4);
+    CHECK_MSG(max_diff(&e2, &p2) == 0, "epochs_per_batch=2 and ppo_epochs=2 differ by %g", max_diff(&e2, &p2));
+out:
+    free(one.weights), free(two.weights), free(two_lr0.weights), free(e2.weights), free(p2.weights);
+}
+
+/* optim.warmup_steps (SFT's key) ramps the online learning rate by trainer step; every update of a step shares it */
+static void test_warmup(void) {
+    cpt_err err;
+    outcome o;
+    memset(&o, 0, sizeof o);
+    const char *w[] = {"optim.warmup_steps=10", "train.mini_batches=2"};
+    CHECK_EQ_INT(two_steps(w, 2, &o, &err), 0);
+    CHECK_NEAR(o.st[0].lr, 0.05 * 1 / 10, 1e-12);
+    CHECK_NEAR(o.st[1].lr, 0.05 * 2 / 10, 1e-12);
+    free(o.weights);
+}
+
+static void test_config_errors(void) {
+    cpt_err err;
+    outcome o;
+    memset(&o, 0, sizeof o);
+    const char *both[] = {"train.epochs_per_batch=2", "train.ppo_epochs=3"};
+    CHECK_EQ_INT(two_steps(both, 2, &o, &err), -1);
+    CHECK_MSG(strstr(err.msg, "train.epochs_per_batch") && strstr(err.msg, "train.ppo_epochs"), "%s", err.msg);
+    const char *same[] = {"train.epochs_per_batch=2", "train.ppo_epochs=2"}; /* a dumped config sets both */
+    CHECK_EQ_INT(two_steps(same, 2, &o, &err), 0);
+    free(o.weights);
+    memset(&o, 0, sizeof o);
+    /* more mini-batches than groups a step: one group each (4 updates a step here) */
+    memset(&o, 0, sizeof o);
+    const char *many[] = {"train.mini_batches=5", "train.groups_per_step=4"};
+    CHECK_EQ_INT(two_steps(many, 2, &o, &err), 0);
+    CHECK_EQ_INT(o.st[1].optimizer_steps, 8);
+    free(o.weights);
+}
+
+int main(void) {
+    test_view();
+    test_updates();
+    test_warmup();
+    test_config_errors();
+    return check_summary("test_online_minibatch");
+}
