@@ -107,4 +107,9 @@ if "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/twoz" train.zero=1 train.steps=6 2
 grep -q "written by 2 ranks with train.zero = 1.*resume with 2 ranks" "$T/bad1.log" || { cat "$T/bad1.log"; fail "unclear world-size error"; }
 if "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/twoz" train.steps=6 2> "$T/bad2.log"; then fail "train.zero = 0 resumed a ZeRO checkpoint"; fi
 grep -q "optimizer.safetensors" "$T/bad2.log" || { cat "$T/bad2.log"; fail "unclear zero=0 error"; }
+# 5. DPO does not shard yet: refused at start with the reason
+if "$BUILD/cpt-train" "$SRC/examples/dpo_arithmetic.toml" train.zero=1 train.steps=1 run.dir="$T/dpo" \
+  tokenizer.path="$SRC/examples/tiny-tokenizer" data.train="$SRC/examples/data/arithmetic_pref_train.jsonl" \
+  data.eval= 2> "$T/dpo.log"; then fail "DPO accepted train.zero = 1"; fi
+grep -q "train.zero = 1: dpo does not shard its optimizer yet" "$T/dpo.log" || { cat "$T/dpo.log"; fail "unclear DPO refusal"; }
 echo "test_zero_cpu_ranks: ok (max |dw| $d_one vs 1 rank, $d_two vs 2 ranks; optimizer $full -> $r0 bytes a rank)"
