@@ -75,6 +75,17 @@ echo "step 1 $n1 (1 rank) $n2 (ZeRO-1, 2 ranks)"
 python3 -c "import sys; a, b = ${n1#*:}, ${n2#*:}; sys.exit(0 if abs(a - b) <= 1e-5 * a and a > 0.5 else 1)" ||
   fail "grad norms differ or clipping not exercised: $n1 vs $n2"
 
+# 1b. a model whose size does not divide by the world size (42560 floats over 3 ranks: the last slice is padded)
+mpi3=(mpirun -n 3 --oversubscribe --bind-to none)
+for d in pad0 pad1; do
+  "${mpi3[@]}" "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/$d" model.hidden_size=40 model.intermediate_size=63 \
+    train.steps=2 train.zero=${d#pad} > "$T/$d.log" 2>&1 || { cat "$T/$d.log"; fail "$d, 3 ranks"; }
+done
+grep -q "ZeRO-1 rank 2/3: .*floats \[28374, 42561) of 42560" "$T/pad1.log" || { cat "$T/pad1.log"; fail "no padded slice"; }
+d_pad=$(maxdiff "$(model "$T/pad0" 2)" "$(model "$T/pad1" 2)")
+echo "3 ranks, padded slices: zero=1 vs zero=0 max |dw| $d_pad"
+python3 -c "import sys; sys.exit(0 if $d_pad < 1e-6 else 1)" || fail "padded ZeRO-1 differs by $d_pad"
+
 # 2. optimizer memory per rank halves
 full=$(grep -o 'sft: optimizer state [0-9]* bytes' "$T/two.log" | head -1 | awk '{print $4}')
 r0=$(grep -o 'ZeRO-1 rank 0/2: optimizer state [0-9]* bytes' "$T/twoz.log" | awk '{print $6}')
