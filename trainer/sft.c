@@ -123,7 +123,8 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     cpt_model_zero_grad(c->o.model);
     double loss_sum = 0;
     for (int k = c->o.rank; k < n_mb; k += c->o.world) {
-        cpt_dp_set_sync(c->o.dp, k + c->o.world >= n_mb); /* all-reduce during the last micro-batch's backward only */
+        /* all-reduce during the last micro-batch's backward only; never with ZeRO, which reduce-scatters after it */
+        cpt_dp_set_sync(c->o.dp, !c->o.zero && k + c->o.world >= n_mb);
         if (forward_loss(c, &c->mbs[k], 1, (double)c->o.world / (double)n_loss, &loss_sum, err)) return -1;
     }
     /* ZeRO-1 reduce-scatters the gradients in its own step instead of all-reducing them here */

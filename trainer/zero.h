@@ -14,8 +14,11 @@
  * shard floats each; metadata step, rank, world_size, numel) into the step folder. Resuming needs the same world
  * size: another one, or a checkpoint written without ZeRO, is refused with an error that says which.
  *
- * Host buffers only (CPU ranks over MPI, or one rank); the collectives themselves also exist for NCCL (trainer/dp.h)
- * for a GPU version of this step. */
+ * Host buffers for a CPU model (CPU ranks over MPI, or one rank). A model on the GPU (train.device = cuda, ranks over
+ * NCCL) runs the same step on the device: the moments and the gradient slice live there, the norm and clipping use
+ * the device sum-of-squares and scale kernels, the AdamW kernel updates the slice's fp32 master weights, the fp32
+ * weights are all-gathered and the bf16 copy the forward reads is cast again from them. The fp32 master weights
+ * stay whole on every rank (only the moments are sharded there). Written and compiled, not yet run on a GPU. */
 #ifndef CPT_TRAINER_ZERO_H
 #define CPT_TRAINER_ZERO_H
 
@@ -39,6 +42,10 @@ typedef struct cpt_zero {
     unsigned char *kind;     /* [shard] 0: not a parameter, 1: weight decay, 2: no decay */
     float *pad;              /* [world * shard] padded staging when numel % world != 0, else NULL */
     int64_t step;
+    /* a model on the GPU: m, v, g and pad are device buffers, kind stays on the host */
+    void *cuda_ctx;          /* cpt_cuda_ctx *, or NULL for a host model */
+    double *dev_norm;        /* one fp64 on the device: the slice's sum of squares */
+    float *host_m, *host_v;  /* host copies for save and load */
 } cpt_zero;
 
 cpt_zero *cpt_zero_new(cpt_model *m, cpt_dp *dp, const cpt_adamw_hparams *hp, cpt_err *err);
