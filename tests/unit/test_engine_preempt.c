@@ -40,11 +40,11 @@ static int same_results(const cpt_gen_result *a, const cpt_gen_result *b) {
 }
 
 /* Runs the workload on a fresh engine; fills res and the engine's stats. */
-static int run(cpt_model *m, const cpt_tokenizer *tok, int kv_blocks, int admission, cpt_gen_result *res,
+static int run(cpt_model *m, const cpt_tokenizer *tok, int kv_blocks, int admission, int reserve, cpt_gen_result *res,
                cpt_engine_stats *st) {
     cpt_err err;
     cpt_engine_opts o = {.slots = SLOTS, .max_len = MAX_LEN, .block_size = BS, .prefill_chunk = 8, .tok = tok,
-                         .kv_blocks = kv_blocks, .kv_admission = admission};
+                         .kv_blocks = kv_blocks, .kv_admission = admission, .kv_reserve_blocks = reserve};
     cpt_engine *e = cpt_engine_new(m, &o, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     if (!e) return -1;
@@ -74,7 +74,7 @@ int main(void) {
     /* a stop string that occurs: the bytes of a token request 0 generates without one */
     cpt_gen_result ref[NREQ], got[NREQ];
     cpt_engine_stats rst, gst;
-    if (run(m, tok, 0, CPT_KV_ADMIT_RESERVE_FULL, ref, &rst)) return check_summary("test_engine_preempt");
+    if (run(m, tok, 0, CPT_KV_ADMIT_RESERVE_FULL, 0, ref, &rst)) return check_summary("test_engine_preempt");
     static char stop[16];
     for (int i = 6; i < ref[0].samples[0].n_tokens && !stop[0]; i++) {
         size_t n;
@@ -86,7 +86,7 @@ int main(void) {
     free_all(ref);
 
     /* the reference: a roomy pool (every slot's context), admission of whole completions: nothing preempted */
-    if (run(m, tok, 0, CPT_KV_ADMIT_RESERVE_FULL, ref, &rst)) return check_summary("test_engine_preempt");
+    if (run(m, tok, 0, CPT_KV_ADMIT_RESERVE_FULL, 0, ref, &rst)) return check_summary("test_engine_preempt");
     CHECK_EQ_INT(rst.preemptions, 0);
     int n_stop = 0, n_samples = 0;
     for (int q = 0; q < NREQ; q++)
@@ -95,7 +95,7 @@ int main(void) {
 
     /* one context (16 blocks of 4) for 6 slots: optimistic admission preempts and recomputes, same completions */
     const int small = MAX_LEN / BS;
-    if (run(m, tok, small, CPT_KV_ADMIT_OPTIMISTIC, got, &gst)) return check_summary("test_engine_preempt");
+    if (run(m, tok, small, CPT_KV_ADMIT_OPTIMISTIC, 0, got, &gst)) return check_summary("test_engine_preempt");
     int same = 1;
     for (int q = 0; q < NREQ; q++) same &= same_results(&got[q], &ref[q]);
     CHECK_MSG(same, "a preempting pool gave other tokens, logprobs or finishes than a roomy one");
@@ -104,9 +104,18 @@ int main(void) {
     CHECK_EQ_INT(gst.generated_tokens, rst.generated_tokens);
     free_all(got);
 
+    /* a larger reserve admits fewer samples at once, preempts less, and changes no token either */
+    cpt_engine_stats r3;
+    if (run(m, tok, small, CPT_KV_ADMIT_OPTIMISTIC, 3, got, &r3)) return check_summary("test_engine_preempt");
+    same = 1;
+    for (int q = 0; q < NREQ; q++) same &= same_results(&got[q], &ref[q]);
+    CHECK_MSG(same, "kv_reserve_blocks 3 gave other completions");
+    printf("kv_reserve_blocks 3: %ld preemptions, %ld decode steps\n", r3.preemptions, r3.decode_steps);
+    free_all(got);
+
     /* the same small pool with the old admission: nothing preempted, fewer slots busy */
     cpt_engine_stats fst;
-    if (run(m, tok, small, CPT_KV_ADMIT_RESERVE_FULL, got, &fst)) return check_summary("test_engine_preempt");
+    if (run(m, tok, small, CPT_KV_ADMIT_RESERVE_FULL, 0, got, &fst)) return check_summary("test_engine_preempt");
     same = 1;
     for (int q = 0; q < NREQ; q++) same &= same_results(&got[q], &ref[q]);
     CHECK(same);
@@ -142,6 +151,8 @@ int main(void) {
     huge.n_samples = 1;
     CHECK(cpt_engine_submit(e, &huge, &err) >= 0);
     cpt_engine_free(e);
+    o.kv_admission = 7;
+    CHECK(cpt_engine_new(m, &o, &err) == NULL && strstr(err.msg, "kv_admission 7"));
 
     cpt_tokenizer_free(tok);
     cpt_model_free(m);
