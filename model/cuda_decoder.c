@@ -404,9 +404,10 @@ static int make_pool(cuda_decoder *d, const cpt_decoder_opts *o, cpt_err *err) {
     /* one block more: the padding rows' */
     long want = cpt_kv_pool_blocks(block_bytes, frac, fr, tot, (long)b->n_blocks + 1) - 1;
     if (want < b->max_blocks)
-        return cpt_errf(err, "decoder: a KV pool of %ld blocks (%.0f MiB each; %.0f of %.0f MiB free, "
-                             "rollout.gpu_memory_fraction %g) cannot hold one context of %d positions", want < 0 ? 0 : want,
-                        block_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0, frac, b->max_blocks * b->block_size);
+        return cpt_errf(err, "decoder: a KV pool of %ld blocks (%.2f MiB each; %.0f of %.0f MiB free, "
+                             "rollout.gpu_memory_fraction %g) cannot hold one context of %d positions",
+                        want < 0 ? 0 : want, block_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0, frac,
+                        b->max_blocks * b->block_size);
     b->n_blocks = (int)want;
     d->kv.n_layers = d->L, d->kv.n_blocks = b->n_blocks + 1, d->kv.block_size = b->block_size;
     d->kv.n_kv_heads = d->KV, d->kv.head_dim = d->D, d->kv.max_blocks = b->max_blocks;

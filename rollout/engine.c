@@ -477,8 +477,8 @@ cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const c
     if (o->slots < 0 || o->max_len < 0 || o->prefill_chunk < 0 || o->block_size < 0 || o->kv_blocks < 0 ||
         o->kv_reserve_blocks < 0 || o->gpu_memory_fraction < 0 || o->gpu_memory_fraction > 1 ||
         (o->kv_admission != CPT_KV_ADMIT_OPTIMISTIC && o->kv_admission != CPT_KV_ADMIT_RESERVE_FULL)) {
-        cpt_errf(err, "engine: slots %d, max_len %d, prefill_chunk %d, block_size %d, kv_blocks %d, kv_reserve_blocks %d: "
-                      "none may be negative; gpu_memory_fraction %g in [0, 1], kv_admission %d a CPT_KV_ADMIT_*",
+        cpt_errf(err, "engine: slots %d, max_len %d, prefill_chunk %d, block_size %d, kv_blocks %d, "
+                      "kv_reserve_blocks %d: none may be negative; gpu_memory_fraction %g in [0, 1], kv_admission %d a CPT_KV_ADMIT_*",
                  o->slots, o->max_len, o->prefill_chunk, o->block_size, o->kv_blocks, o->kv_reserve_blocks,
                  (double)o->gpu_memory_fraction, o->kv_admission);
         return NULL;

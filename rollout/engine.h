@@ -21,8 +21,8 @@
  *
  * Determinism: token t of sample j of a request is drawn with the randomness of (seed, j, t) (kernels/kernels.h),
  * and the CPU decoder computes a row alike whatever else is in its call, so on the CPU the same request and seed
- * give the same tokens whatever the batch, slot count, block size, arrival order or preemptions. (On the GPU, see the CUDA
- * decoder for what is bitwise.)
+ * give the same tokens whatever the batch, slot count, block size, arrival order or preemptions. (On the GPU, see
+ * the CUDA decoder for what is bitwise; a recompute runs prefill products, not decode steps.)
  *
  * Stops: a token in stop_ids (callers put EOS there), or the completion's bytes ending with a stop string (the
  * raw token bytes of the tokenizer; the tokens that complete it are kept), finish = stop; max_new_tokens
@@ -52,7 +52,7 @@ typedef struct cpt_engine_opts {
 } cpt_engine_opts;
 
 enum {
-    CPT_KV_ADMIT_OPTIMISTIC = 0, /* admit on the prompt and a reserve; preempt (recompute later) when the pool is full */
+    CPT_KV_ADMIT_OPTIMISTIC = 0, /* admit on the prompt and a reserve; a full pool preempts (recompute later) */
     CPT_KV_ADMIT_RESERVE_FULL = 1 /* admit only when the pool holds the whole completion: never preempts */
 };
 

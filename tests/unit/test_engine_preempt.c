@@ -19,7 +19,8 @@ static int32_t prompts[NREQ][MAXP];
 static const char *stops[1];
 
 static void requests(cpt_gen_request *r) {
-    static const int np[NREQ] = {5, 9, 3, 12, 7, 6}, nnew[NREQ] = {40, 24, 50, 12, 33, 45}, ns[NREQ] = {3, 1, 2, 3, 2, 1};
+    static const int np[NREQ] = {5, 9, 3, 12, 7, 6}, nnew[NREQ] = {40, 24, 50, 12, 33, 45};
+    static const int ns[NREQ] = {3, 1, 2, 3, 2, 1};
     static const float temp[NREQ] = {1.0f, 0.0f, 0.8f, 0.0f, 1.0f, 1.2f};
     for (int q = 0; q < NREQ; q++) {
         for (int i = 0; i < np[q]; i++) prompts[q][i] = (int32_t)(32 + (q * 37 + i * 11) % 90);
@@ -62,7 +63,9 @@ static void free_all(cpt_gen_result *r) {
     for (int q = 0; q < NREQ; q++) cpt_gen_result_free(&r[q]);
 }
 
-static double occupancy(const cpt_engine_stats *st) { return (double)st->slot_steps / ((double)st->decode_steps * SLOTS); }
+static double occupancy(const cpt_engine_stats *st) {
+    return (double)st->slot_steps / ((double)st->decode_steps * SLOTS);
+}
 
 int main(void) {
     cpt_err err;
