@@ -14,6 +14,7 @@ typedef struct slot {
     int need;        /* blocks reserved for it */
     int wait_prefill; /* admitted with its request's prefill in the same round: shares the blocks after it */
     int recompute;    /* re-admitted after a preemption: its prompt and tokens so far run as a prefill */
+    int from;         /* the first position its prefill writes (a recompute over its request's held prompt) */
     long seq;         /* admission order: preemption takes the newest first */
 } slot;
 
@@ -191,7 +192,7 @@ static int32_t seq_token(const slot *sl, int p) {
  * A recomputed sample saves no logits: it continues from its pending token. */
 static int prefill(cpt_engine *e, int n, cpt_err *err) {
     cpt_decoder_io *io = e->io;
-    for (int k = 0; k < n; k++) e->prog[k] = 0;
+    for (int k = 0; k < n; k++) e->prog[k] = e->slots[e->pre_slot[k]].from;
     for (;;) {
         int nt = 0, no = 0;
         for (int k = 0; k < n && nt < e->R; k++) {
@@ -288,6 +289,12 @@ static int release_idle_prompt(cpt_engine *e) {
     return 0;
 }
 
+/* Blocks a preempted sample's re-admission takes (at most): its whole recompute, or when its request still holds
+ * the prompt, the blocks after the prompt's full ones. */
+static int recompute_blocks(const cpt_engine *e, const gen_req *r, int len) {
+    return blocks_for(e, len) - (r->held && !r->prefilling ? r->n_prompt / e->block_size : 0);
+}
+
 /* Takes slot s for the preempted sample at the front of the queue: fresh blocks for its prompt and tokens so far,
  * recomputed by the round's prefill. */
 static int admit_recompute(cpt_engine *e, int s, int *n_pre, cpt_err *err) {
@@ -300,13 +307,27 @@ static int admit_recompute(cpt_engine *e, int s, int *n_pre, cpt_err *err) {
     sl->recompute = 1;
     sl->seq = e->admit_seq++;
     p.r->live++;
-    int nb = blocks_for(e, prefill_len(sl));
+    int len = prefill_len(sl);
     int32_t *tb = table(e, s);
-    for (int i = 0; i < nb; i++) {
+    gen_req *r = p.r;
+    if (r->held && !r->prefilling) { /* the prompt is still in the pool: only the tokens run again */
+        for (int i = 0; i < r->n_pblocks; i++) {
+            tb[i] = r->pblocks[i];
+            e->refcnt[r->pblocks[i]]++;
+        }
+        sl->nb = r->n_pblocks;
+        sl->from = r->n_prompt;
+        if (len > r->n_prompt && r->n_prompt % e->block_size) { /* copy-on-write of the partly filled one */
+            int b = block_alloc(e, err);
+            if (b < 0 || cpt_decoder_copy_block(e->d, tb[sl->nb - 1], b, err)) return -1;
+            block_decref(e, tb[sl->nb - 1]);
+            tb[sl->nb - 1] = b;
+        }
+    }
+    while (sl->nb < blocks_for(e, len)) {
         int b = block_alloc(e, err);
         if (b < 0) return -1;
-        tb[i] = b;
-        sl->nb++;
+        tb[sl->nb++] = b;
     }
     e->tables_dirty = 1;
     e->pre_slot[(*n_pre)++] = s;
@@ -327,7 +348,7 @@ static int admit(cpt_engine *e, cpt_err *err) {
             int reserve = running ? e->reserve : 0;
             if (e->n_pre) {
                 slot probe = {.r = e->pre[0].r, .sample = e->pre[0].sample, .recompute = 1};
-                int want = blocks_for(e, prefill_len(&probe)) + reserve + promised;
+                int want = recompute_blocks(e, probe.r, prefill_len(&probe)) + reserve + promised;
                 while (!running && want > e->n_free && release_idle_prompt(e)) {}
                 if (want > e->n_free) break;
                 promised += reserve;
@@ -478,7 +499,8 @@ cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const c
         o->kv_reserve_blocks < 0 || o->gpu_memory_fraction < 0 || o->gpu_memory_fraction > 1 ||
         (o->kv_admission != CPT_KV_ADMIT_OPTIMISTIC && o->kv_admission != CPT_KV_ADMIT_RESERVE_FULL)) {
         cpt_errf(err, "engine: slots %d, max_len %d, prefill_chunk %d, block_size %d, kv_blocks %d, "
-                      "kv_reserve_blocks %d: none may be negative; gpu_memory_fraction %g in [0, 1], kv_admission %d a CPT_KV_ADMIT_*",
+                      "kv_reserve_blocks %d: none may be negative; gpu_memory_fraction %g in [0, 1], "
+                      "kv_admission %d a CPT_KV_ADMIT_*",
                  o->slots, o->max_len, o->prefill_chunk, o->block_size, o->kv_blocks, o->kv_reserve_blocks,
                  (double)o->gpu_memory_fraction, o->kv_admission);
         return NULL;

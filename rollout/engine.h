@@ -14,7 +14,8 @@
  * shared) and kv_reserve_blocks more; when a decode step needs a block and the pool is empty, the most recently
  * admitted samples are preempted (never the last one running): their blocks are freed (shared ones stay while
  * others hold them) and they go back to the front of the waiting samples with their tokens so far; on re-admission
- * their prompt and tokens run again as a chunked prefill (recompute) and they continue. reserve_full admits a sample
+ * their prompt and tokens run again as a chunked prefill (recompute; only the tokens while the request still holds
+ * its prompt's blocks) and they continue. reserve_full admits a sample
  * only when the pool can hold its whole completion (prompt + max_new_tokens, counted without sharing): it never
  * preempts, and leaves most of the pool idle when completions stop early. Either way a request that could not fit
  * alone is refused at submit.

@@ -20,7 +20,7 @@ static const char *stops[1];
 
 static void requests(cpt_gen_request *r) {
     static const int np[NREQ] = {5, 9, 3, 12, 7, 6}, nnew[NREQ] = {40, 24, 50, 12, 33, 45};
-    static const int ns[NREQ] = {3, 1, 2, 3, 2, 1};
+    static const int ns[NREQ] = {5, 1, 2, 3, 4, 1};
     static const float temp[NREQ] = {1.0f, 0.0f, 0.8f, 0.0f, 1.0f, 1.2f};
     for (int q = 0; q < NREQ; q++) {
         for (int i = 0; i < np[q]; i++) prompts[q][i] = (int32_t)(32 + (q * 37 + i * 11) % 90);
