@@ -75,6 +75,9 @@ int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err);
 int cpt_st_writer_finish_checksum(cpt_st_writer *w, const char *path, uint64_t *checksum, uint64_t *bytes,
                                   cpt_err *err);
 void cpt_st_writer_free(cpt_st_writer *w);
+/* The header cpt_st_writer_finish would write (JSON, space-padded; *len its length without the 8-byte prefix),
+ * malloc'd; w stays usable and no tensor data is read: the offsets of tensors too large to allocate are testable. */
+char *cpt_st_writer_header(cpt_st_writer *w, size_t *len, cpt_err *err);
 
 /* Sharded output, as transformers' save_pretrained writes it. The tensors are cut into shards in the order they
  * were added, a shard holding tensors up to max_shard_bytes in all (a tensor is never split: one larger than the

@@ -178,6 +178,18 @@ static int put(FILE *fp, const void *p, size_t len, cpt_xxh64_state *h) {
     return fwrite(p, 1, len, fp) == len;
 }
 
+char *cpt_st_writer_header(cpt_st_writer *w, size_t *len, cpt_err *err) {
+    /* on a shallow copy, so the tensors keep the order they were added in (the shard plan follows it) */
+    cpt_st_writer c = *w;
+    c.t = malloc((w->n ? w->n : 1) * sizeof *c.t);
+    if (!c.t) { cpt_errf(err, "out of memory"); return NULL; }
+    if (w->n) memcpy(c.t, w->t, w->n * sizeof *c.t);
+    qsort(c.t, c.n, sizeof *c.t, layout_cmp);
+    char *h = build_header(&c, len, err);
+    free(c.t);
+    return h;
+}
+
 int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err) {
     return cpt_st_writer_finish_checksum(w, path, NULL, NULL, err);
 }

@@ -3,6 +3,7 @@
  * (every tensor once, in the order added, total_size the sum) read back through cpt_st_open; one shard is a plain
  * model.safetensors; a failing shard leaves no file behind. */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,67 @@ static void check_writer(void) {
     for (int i = 0; i < NT; i++) free(bufs[i]);
 }
 
+/* Big shapes without the memory: the writer's header for a 7B-shape embedding in fp32 (2.18e9 bytes, past 2^31)
+ * and a 2^32 + 8-byte tensor behind it (offsets past 2^32), then the same header read back from a sparse file of the
+ * full size (no data written: the reader maps it and validates offsets, touching one page at the far end). */
+static void check_big_header(void) {
+    cpt_err err;
+    static const float dummy[4];
+    cpt_st_writer *w = cpt_st_writer_new();
+    int64_t emb[2] = {152064, 3584}, huge[1] = {(1LL << 30) + 2}, small[1] = {4};
+    CHECK_EQ_INT(cpt_st_writer_add(w, "model.embed_tokens.weight", CPT_DT_F32, 2, emb, dummy, &err), 0);
+    CHECK_EQ_INT(cpt_st_writer_add(w, "x.huge", CPT_DT_F32, 1, huge, dummy, &err), 0);
+    CHECK_EQ_INT(cpt_st_writer_add(w, "y.small", CPT_DT_F32, 1, small, dummy, &err), 0);
+    size_t hlen = 0;
+    char *h = cpt_st_writer_header(w, &hlen, &err);
+    CHECK_MSG(h != NULL, "%s", err.msg);
+    cpt_st_writer_free(w);
+    if (!h) return;
+    const uint64_t e_bytes = 152064ULL * 3584 * 4, h_bytes = ((1ULL << 30) + 2) * 4, total = e_bytes + h_bytes + 16;
+    char want[128];
+    snprintf(want, sizeof want, "\"data_offsets\":[%llu,%llu]", (unsigned long long)e_bytes,
+             (unsigned long long)(e_bytes + h_bytes));
+    CHECK_MSG(strstr(h, want) != NULL, "%s not in %s", want, h);
+    CHECK_EQ_INT((int)((8 + hlen) % 8), 0);
+    char path[] = "/tmp/cpt-test-big-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    int ok = write(fd, len8, 8) == 8 && write(fd, h, hlen) == (ssize_t)hlen &&
+             ftruncate(fd, (off_t)(8 + hlen + total)) == 0;
+    close(fd);
+    free(h);
+    if (!ok) {
+        printf("test_safetensors_shards: no sparse file of %llu bytes here; big header read back not checked\n",
+               (unsigned long long)total);
+        unlink(path);
+        return;
+    }
+    cpt_st_file *f = cpt_st_open(path, &err);
+    CHECK_MSG(f != NULL, "%s", err.msg);
+    if (f) {
+        const cpt_st_tensor *te = cpt_st_find(f, "model.embed_tokens.weight"), *th = cpt_st_find(f, "x.huge"),
+                            *ts = cpt_st_find(f, "y.small");
+        CHECK(te && th && ts);
+        if (te && th && ts) {
+            CHECK((uint64_t)te->nbytes == e_bytes && (uint64_t)th->nbytes == h_bytes);
+            CHECK((const char *)th->data - (const char *)te->data == (ptrdiff_t)e_bytes);
+            CHECK((const char *)ts->data - (const char *)te->data == (ptrdiff_t)(e_bytes + h_bytes));
+            CHECK(cpt_st_numel(th) == (size_t)((1LL << 30) + 2));
+            float last;
+            CHECK_EQ_INT(cpt_st_read_f32(ts, &last, 1, &err), -1); /* n must equal the count: 4 */
+            float four[4] = {1, 1, 1, 1};
+            CHECK_EQ_INT(cpt_st_read_f32(ts, four, 4, &err), 0);
+            CHECK(four[0] == 0 && four[3] == 0); /* the sparse file reads as zeros, 6.5 GB past the start */
+        }
+        cpt_st_close(f);
+    }
+    unlink(path);
+}
+
 int main(void) {
+    check_big_header();
     check_parse();
     check_plan();
     check_writer();
