@@ -84,6 +84,10 @@ gen=(--prompt "12+34=" --max-new-tokens 8 --greedy --json --no-eos --device cpu)
 if "$CPT" export "$ck" "$T/bad" --max-shard-size 5XB 2> "$T/bad.log"; then fail "5XB accepted"; fi
 grep -q 'unknown unit "XB"' "$T/bad.log" || { cat "$T/bad.log"; fail "no message for 5XB"; }
 [ ! -e "$T/bad" ] || fail "5XB left $T/bad"
+# a bad export.max_shard_size stops the trainer at its start, naming the key
+if "$BUILD/cpt-train" "${sft[@]}" export.max_shard_size=5XB train.steps=3 2> "$T/bad3.log"; then fail "5XB trained"; fi
+grep -q 'config key export.max_shard_size: size "5XB"' "$T/bad3.log" || { cat "$T/bad3.log"; fail "no message for the key"; }
+[ ! -d "$T/run/checkpoints/step-3" ] || fail "5XB: trained anyway"
 touch "$T/file"
 if "$CPT" export "$ck" "$T/file/sub/out" --max-shard-size 20KB 2> "$T/bad2.log"; then fail "bad path accepted"; fi
 grep -q "$T/file" "$T/bad2.log" || { cat "$T/bad2.log"; fail "bad path: message names no path"; }
