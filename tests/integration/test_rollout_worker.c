@@ -206,13 +206,14 @@ static void versions_and_drain(cpt_queue *q) {
 }
 
 static void killed_mid_group(cpt_queue *q) {
-    /* a long group: 4 samples x 3000 tokens on one thread */
+    /* 4 samples x 400 tokens: the worker is frozen (SIGSTOP) the moment it holds the group, long before it could
+     * finish it, then killed */
     long long before = test_xlen(q, CPT_STREAM_ROLLOUTS);
-    add_group(q, 40, 0, 4, 3000, 8);
+    add_group(q, 40, 0, 4, 400, 8);
     pid_t a = start_worker("w2", NULL);
     double t0 = cpt_now();
     while (test_pending(q, CPT_STREAM_PROMPTS, "rollout") < 1 && cpt_now() - t0 < 30) usleep(1000);
-    usleep(100000);
+    kill(a, SIGSTOP);
     kill(a, SIGKILL);
     int status;
     waitpid(a, &status, 0);
@@ -220,7 +221,7 @@ static void killed_mid_group(cpt_queue *q) {
     CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 1);
     pid_t b = start_worker("w3", NULL);
     cpt_queue_item it;
-    int got = next_rollout(q, &it, 120); /* 12000 tokens on one thread: slow under the sanitizers on a busy machine */
+    int got = next_rollout(q, &it, 120); /* 1600 tokens on one thread: generous for the sanitizers on a busy machine */
     CHECK_MSG(got, "w3 did not finish the claimed group within 120 s");
     if (!got) { /* no group to look into; a worker still generating would outlive the test and hold ctest's pipe */
         kill(b, SIGKILL);
@@ -230,7 +231,7 @@ static void killed_mid_group(cpt_queue *q) {
     CHECK_EQ_INT(it.rollout.id.index, 40);
     CHECK_EQ_STR(it.rollout.worker, "w3");
     CHECK_EQ_INT(it.rollout.n_completions, 4);
-    CHECK(it.rollout.n_completions == 4 && it.rollout.completions[3].n_tokens == 3000);
+    CHECK(it.rollout.n_completions == 4 && it.rollout.completions[3].n_tokens == 400);
     CHECK_EQ_INT(it.rollout.weight_version, 3);
     cpt_queue_item_free(&it);
     CHECK_EQ_INT(test_pending(q, CPT_STREAM_PROMPTS, "rollout"), 0);
