@@ -2,7 +2,7 @@
 # The test command of the README and of CI: installs what is missing, builds, and runs every test that this
 # machine can run: the normal build (all labels; gpu only where a GPU is, and CUDA built only there), then one clang
 # build with ASan+UBSan that runs the unit and integration tests under the sanitizers and every fuzz harness (its
-# corpus replayed, then CPT_FUZZ_SECONDS of fresh fuzzing; default 5). Each phase prints its time.
+# corpus replayed, then CPT_FUZZ_SECONDS of fresh fuzzing; default 2). Each phase prints its time.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
@@ -35,7 +35,7 @@ echo "== build (clang, asan+ubsan, libFuzzer): waiting for the background build"
 wait "$san_build" || { cat build-sanitize.log; echo "== build (clang, asan+ubsan, libFuzzer) failed"; exit 1; }
 trap - EXIT
 echo "== build (clang, asan+ubsan, libFuzzer) done at $(elapsed) s"
-echo "== tests (asan+ubsan: unit, integration; fuzz: corpus replay + ${CPT_FUZZ_SECONDS:-5} s per harness)"
+echo "== tests (asan+ubsan: unit, integration; fuzz: corpus replay + ${CPT_FUZZ_SECONDS:-2} s per harness)"
 # each fuzzer is one process on one core: they run side by side with the tests
 (cd build-sanitize && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j "$jobs" -L 'unit|integration|fuzz')

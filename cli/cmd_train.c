@@ -43,7 +43,9 @@ int cmd_train(int argc, char **argv) {
     }
     const char *algo = cpt_cfg_str(cfg, "algo.type");
     int rc = 0;
-    if (cpt_ckpt_check_writable(cpt_cfg_str(cfg, "run.dir"), &err)) {
+    uint64_t shard_bytes;
+    if (cpt_ckpt_check_writable(cpt_cfg_str(cfg, "run.dir"), &err) ||
+        cpt_ckpt_max_shard_bytes(cfg, &shard_bytes, &err)) {
         fprintf(stderr, "cpt train: %s\n", err.msg);
         cpt_config_free(cfg);
         return CPT_EXIT_NO_RESTART;

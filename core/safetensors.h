@@ -75,6 +75,26 @@ int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err);
 int cpt_st_writer_finish_checksum(cpt_st_writer *w, const char *path, uint64_t *checksum, uint64_t *bytes,
                                   cpt_err *err);
 void cpt_st_writer_free(cpt_st_writer *w);
+/* The header cpt_st_writer_finish would write (JSON, space-padded; *len its length without the 8-byte prefix),
+ * malloc'd; w stays usable and no tensor data is read: the offsets of tensors too large to allocate are testable. */
+char *cpt_st_writer_header(cpt_st_writer *w, size_t *len, cpt_err *err);
+
+/* Sharded output, as transformers' save_pretrained writes it. The tensors are cut into shards in the order they
+ * were added, a shard holding tensors up to max_shard_bytes in all (a tensor is never split: one larger than the
+ * limit gets a shard of its own). One shard: DIR/model.safetensors, as cpt_st_writer_finish writes it. Several:
+ * DIR/model-00001-of-0000N.safetensors ... each written atomically with the writer's metadata, then
+ * DIR/model.safetensors.index.json ({"metadata": {"total_size": bytes of all tensors}, "weight_map": {tensor:
+ * file}}) last. On an error the shards already written are removed. max_shard_bytes 0: no limit. Frees w. */
+int cpt_st_writer_finish_sharded(cpt_st_writer *w, const char *dir, uint64_t max_shard_bytes, cpt_err *err);
+/* The plan behind it, a pure function: shard_of[i] gets the shard of tensor i (sizes nbytes[i], in order);
+ * returns the number of shards (0 when n is 0). */
+size_t cpt_st_shard_plan(const uint64_t *nbytes, size_t n, uint64_t max_shard_bytes, size_t *shard_of);
+/* "model-00002-of-00005.safetensors" (i counts from 0). */
+void cpt_st_shard_name(char *buf, size_t cap, size_t i, size_t n_shards);
+/* A size as save_pretrained's max_shard_size spells it: bytes ("1048576"), or a number with a unit KB/MB/GB/TB
+ * (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024), case ignored ("5GB", "500MB", "2GiB", "1.5GB"). The result
+ * must be at least 1 byte and fit 63 bits. */
+int cpt_parse_byte_size(const char *text, uint64_t *out, cpt_err *err);
 
 /* bf16/f16 <-> f32 helpers (round to nearest even; f16 subnormals, infinities and NaN handled; NaN stays a quiet
  * NaN with its sign; f32 values past the largest finite bf16/f16 round to infinity). */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/checksum.h"
 #include "core/fs.h"
@@ -177,6 +178,18 @@ static int put(FILE *fp, const void *p, size_t len, cpt_xxh64_state *h) {
     return fwrite(p, 1, len, fp) == len;
 }
 
+char *cpt_st_writer_header(cpt_st_writer *w, size_t *len, cpt_err *err) {
+    /* on a shallow copy, so the tensors keep the order they were added in (the shard plan follows it) */
+    cpt_st_writer c = *w;
+    c.t = malloc((w->n ? w->n : 1) * sizeof *c.t);
+    if (!c.t) { cpt_errf(err, "out of memory"); return NULL; }
+    if (w->n) memcpy(c.t, w->t, w->n * sizeof *c.t);
+    qsort(c.t, c.n, sizeof *c.t, layout_cmp);
+    char *h = build_header(&c, len, err);
+    free(c.t);
+    return h;
+}
+
 int cpt_st_writer_finish(cpt_st_writer *w, const char *path, cpt_err *err) {
     return cpt_st_writer_finish_checksum(w, path, NULL, NULL, err);
 }
@@ -213,6 +226,91 @@ int cpt_st_writer_finish_checksum(cpt_st_writer *w, const char *path, uint64_t *
     if (rc == 0 && bytes) *bytes = h.total_len;
 out:
     free(header);
+    cpt_st_writer_free(w);
+    return rc;
+}
+
+static int str_ptr_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The index, as save_pretrained writes it. */
+static int write_index(const cpt_st_writer *w, const size_t *shard_of, size_t n_shards, const char *dir,
+                       cpt_err *err) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < w->n; i++) total += w->t[i].nbytes;
+    json_t *root = json_object(), *meta = json_object(), *map = json_object();
+    int bad = !root || !meta || !map;
+    if (!bad) bad |= json_object_set_new(meta, "total_size", json_integer((json_int_t)total)) != 0;
+    for (size_t i = 0; !bad && i < w->n; i++) {
+        char name[64];
+        cpt_st_shard_name(name, sizeof name, shard_of[i], n_shards);
+        bad |= json_object_set_new(map, w->t[i].name, json_string(name)) != 0;
+    }
+    if (!bad) bad |= json_object_set(root, "metadata", meta) != 0 || json_object_set(root, "weight_map", map) != 0;
+    json_decref(meta);
+    json_decref(map);
+    char *text = bad ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!text) return cpt_errf(err, "%s: cannot build the shard index (out of memory)", dir);
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    size_t len = strlen(text);
+    text[len] = '\n'; /* json_dumps' terminator becomes a final newline; the length covers it */
+    int rc = cpt_write_file_atomic(path, text, len + 1, err);
+    free(text);
+    return rc;
+}
+
+int cpt_st_writer_finish_sharded(cpt_st_writer *w, const char *dir, uint64_t max_shard_bytes, cpt_err *err) {
+    char path[4096 + 64];
+    int rc = -1;
+    size_t *shard_of = NULL, written = 0, n_shards = 0;
+    uint64_t *sizes = NULL;
+    char **names = malloc((w->n ? w->n : 1) * sizeof *names);
+    shard_of = malloc((w->n ? w->n : 1) * sizeof *shard_of);
+    sizes = malloc((w->n ? w->n : 1) * sizeof *sizes);
+    if (!names || !shard_of || !sizes) { cpt_errf(err, "%s: out of memory", dir); goto out; }
+    /* repeated names: checked on a sorted copy, the tensors keep the order they were added in */
+    for (size_t i = 0; i < w->n; i++) names[i] = w->t[i].name, sizes[i] = w->t[i].nbytes;
+    qsort(names, w->n, sizeof *names, str_ptr_cmp);
+    for (size_t i = 1; i < w->n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            cpt_errf(err, "%s: tensor \"%s\" added twice", dir, names[i]);
+            goto out;
+        }
+    n_shards = cpt_st_shard_plan(sizes, w->n, max_shard_bytes, shard_of);
+    if (n_shards <= 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = cpt_st_writer_finish(w, path, err);
+        w = NULL;
+        goto out;
+    }
+    for (size_t s = 0; s < n_shards; s++) {
+        cpt_st_writer *sw = cpt_st_writer_new();
+        if (!sw) { cpt_errf(err, "%s: out of memory", dir); goto out; }
+        int bad = 0;
+        for (size_t k = 0; !bad && k < w->nmeta; k++) bad = cpt_st_writer_meta(sw, w->meta_keys[k], w->meta_vals[k], err);
+        for (size_t i = 0; !bad && i < w->n; i++)
+            if (shard_of[i] == s)
+                bad = cpt_st_writer_add(sw, w->t[i].name, w->t[i].dt, w->t[i].ndim, w->t[i].shape, w->t[i].data, err);
+        char name[64];
+        cpt_st_shard_name(name, sizeof name, s, n_shards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (bad) { cpt_st_writer_free(sw); goto out; }
+        if (cpt_st_writer_finish(sw, path, err)) goto out; /* frees sw */
+        written++;
+    }
+    rc = write_index(w, shard_of, n_shards, dir, err);
+out:
+    if (rc && written) /* no half-written set: the shards already in place go */
+        for (size_t s = 0; s < written; s++) {
+            char name[64];
+            cpt_st_shard_name(name, sizeof name, s, n_shards);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            unlink(path);
+        }
+    free(names);
+    free(shard_of);
+    free(sizes);
     cpt_st_writer_free(w);
     return rc;
 }

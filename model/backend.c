@@ -70,6 +70,19 @@ void cpt_decoder_base_init(cpt_decoder *d, const cpt_decoder_ops *ops, cpt_model
     d->saved_rows = o->saved_rows > 0 ? o->saved_rows : d->n_tables + 1;
 }
 
+size_t cpt_kv_block_bytes(const cpt_model_config *c, int block_size, int elem_bytes) {
+    return (size_t)c->num_layers * 2 * (size_t)block_size * (size_t)c->num_kv_heads * (size_t)c->head_dim *
+           (size_t)elem_bytes;
+}
+
+long cpt_kv_pool_blocks(size_t block_bytes, double fraction, size_t free_bytes, size_t total_bytes, long cap) {
+    if (!block_bytes || free_bytes > total_bytes) return 0;
+    double budget = fraction * (double)total_bytes - (double)(total_bytes - free_bytes);
+    if (budget < (double)block_bytes) return 0;
+    double n = budget / (double)block_bytes;
+    return n > (double)cap ? cap : (long)n;
+}
+
 void cpt_decoder_free(cpt_decoder *d) {
     if (d) d->ops->free(d);
 }

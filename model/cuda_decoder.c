@@ -393,19 +393,20 @@ static size_t take_meta(size_t *at, size_t bytes) {
     return o;
 }
 
-/* The paged pool and the tables (one more table and block for the padding rows). */
+/* The paged pool and the tables (one more table and block for the padding rows). Made after the workspace, so that
+ * the pool takes what mem_fraction leaves of the device once the model and the workspace are in. */
 static int make_pool(cuda_decoder *d, const cpt_decoder_opts *o, cpt_err *err) {
     cpt_decoder *b = &d->base;
-    size_t block_bytes = (size_t)d->L * 2 * b->block_size * d->KV * d->D * 2;
-    long want = b->n_blocks;
-    if (o->n_blocks <= 0) {
-        size_t fr = 0, tot = 0;
-        if (cpt_cuda_mem_info(&fr, &tot, err)) return -1;
-        long cap = (long)(fr / 2 / block_bytes);
-        if (want > cap) want = cap;
-    }
+    size_t block_bytes = cpt_kv_block_bytes(&d->base.m->cfg, b->block_size, 2);
+    double frac = o->mem_fraction > 0 ? o->mem_fraction : 0.9;
+    size_t fr = 0, tot = 0;
+    if (cpt_cuda_mem_info(&fr, &tot, err)) return -1;
+    /* one block more: the padding rows' */
+    long want = cpt_kv_pool_blocks(block_bytes, frac, fr, tot, (long)b->n_blocks + 1) - 1;
     if (want < b->max_blocks)
-        return cpt_errf(err, "decoder: a KV pool of %ld blocks cannot hold one context of %d positions", want,
+        return cpt_errf(err, "decoder: a KV pool of %ld blocks (%.2f MiB each; %.0f of %.0f MiB free, "
+                             "rollout.gpu_memory_fraction %g) cannot hold one context of %d positions",
+                        want < 0 ? 0 : want, block_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0, frac,
                         b->max_blocks * b->block_size);
     b->n_blocks = (int)want;
     d->kv.n_layers = d->L, d->kv.n_blocks = b->n_blocks + 1, d->kv.block_size = b->block_size;
@@ -509,7 +510,7 @@ cpt_decoder *cpt_cuda_decoder_new(cpt_model *m, const cpt_decoder_opts *o, const
     d->R = b->max_rows;
     d->LR = b->n_tables;
     d->use_graphs = !(t && t->no_graphs);
-    if (make_pool(d, o, err) || make_activations(d, err) || make_io(d, err)) {
+    if (make_activations(d, err) || make_io(d, err) || make_pool(d, o, err)) {
         cd_free(b);
         return NULL;
     }

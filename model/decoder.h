@@ -37,10 +37,19 @@ typedef struct cpt_decoder_opts {
     int max_len;     /* positions a table can hold (the context) */
     int block_size;  /* positions per block; 0: 16 */
     int n_blocks;    /* blocks in the pool; 0: every table full and one context more (a request holding its prompt
-                      * blocks while its samples wait); CUDA caps that at half the free device memory */
+                      * blocks while its samples wait); CUDA caps either by mem_fraction (cpt_kv_pool_blocks) */
     int max_rows;    /* most rows of one call (>= n_tables) */
     int saved_rows;  /* logits rows kept between calls (the prompts' last logits) */
+    float mem_fraction; /* CUDA: share of the device's total memory that the model, workspace and pool may fill;
+                         * 0: 0.9. The CPU ignores it. */
 } cpt_decoder_opts;
+
+/* Bytes of one KV block of block_size positions: K and V of every layer, elem_bytes per value (2: bf16). */
+size_t cpt_kv_block_bytes(const cpt_model_config *c, int block_size, int elem_bytes);
+/* The GPU pool's size: the blocks of block_bytes that fit in fraction * total_bytes minus what is in use now
+ * (total_bytes - free_bytes: the model, the decoder's workspace, other processes), at most cap; 0 when nothing
+ * fits. A pure function of cudaMemGetInfo's figures, so the arithmetic is tested on the CPU. */
+long cpt_kv_pool_blocks(size_t block_bytes, double fraction, size_t free_bytes, size_t total_bytes, long cap);
 
 /* Private tuning for tests and benches; zeroed = the product's choice. */
 typedef struct cpt_decoder_tuning {

@@ -59,6 +59,10 @@ cpt_param *cpt_model_param(cpt_model *m, size_t i);
 cpt_param *cpt_model_find_param(cpt_model *m, const char *name);
 /* config.json + model.safetensors in out_dir (created), written atomically; dtype F32 or BF16. */
 int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err *err);
+/* The same, cut into model-0000K-of-0000N.safetensors shards of at most max_shard_bytes each plus
+ * model.safetensors.index.json when the weights exceed it (cpt_st_writer_finish_sharded); 0: one file. */
+int cpt_model_save_hf_sharded(const cpt_model *m, const char *out_dir, int bf16, uint64_t max_shard_bytes,
+                              cpt_err *err);
 /* Copies weights from a safetensors file written by cpt_model_save_hf (weight-version loads). */
 int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *err);
 

@@ -240,6 +240,11 @@ int cpt_model_load_weights(cpt_model *m, const char *safetensors_path, cpt_err *
 }
 
 int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err *err) {
+    return cpt_model_save_hf_sharded(m, out_dir, bf16, 0, err);
+}
+
+int cpt_model_save_hf_sharded(const cpt_model *m, const char *out_dir, int bf16, uint64_t max_shard_bytes,
+                              cpt_err *err) {
     /* on a GPU the host copy is a mirror: refresh it (logically const: the weights do not change) */
     if (m->be->pull_weights && m->be->pull_weights((cpt_model *)m, err)) return -1;
     if (cpt_mkdir_p(out_dir, 0755, err)) return -1;
@@ -260,9 +265,8 @@ int cpt_model_save_hf(const cpt_model *m, const char *out_dir, int bf16, cpt_err
         const void *data = bf16 ? (const void *)(half + m->offsets[i]) : (const void *)p->data;
         rc = cpt_st_writer_add(w, p->name, bf16 ? CPT_DT_BF16 : CPT_DT_F32, p->ndim, p->shape, data, err);
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     if (!rc) {
-        rc = cpt_st_writer_finish(w, path, err);
+        rc = cpt_st_writer_finish_sharded(w, out_dir, max_shard_bytes, err);
         w = NULL;
     }
     if (w) cpt_st_writer_free(w);

@@ -13,7 +13,16 @@ typedef struct slot {
     int nb;          /* blocks in the slot's table */
     int need;        /* blocks reserved for it */
     int wait_prefill; /* admitted with its request's prefill in the same round: shares the blocks after it */
+    int recompute;    /* re-admitted after a preemption: its prompt and tokens so far run as a prefill */
+    int from;         /* the first position its prefill writes (a recompute over its request's held prompt) */
+    long seq;         /* admission order: preemption takes the newest first */
 } slot;
+
+/* A preempted sample waiting to be recomputed. */
+typedef struct preempted {
+    gen_req *r;
+    int sample;
+} preempted;
 
 struct cpt_engine {
     cpt_model *m;
@@ -25,6 +34,10 @@ struct cpt_engine {
     int block_size, max_blocks, total_blocks;
     int *refcnt, *free_stack, n_free, reserved;
     int tables_dirty;
+    int reserve_full, reserve; /* admission: reserve whole completions, or a prompt and `reserve` blocks */
+    long admit_seq;
+    preempted *pre; /* preempted samples, the next to re-admit first */
+    int n_pre, cap_pre;
     int *plog_free, n_plog_free; /* saved logits rows */
     /* requests (submission order) and slots */
     gen_req **reqs;
@@ -163,29 +176,43 @@ static gen_req *next_waiting(const cpt_engine *e) {
     return NULL;
 }
 
-/* Runs the prompts of the slots pre_slot[0..n) (their blocks already in their tables) in calls of at most R rows;
- * each prompt's last logits go to its request's saved row; then the request takes its references to the blocks. */
+/* Positions a slot's prefill writes: its prompt, or for a recompute the prompt and every generated token but the
+ * last (that one is the pending token of the next step, as if never preempted). */
+static int prefill_len(const slot *sl) {
+    return sl->r->n_prompt + (sl->recompute ? sl->r->samples[sl->sample].n_tokens - 1 : 0);
+}
+
+static int32_t seq_token(const slot *sl, int p) {
+    const gen_req *r = sl->r;
+    return p < r->n_prompt ? r->prompt[p] : r->samples[sl->sample].tokens[p - r->n_prompt];
+}
+
+/* Runs the prefills of the slots pre_slot[0..n) (their blocks already in their tables) in calls of at most R rows;
+ * each prompt's last logits go to its request's saved row; then the request takes its references to the blocks.
+ * A recomputed sample saves no logits: it continues from its pending token. */
 static int prefill(cpt_engine *e, int n, cpt_err *err) {
     cpt_decoder_io *io = e->io;
-    for (int k = 0; k < n; k++) e->prog[k] = 0;
+    for (int k = 0; k < n; k++) e->prog[k] = e->slots[e->pre_slot[k]].from;
     for (;;) {
         int nt = 0, no = 0;
         for (int k = 0; k < n && nt < e->R; k++) {
             int s = e->pre_slot[k];
-            gen_req *r = e->slots[s].r;
-            int left = r->n_prompt - e->prog[k];
+            const slot *sl = &e->slots[s];
+            int len = prefill_len(sl);
+            int left = len - e->prog[k];
             if (left <= 0) continue;
             int take = left < e->R - nt ? left : e->R - nt;
             for (int j = 0; j < take; j++) {
-                io->tok[nt + j] = r->prompt[e->prog[k] + j];
+                io->tok[nt + j] = seq_token(sl, e->prog[k] + j);
                 io->pos[nt + j] = e->prog[k] + j;
                 io->tab[nt + j] = s;
             }
             e->prog[k] += take;
             nt += take;
-            if (e->prog[k] == r->n_prompt) {
+            if (sl->recompute) e->st.recomputed_tokens += take;
+            if (e->prog[k] == len && !sl->recompute) {
                 io->out[no] = nt - 1;
-                io->save_to[no++] = r->plog_row;
+                io->save_to[no++] = sl->r->plog_row;
             }
         }
         if (!nt) break;
@@ -197,6 +224,13 @@ static int prefill(cpt_engine *e, int n, cpt_err *err) {
         int s = e->pre_slot[k];
         slot *sl = &e->slots[s];
         gen_req *r = sl->r;
+        if (sl->recompute) {
+            const cpt_gen_sample *smp = &r->samples[sl->sample];
+            sl->len = prefill_len(sl);
+            sl->pending = smp->tokens[smp->n_tokens - 1];
+            sl->recompute = 0;
+            continue;
+        }
         int32_t *tb = table(e, s);
         r->n_pblocks = sl->nb;
         for (int i = 0; i < sl->nb; i++) {
@@ -217,6 +251,7 @@ static int admit_one(cpt_engine *e, int s, gen_req *r, int need, int hold, int *
     sl->r = r;
     sl->sample = r->next_sample++;
     sl->need = need;
+    sl->seq = e->admit_seq++;
     r->live++;
     if (r->held) {
         if (r->prefilling) sl->wait_prefill = 1;
@@ -241,26 +276,110 @@ static int admit_one(cpt_engine *e, int s, gen_req *r, int need, int hold, int *
     return 0;
 }
 
-/* Fills free slots with waiting samples while the pool can hold their completions: one batched prefill for the
- * new prompts, then each new sample's first token from its prompt's saved logits. Repeats while a sample finishing
- * on its first token frees a slot again. */
+/* Drops the prompt blocks held by a request with none of its samples running (its next sample prefills again).
+ * 1: one was dropped. */
+static int release_idle_prompt(cpt_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++) {
+        gen_req *r = e->reqs[i];
+        if (r->held && !r->live && !r->prefilling) {
+            req_release_prompt(e, r);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Blocks a preempted sample's re-admission takes (at most): its whole recompute, or when its request still holds
+ * the prompt, the blocks after the prompt's full ones. */
+static int recompute_blocks(const cpt_engine *e, const gen_req *r, int len) {
+    return blocks_for(e, len) - (r->held && !r->prefilling ? r->n_prompt / e->block_size : 0);
+}
+
+/* Takes slot s for the preempted sample at the front of the queue: fresh blocks for its prompt and tokens so far,
+ * recomputed by the round's prefill. */
+static int admit_recompute(cpt_engine *e, int s, int *n_pre, cpt_err *err) {
+    preempted p = e->pre[0];
+    memmove(e->pre, e->pre + 1, sizeof *e->pre * (size_t)(--e->n_pre));
+    slot *sl = &e->slots[s];
+    memset(sl, 0, sizeof *sl);
+    sl->r = p.r;
+    sl->sample = p.sample;
+    sl->recompute = 1;
+    sl->seq = e->admit_seq++;
+    p.r->live++;
+    int len = prefill_len(sl);
+    int32_t *tb = table(e, s);
+    gen_req *r = p.r;
+    if (r->held && !r->prefilling) { /* the prompt is still in the pool: only the tokens run again */
+        for (int i = 0; i < r->n_pblocks; i++) {
+            tb[i] = r->pblocks[i];
+            e->refcnt[r->pblocks[i]]++;
+        }
+        sl->nb = r->n_pblocks;
+        sl->from = r->n_prompt;
+        if (len > r->n_prompt && r->n_prompt % e->block_size) { /* copy-on-write of the partly filled one */
+            int b = block_alloc(e, err);
+            if (b < 0 || cpt_decoder_copy_block(e->d, tb[sl->nb - 1], b, err)) return -1;
+            block_decref(e, tb[sl->nb - 1]);
+            tb[sl->nb - 1] = b;
+        }
+    }
+    while (sl->nb < blocks_for(e, len)) {
+        int b = block_alloc(e, err);
+        if (b < 0) return -1;
+        tb[sl->nb++] = b;
+    }
+    e->tables_dirty = 1;
+    e->pre_slot[(*n_pre)++] = s;
+    return 0;
+}
+
+/* Fills free slots with waiting samples, preempted ones first: reserve_full admits a sample while the pool can hold
+ * its whole completion; otherwise while the free blocks hold its prompt (unless shared) or its recompute, plus
+ * `reserve` blocks for each sample admitted in the round. One batched prefill for the new prompts and recomputes,
+ * then each new sample's first token from its prompt's saved logits. Repeats while a sample finishing on its first
+ * token frees a slot again. */
 static int admit(cpt_engine *e, cpt_err *err) {
     for (;;) {
-        int n_new = 0, n_pre = 0;
+        int n_new = 0, n_pre = 0, promised = 0, running = cpt_engine_active(e);
         for (int s = 0; s < e->n_slots; s++) {
             if (e->slots[s].r) continue;
+            /* alone, a sample needs no reserve: it takes blocks as it goes (make_room frees idle prompts) */
+            int reserve = running ? e->reserve : 0;
+            if (e->n_pre) {
+                slot probe = {.r = e->pre[0].r, .sample = e->pre[0].sample, .recompute = 1};
+                int want = recompute_blocks(e, probe.r, prefill_len(&probe)) + reserve + promised;
+                while (!running && want > e->n_free && release_idle_prompt(e)) {}
+                if (want > e->n_free) break;
+                promised += reserve;
+                running++;
+                if (admit_recompute(e, s, &n_pre, err)) return -1;
+                continue;
+            }
             gen_req *r = next_waiting(e);
             if (!r) break;
-            int hold = r->held || r->n_samples == 1 ? 0 : blocks_for(e, r->n_prompt);
-            int need = need_of(e, r);
-            if (e->reserved + need + hold > e->total_blocks) break; /* wait for blocks to free */
             if (!r->held && e->n_plog_free == 0) break;
-            e->reserved += need + hold;
+            int need = 0, hold = 0;
+            if (e->reserve_full) {
+                hold = r->held || r->n_samples == 1 ? 0 : blocks_for(e, r->n_prompt);
+                need = need_of(e, r);
+                if (e->reserved + need + hold > e->total_blocks) break; /* wait for blocks to free */
+                e->reserved += need + hold;
+            } else {
+                int want;
+                for (;;) { /* releasing r's own idle prompt makes r prefill again: count it anew */
+                    want = (r->held ? 0 : blocks_for(e, r->n_prompt)) + reserve + promised;
+                    if (running || want <= e->n_free || !release_idle_prompt(e)) break;
+                }
+                if (want > e->n_free) break;
+                promised += reserve;
+            }
+            running++;
             if (admit_one(e, s, r, need, hold, &n_pre, err)) return -1;
             e->new_slot[n_new++] = s;
         }
-        if (!n_new) return 0;
         if (n_pre && prefill(e, n_pre, err)) return -1;
+        if (!n_new) return 0;
         for (int k = 0; k < n_new; k++) {
             slot *sl = &e->slots[e->new_slot[k]];
             if (sl->wait_prefill) {
@@ -284,6 +403,53 @@ static int admit(cpt_engine *e, cpt_err *err) {
 
 /* ---- steps ------------------------------------------------------------------------------------------------- */
 
+/* 1 when the slot's next position needs a block from the pool (a fresh one, or a copy of a shared one). */
+static int wants_block(cpt_engine *e, int s) {
+    const slot *sl = &e->slots[s];
+    int bi = sl->len / e->block_size;
+    return bi == sl->nb || (bi < sl->nb && e->refcnt[table(e, s)[bi]] > 1);
+}
+
+/* Frees slot s's blocks (shared prompt blocks stay while others hold them) and queues its sample at the front of
+ * the waiting samples, with its tokens so far. */
+static int preempt(cpt_engine *e, int s, cpt_err *err) {
+    if (e->n_pre == e->cap_pre) {
+        int cap = e->cap_pre ? 2 * e->cap_pre : 16;
+        preempted *p = realloc(e->pre, sizeof *p * (size_t)cap);
+        if (!p) return cpt_errf(err, "engine: out of memory");
+        e->pre = p;
+        e->cap_pre = cap;
+    }
+    memmove(e->pre + 1, e->pre, sizeof *e->pre * (size_t)e->n_pre++);
+    e->pre[0] = (preempted){e->slots[s].r, e->slots[s].sample};
+    e->slots[s].r->live--;
+    slot_release(e, s);
+    e->st.preemptions++;
+    return 0;
+}
+
+/* The pool is empty and slot s needs a block: frees blocks until it fits. First the newest running samples (never
+ * the last one running; s itself when it is the newest), then the prompts held by requests with none of their
+ * samples running (their next sample prefills again). 1: s was preempted, 0: s can take its block. */
+static int make_room(cpt_engine *e, int s, cpt_err *err) {
+    while (e->n_free == 0) {
+        int victim = -1, running = 0;
+        for (int t = 0; t < e->n_slots; t++) {
+            if (!e->slots[t].r) continue;
+            running++;
+            if (victim < 0 || e->slots[t].seq > e->slots[victim].seq) victim = t;
+        }
+        if (running > 1) {
+            if (preempt(e, victim, err)) return -1;
+            if (victim == s) return 1;
+            continue;
+        }
+        if (!release_idle_prompt(e))
+            return cpt_errf(err, "engine: KV pool exhausted (%d blocks) with one sample running", e->total_blocks);
+    }
+    return 0;
+}
+
 int cpt_engine_step(cpt_engine *e, cpt_err *err) {
     if (admit(e, err)) return -1;
     cpt_decoder_io *io = e->io;
@@ -291,9 +457,15 @@ int cpt_engine_step(cpt_engine *e, cpt_err *err) {
     int *act = e->new_slot;
     for (int s = 0; s < e->n_slots; s++) {
         if (!e->slots[s].r) continue;
+        if (!e->reserve_full && wants_block(e, s)) {
+            int rc = make_room(e, s, err);
+            if (rc < 0) return -1;
+            if (rc) continue;
+        }
         if (ensure_block(e, s, err)) return -1;
-        act[n++] = s;
     }
+    for (int s = 0; s < e->n_slots; s++)
+        if (e->slots[s].r) act[n++] = s;
     if (!n) return 0;
     for (int k = 0; k < n; k++) {
         slot *sl = &e->slots[act[k]];
@@ -323,9 +495,14 @@ cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const c
     const cpt_model_config *c = cpt_model_cfg(m);
     cpt_engine_opts none = {0};
     if (!o) o = &none;
-    if (o->slots < 0 || o->max_len < 0 || o->prefill_chunk < 0 || o->block_size < 0 || o->kv_blocks < 0) {
-        cpt_errf(err, "engine: slots %d, max_len %d, prefill_chunk %d, block_size %d, kv_blocks %d: none may be "
-                      "negative", o->slots, o->max_len, o->prefill_chunk, o->block_size, o->kv_blocks);
+    if (o->slots < 0 || o->max_len < 0 || o->prefill_chunk < 0 || o->block_size < 0 || o->kv_blocks < 0 ||
+        o->kv_reserve_blocks < 0 || o->gpu_memory_fraction < 0 || o->gpu_memory_fraction > 1 ||
+        (o->kv_admission != CPT_KV_ADMIT_OPTIMISTIC && o->kv_admission != CPT_KV_ADMIT_RESERVE_FULL)) {
+        cpt_errf(err, "engine: slots %d, max_len %d, prefill_chunk %d, block_size %d, kv_blocks %d, "
+                      "kv_reserve_blocks %d: none may be negative; gpu_memory_fraction %g in [0, 1], "
+                      "kv_admission %d a CPT_KV_ADMIT_*",
+                 o->slots, o->max_len, o->prefill_chunk, o->block_size, o->kv_blocks, o->kv_reserve_blocks,
+                 (double)o->gpu_memory_fraction, o->kv_admission);
         return NULL;
     }
     cpt_engine *e = calloc(1, sizeof *e);
@@ -342,7 +519,8 @@ cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const c
     int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 2048;
     e->R = chunk > e->n_slots ? chunk : e->n_slots;
     cpt_decoder_opts dop = {.n_tables = e->n_slots, .max_len = e->max_len, .block_size = o->block_size,
-                            .n_blocks = o->kv_blocks, .max_rows = e->R, .saved_rows = e->n_slots + 1};
+                            .n_blocks = o->kv_blocks, .max_rows = e->R, .saved_rows = e->n_slots + 1,
+                            .mem_fraction = o->gpu_memory_fraction};
     if (!(e->d = cpt_decoder_new(m, &dop, tuning, err))) goto fail;
     e->io = cpt_decoder_io_of(e->d);
     e->block_size = cpt_decoder_block_size(e->d);
@@ -367,6 +545,8 @@ cpt_engine *cpt_engine_new_tuned(cpt_model *m, const cpt_engine_opts *o, const c
     for (int b = e->total_blocks - 1; b >= 0; b--) e->free_stack[e->n_free++] = b; /* block 0 first */
     for (int i = e->n_slots; i >= 0; i--) e->plog_free[e->n_plog_free++] = i;
     e->tables_dirty = 1;
+    e->reserve_full = o->kv_admission == CPT_KV_ADMIT_RESERVE_FULL;
+    e->reserve = o->kv_reserve_blocks > 0 ? o->kv_reserve_blocks : 1;
     return e;
 fail:
     cpt_engine_free(e);
@@ -385,12 +565,14 @@ void cpt_engine_clear(cpt_engine *e) {
         cpt_gen_req_free(e->reqs[i]);
     }
     e->n_reqs = 0;
+    e->n_pre = 0;
 }
 
 void cpt_engine_free(cpt_engine *e) {
     if (!e) return;
     if (e->refcnt && e->plog_free) cpt_engine_clear(e);
     free(e->reqs);
+    free(e->pre);
     cpt_decoder_free(e->d);
     free(e->refcnt);
     free(e->free_stack);
@@ -454,7 +636,7 @@ int cpt_engine_idle(const cpt_engine *e) {
 int cpt_engine_waiting(const cpt_engine *e) {
     int n = 0;
     for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->n_samples - e->reqs[i]->next_sample;
-    return n;
+    return n + e->n_pre;
 }
 
 int cpt_engine_pending(const cpt_engine *e) { return e->n_reqs; }

@@ -7,14 +7,23 @@
  * blocks of block_size positions with a block table per slot and reference counts: the prompt of a request runs
  * through the model once (in chunks of at most prefill_chunk rows), its blocks are shared by all its samples, and
  * the request holds them until its last sample is admitted; a sample appending to a shared, partly filled block
- * copies it first (copy-on-write). A sample is admitted only when the pool can hold its whole completion (prompt +
- * max_new_tokens, counted without sharing), so no step runs out of blocks; a request that could never fit is
- * refused at submit. Each sample's first token is drawn from the saved logits of its prompt's last position.
+ * copies it first (copy-on-write). Each sample's first token is drawn from the saved logits of its prompt's last
+ * position.
+ *
+ * Admission (kv_admission): optimistic (the default) admits a sample when the free blocks hold its prompt (none when
+ * shared) and kv_reserve_blocks more; when a decode step needs a block and the pool is empty, the most recently
+ * admitted samples are preempted (never the last one running): their blocks are freed (shared ones stay while
+ * others hold them) and they go back to the front of the waiting samples with their tokens so far; on re-admission
+ * their prompt and tokens run again as a chunked prefill (recompute; only the tokens while the request still holds
+ * its prompt's blocks) and they continue. reserve_full admits a sample
+ * only when the pool can hold its whole completion (prompt + max_new_tokens, counted without sharing): it never
+ * preempts, and leaves most of the pool idle when completions stop early. Either way a request that could not fit
+ * alone is refused at submit.
  *
  * Determinism: token t of sample j of a request is drawn with the randomness of (seed, j, t) (kernels/kernels.h),
  * and the CPU decoder computes a row alike whatever else is in its call, so on the CPU the same request and seed
- * give the same tokens whatever the batch, slot count, block size or arrival order. (On the GPU, see the CUDA
- * decoder for what is bitwise.)
+ * give the same tokens whatever the batch, slot count, block size, arrival order or preemptions. (On the GPU, see
+ * the CUDA decoder for what is bitwise; a recompute runs prefill products, not decode steps.)
  *
  * Stops: a token in stop_ids (callers put EOS there), or the completion's bytes ending with a stop string (the
  * raw token bytes of the tokenizer; the tokens that complete it are kept), finish = stop; max_new_tokens
@@ -36,12 +45,21 @@ typedef struct cpt_engine_opts {
     const cpt_tokenizer *tok; /* needed only for stop strings */
     int prefill_chunk; /* most prompt rows per forward call (bounds activation memory); 0: 2048 */
     int block_size;    /* positions per KV block; 0: 16 */
-    int kv_blocks;     /* blocks in the pool; 0: every slot's full context (the GPU caps it by free memory; the CPU
-                        * allocates a block's memory when it is first written) */
+    int kv_blocks;     /* blocks in the pool; 0: every slot's full context (the GPU caps it by
+                        * gpu_memory_fraction; the CPU allocates a block's memory when it is first written) */
+    int kv_admission;      /* CPT_KV_ADMIT_*; 0: optimistic */
+    int kv_reserve_blocks; /* optimistic: free blocks an admitted sample needs beyond its prompt; 0: 1 */
+    float gpu_memory_fraction; /* CUDA: the share of the GPU's memory the model, workspace and pool may take; 0: 0.9 */
 } cpt_engine_opts;
+
+enum {
+    CPT_KV_ADMIT_OPTIMISTIC = 0, /* admit on the prompt and a reserve; a full pool preempts (recompute later) */
+    CPT_KV_ADMIT_RESERVE_FULL = 1 /* admit only when the pool holds the whole completion: never preempts */
+};
 
 typedef struct cpt_engine_stats {
     long generated_tokens, prefill_tokens, decode_steps, prefills, shared_prefills;
+    long preemptions, recomputed_tokens; /* samples preempted; positions prefilled again on their re-admission */
     long slot_steps; /* sum over decode steps of occupied slots (occupancy = slot_steps / (steps * slots)) */
 } cpt_engine_stats;
 

@@ -172,6 +172,11 @@ static int make_engine(worker *w, cpt_err *err) {
     cpt_engine_opts o = {.slots = (int)cpt_cfg_int(w->cfg, "rollout.slots"),
                          .max_len = (int)cpt_cfg_int(w->cfg, "rollout.max_len"),
                          .prefill_chunk = (int)cpt_cfg_int(w->cfg, "rollout.prefill_chunk"),
+                         .kv_blocks = (int)cpt_cfg_int(w->cfg, "rollout.kv_blocks"),
+                         .kv_admission = strcmp(cpt_cfg_str(w->cfg, "rollout.kv_admission"), "reserve_full")
+                                             ? CPT_KV_ADMIT_OPTIMISTIC : CPT_KV_ADMIT_RESERVE_FULL,
+                         .kv_reserve_blocks = (int)cpt_cfg_int(w->cfg, "rollout.kv_reserve_blocks"),
+                         .gpu_memory_fraction = (float)cpt_cfg_float(w->cfg, "rollout.gpu_memory_fraction"),
                          .tok = w->tok};
     if (w->on_gpu && cpt_model_use_cuda_infer(w->m, 0, err)) return -1;
     if (!(w->eng = cpt_engine_new(w->m, &o, err))) return -1;
@@ -616,7 +621,7 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     const double hb_s = cpt_cfg_float(cfg, "rollout.heartbeat_s"), max_wait = cpt_cfg_float(cfg, "rollout.max_wait_weights_s");
     const double touch_s = w->q->claim_idle_ms / 3000.0;
     double t_poll = 0, t_hb = 0, t_start = cpt_now();
-    long hb_tokens = 0, hb_steps = 0, hb_slot_steps = 0;
+    long hb_tokens = 0, hb_steps = 0, hb_slot_steps = 0, hb_preempt = 0, hb_recomputed = 0;
     for (;;) {
         double now = cpt_now();
         int gen = n_generating(w);
@@ -634,7 +639,12 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
             long steps = es->decode_steps - hb_steps;
             heartbeat(w, dt > 0 ? (es->generated_tokens - hb_tokens) / dt : 0,
                       steps > 0 ? (double)(es->slot_steps - hb_slot_steps) / ((double)steps * cpt_engine_slots(w->eng)) : 0);
+            if (es->preemptions > hb_preempt) /* a full KV cache: worth a line (rollout.kv_blocks, gpu_memory_fraction) */
+                cpt_info("cpt-rollout %s: %ld samples preempted (KV cache full), %ld positions recomputed since the "
+                         "last heartbeat; %ld and %ld in all", w->me, es->preemptions - hb_preempt,
+                         es->recomputed_tokens - hb_recomputed, es->preemptions, es->recomputed_tokens);
             hb_tokens = es->generated_tokens, hb_steps = es->decode_steps, hb_slot_steps = es->slot_steps;
+            hb_preempt = es->preemptions, hb_recomputed = es->recomputed_tokens;
             t_hb = now;
         }
         if (!w->m) {

@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "core/checksum.h"
+#include "core/config.h"
 #include "core/fs.h"
 #include "core/json_util.h"
+#include "core/safetensors.h"
 
 #define STATE_FORMAT "cpt-trainer-state-1"
 
@@ -295,6 +297,12 @@ static int move_files(const char *src, const char *dst, cpt_err *err) {
     return rc;
 }
 
+int cpt_ckpt_max_shard_bytes(const cpt_config *cfg, uint64_t *out, cpt_err *err) {
+    if (cpt_parse_byte_size(cpt_cfg_str(cfg, "export.max_shard_size"), out, err))
+        return cpt_err_prefix(err, "config key export.max_shard_size");
+    return 0;
+}
+
 int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err) {
     char ckdir[CPT_CKPT_PATH_MAX], tmp[CPT_CKPT_PATH_MAX + 64], fin[CPT_CKPT_PATH_MAX + 64];
     char p[CPT_CKPT_PATH_MAX + 128];
@@ -313,7 +321,7 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
     if (cpt_mkdir_p(tmp, 0700, err)) return cpt_err_prefix(err, "checkpoint");
 
     snprintf(p, sizeof p, "%s/model", tmp);
-    if (cpt_model_save_hf(a->model, p, 0, err)) goto fail;
+    if (cpt_model_save_hf_sharded(a->model, p, 0, a->max_shard_bytes, err)) goto fail;
     if (a->tokenizer_path && *a->tokenizer_path && cpt_copy_tokenizer_files(a->tokenizer_path, p, err)) goto fail;
     if (a->opt) {
         snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
@@ -386,7 +394,7 @@ int cpt_ckpt_load_steps(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, 
     if (cpt_ckpt_verify(ckpt_dir, err)) return -1;
     snprintf(p, sizeof p, "%s/trainer_state.json", ckpt_dir);
     if (cpt_train_state_read(p, state, err)) return -1;
-    snprintf(p, sizeof p, "%s/model/model.safetensors", ckpt_dir);
+    snprintf(p, sizeof p, "%s/model", ckpt_dir); /* model.safetensors or its shards' index */
     if (cpt_model_load_weights(model, p, err)) goto fail;
     if (opt) {
         snprintf(p, sizeof p, "%s/optimizer.safetensors", ckpt_dir);

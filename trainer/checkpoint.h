@@ -1,7 +1,8 @@
 /* Checkpoints: RUN_DIR/checkpoints/step-N/, written so that a crash at any moment leaves either the previous
  * checkpoint or the new one, never something half-written that resume would pick.
  *
- *   step-N/model/config.json, model.safetensors (fp32) + tokenizer files: an HF folder (model.path may name it)
+ *   step-N/model/config.json, model.safetensors (fp32; past max_shard_bytes model-0000K-of-0000N.safetensors +
+ *                model.safetensors.index.json) + tokenizer files: an HF folder (model.path may name it)
  *   step-N/optimizer.safetensors   AdamW moments and step (see trainer/optim.h)
  *   step-N/optimizer-rank-R-of-W.safetensors  instead, with train.zero = 1: each rank's slice (trainer/zero.h)
  *   step-N/trainer_state.json      step, weight version, data cursor, outstanding group ids, RNG states, config hash
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/model.h"
@@ -76,6 +78,7 @@ typedef struct cpt_ckpt_save_args {
     /* NULL, or a folder whose files are moved into the step folder (and covered by its manifest), the folder then
      * removed: files other processes wrote (the optimizer shards of ZeRO ranks, trainer/zero.h). */
     const char *extra_dir;
+    uint64_t max_shard_bytes;     /* model weights past it are sharded (export.max_shard_size); 0: one file */
     /* Optional: called right before the step folder is put in place and again right before `latest` switches;
      * a failure (a trainer fenced off by a newer one) stops the save there. */
     int (*before_commit)(void *arg, cpt_err *err);
@@ -89,6 +92,9 @@ typedef struct cpt_ckpt_save_args {
 /* Creates RUN_DIR/checkpoints if needed and writes (then removes) a probe file in it: a trainer checks this at start
  * instead of finding out at its first checkpoint. */
 int cpt_ckpt_check_writable(const char *run_dir, cpt_err *err);
+
+/* export.max_shard_size in bytes, the error naming the key: checked at the trainer's start, not its first save. */
+int cpt_ckpt_max_shard_bytes(const cpt_config *cfg, uint64_t *out, cpt_err *err);
 
 /* Writes RUN_DIR/checkpoints/step-<state->step>/ as described above. out_dir (may be NULL) gets its path. */
 int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err);

@@ -22,7 +22,7 @@ static int dir_state(const char *dir) {
     return empty ? 1 : -1;
 }
 
-int cpt_export_hf(const char *checkpoint, const char *out_dir, int bf16, cpt_err *err) {
+int cpt_export_hf(const char *checkpoint, const char *out_dir, int bf16, uint64_t max_shard_bytes, cpt_err *err) {
     char ckpt[CPT_CKPT_PATH_MAX], model_dir[CPT_CKPT_PATH_MAX + 16], tmp[CPT_CKPT_PATH_MAX + 32];
     if (cpt_ckpt_resolve(checkpoint, ckpt, sizeof ckpt, err)) return cpt_err_prefix(err, "export");
     int st = dir_state(out_dir);
@@ -34,7 +34,7 @@ int cpt_export_hf(const char *checkpoint, const char *out_dir, int bf16, cpt_err
     while (ol > 1 && out_dir[ol - 1] == '/') ol--;
     snprintf(tmp, sizeof tmp, "%.*s.tmp-%ld", (int)ol, out_dir, (long)getpid());
     int rc = -1;
-    if (cpt_model_save_hf(m, tmp, bf16, err)) goto out;
+    if (cpt_model_save_hf_sharded(m, tmp, bf16, max_shard_bytes, err)) goto out;
     char tok[CPT_CKPT_PATH_MAX + 32];
     snprintf(tok, sizeof tok, "%s/tokenizer.json", model_dir);
     if (cpt_path_exists(tok) && cpt_copy_tokenizer_files(model_dir, tmp, err)) goto out;

@@ -199,8 +199,11 @@ int cpt_offline_save(cpt_offline *o, cpt_err *err) {
         o->last_saved_step = o->st.step;
         return 0;
     }
+    uint64_t shard_bytes;
+    if (cpt_ckpt_max_shard_bytes(o->cfg, &shard_bytes, err)) return -1;
     cpt_ckpt_save_args a = {
         .run_dir = cpt_cfg_str(o->cfg, "run.dir"),
+        .max_shard_bytes = shard_bytes,
         .model = o->model,
         .opt = o->opt,
         .state = &o->st,

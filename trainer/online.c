@@ -291,13 +291,16 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     c->st.lease_token = cpt_lease_token(c->lease);
     if (totals_to_state(c, err)) return -1;
     int keep = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last");
+    uint64_t shard_bytes;
+    if (cpt_ckpt_max_shard_bytes(c->cfg, &shard_bytes, err)) return -1;
     char dir[CPT_CKPT_PATH_MAX + 64];
     if (c->critic) {
         /* The critic first: the policy's `latest` is the commit point, and resume loads the critic of that step. */
         char cdir[CPT_CKPT_PATH_MAX];
         critic_run_dir(c, cdir, sizeof cdir);
         cpt_ckpt_save_args a = {.run_dir = cdir, .model = c->critic, .opt = c->L.copt, .state = &c->st,
-                                .keep_last = keep, .before_commit = check_fence, .commit_arg = c};
+                                .keep_last = keep, .max_shard_bytes = shard_bytes, .before_commit = check_fence,
+                                .commit_arg = c};
         if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return cpt_err_prefix(err, "critic checkpoint");
     }
     cpt_ckpt_save_args a = {
@@ -308,6 +311,7 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
         .tokenizer_path = c->tok_path,
         .config_text = c->config_text,
         .keep_last = keep,
+        .max_shard_bytes = shard_bytes,
         .before_commit = check_fence,
         .commit_arg = c,
     };

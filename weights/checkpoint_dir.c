@@ -16,7 +16,7 @@
 
 #define MANIFEST_FORMAT "cpt-checkpoint-1"
 
-static const char *const required_files[] = {"trainer_state.json", "model/config.json", "model/model.safetensors"};
+static const char *const required_files[] = {"trainer_state.json", "model/config.json"};
 
 static json_t *hex64(uint64_t v) {
     char hex[CPT_CHECKSUM_HEX_LEN + 1];
@@ -94,6 +94,13 @@ int cpt_ckpt_verify(const char *ckpt_dir, cpt_err *err) {
             cpt_errf(err, "%s: required file '%s' not listed", path, required_files[i]);
             goto out;
         }
+    /* the weights: one file, or shards with their index (the manifest lists every shard: the loop checks each) */
+    if (!json_object_get(files, "model/model.safetensors") &&
+        !json_object_get(files, "model/model.safetensors.index.json")) {
+        cpt_errf(err, "%s: required file 'model/model.safetensors' (or 'model/model.safetensors.index.json') not listed",
+                 path);
+        goto out;
+    }
     const char *rel;
     json_t *ent;
     json_object_foreach(files, rel, ent) {

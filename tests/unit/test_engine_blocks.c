@@ -82,6 +82,7 @@ int main(void) {
      * positions), the first of a request 2 more to hold the prompt for the others: samples wait for blocks. */
     cpt_engine_opts small = big;
     small.kv_blocks = 7;
+    small.kv_admission = CPT_KV_ADMIT_RESERVE_FULL; /* whole completions (optimistic: test_engine_preempt) */
     e = cpt_engine_new(m, &small, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     if (!e) return check_summary("test_engine_blocks");
