@@ -129,6 +129,29 @@ int cmd_check_collective(int argc, char **argv) {
     bad |= !bcast_ok;
     free(pay);
 
+    /* ZeRO's pair on host buffers (CPU ranks, one rank): an odd length padded to the world size, reduce-scatter
+     * (average) of (r + 1) * i, then all-gather of each rank's slice back: every float is tri / w * i (to float rounding) */
+    const char *zero_ok = "n/a";
+    if (cpt_dp_backend(dp) != CPT_DP_BACKEND_NCCL) {
+        size_t zn = 1001, shard = cpt_dp_shard_floats(dp, zn), pad = shard * (size_t)w;
+        float *full = calloc(pad, sizeof *full), *mine = calloc(shard, sizeof *mine);
+        if (!full || !mine) return 1;
+        for (size_t i = 0; i < zn; i++) full[i] = (float)(r + 1) * (float)i;
+        if (cpt_dp_reduce_scatter(dp, full, mine, shard, 1, &err)) cpt_die(&err);
+        int ok = 1;
+        for (size_t i = 0; i < shard; i++) {
+            size_t g = (size_t)r * shard + i;
+            ok &= fabs(mine[i] - (g < zn ? tri / w * (double)g : 0.0)) <= 1e-6 * (double)g;
+        }
+        memset(full, 0, pad * sizeof *full);
+        if (cpt_dp_all_gather(dp, mine, full, shard, &err)) cpt_die(&err);
+        for (size_t i = 0; i < zn; i++) ok &= fabs(full[i] - tri / w * (double)i) <= 1e-6 * (double)i;
+        zero_ok = ok ? "ok" : "WRONG";
+        bad |= !ok;
+        free(full);
+        free(mine);
+    }
+
     /* gradients: the average of every rank's backward, by hand, in double */
     size_t n = cpt_model_numel(m);
     double *want = calloc(n, sizeof *want);
@@ -155,9 +178,9 @@ int cmd_check_collective(int argc, char **argv) {
 
     const char *names[] = {"none", "mpi", "nccl"};
     printf("rank %d/%d backend %s sum1 %g (want %g) sum1e6 maxerr %g bcast %s grads before %.3g after %.3g "
-           "finish %.3g params %zu: %s\n",
+           "finish %.3g params %zu zero %s: %s\n",
            r, w, names[cpt_dp_backend(dp)], one, tri, sum_err, bcast_ok ? "ok" : "WRONG", before, after, fin, n,
-           bad ? "FAIL" : "ok");
+           zero_ok, bad ? "FAIL" : "ok");
     fflush(stdout);
     free(want);
     free(own);

@@ -280,6 +280,23 @@ int cpt_ckpt_check_writable(const char *run_dir, cpt_err *err) {
     return 0;
 }
 
+/* Moves every file of src into dst, then removes src (empty by then). */
+static int move_files(const char *src, const char *dst, cpt_err *err) {
+    DIR *d = opendir(src);
+    if (!d) return cpt_errno(err, "opendir %s", src);
+    char a[CPT_CKPT_PATH_MAX + 320], b[CPT_CKPT_PATH_MAX + 320];
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(a, sizeof a, "%s/%s", src, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", dst, e->d_name);
+        if (rename(a, b) != 0) rc = cpt_errno(err, "rename %s -> %s", a, b);
+    }
+    closedir(d);
+    if (!rc && rmdir(src) != 0) rc = cpt_errno(err, "rmdir %s", src);
+    return rc;
+}
+
 int cpt_ckpt_max_shard_bytes(const cpt_config *cfg, uint64_t *out, cpt_err *err) {
     if (cpt_parse_byte_size(cpt_cfg_str(cfg, "export.max_shard_size"), out, err))
         return cpt_err_prefix(err, "config key export.max_shard_size");
@@ -310,6 +327,7 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
         snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
         if (cpt_adamw_save(a->opt, p, err)) goto fail;
     }
+    if (a->extra_dir && move_files(a->extra_dir, tmp, err)) goto fail;
     snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
     if (cpt_train_state_write(a->state, p, err)) goto fail;
     if (a->config_text) {

@@ -4,6 +4,7 @@
  *   step-N/model/config.json, model.safetensors (fp32; past max_shard_bytes model-0000K-of-0000N.safetensors +
  *                model.safetensors.index.json) + tokenizer files: an HF folder (model.path may name it)
  *   step-N/optimizer.safetensors   AdamW moments and step (see trainer/optim.h)
+ *   step-N/optimizer-rank-R-of-W.safetensors  instead, with train.zero = 1: each rank's slice (trainer/zero.h)
  *   step-N/trainer_state.json      step, weight version, data cursor, outstanding group ids, RNG states, config hash
  *   step-N/config.toml             the resolved config of the run (for reading, not checked)
  *   step-N/manifest.json           every other file -> bytes and XXH64 (core/checksum.h); written last
@@ -74,6 +75,9 @@ typedef struct cpt_ckpt_save_args {
     const char *tokenizer_path;   /* tokenizer.json or its folder; its tokenizer files are copied; NULL: none */
     const char *config_text;      /* resolved config (TOML), NULL: none */
     int keep_last;                /* >= 1 */
+    /* NULL, or a folder whose files are moved into the step folder (and covered by its manifest), the folder then
+     * removed: files other processes wrote (the optimizer shards of ZeRO ranks, trainer/zero.h). */
+    const char *extra_dir;
     uint64_t max_shard_bytes;     /* model weights past it are sharded (export.max_shard_size); 0: one file */
     /* Optional: called right before the step folder is put in place and again right before `latest` switches;
      * a failure (a trainer fenced off by a newer one) stops the save there. */

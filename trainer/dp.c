@@ -505,6 +505,51 @@ int cpt_dp_bcast_bytes(cpt_dp *dp, void *host, size_t n, cpt_err *err) {
 #endif
 }
 
+size_t cpt_dp_shard_floats(const cpt_dp *dp, size_t n) { return (n + (size_t)dp->size - 1) / (size_t)dp->size; }
+
+int cpt_dp_reduce_scatter(cpt_dp *dp, const float *full, float *shard, size_t shard_n, int average, cpt_err *err) {
+    if (shard_n == 0) return 0;
+    if (dp->mpi) {
+        if (cpt_dp_mpi_reduce_scatter(dp->mpi, full, shard, shard_n, err)) return -1;
+        if (average)
+            for (size_t i = 0; i < shard_n; i++) shard[i] *= 1.0f / (float)dp->size;
+        return 0;
+    }
+    if (!dp->use_nccl) {
+        if (shard != full) memmove(shard, full, shard_n * sizeof(float));
+        return 0;
+    }
+#ifdef CPT_HAVE_CUDA
+    if (!dp->nccl) return cpt_errf(err, "dp rank %d/%d: reduce-scatter over NCCL before cpt_dp_attach", dp->rank,
+                                   dp->size);
+    if (cpt_nccl_reduce_scatter(dp->nccl, full, shard, shard_n, average, err) || cpt_nccl_join(dp->nccl, err))
+        return cpt_err_prefix(err, "dp rank %d/%d (nccl): reduce-scatter of %zu floats a rank: ", dp->rank, dp->size,
+                              shard_n);
+    return 0;
+#else
+    return cpt_errf(err, "dp: built without CUDA");
+#endif
+}
+
+int cpt_dp_all_gather(cpt_dp *dp, const float *shard, float *full, size_t shard_n, cpt_err *err) {
+    if (shard_n == 0) return 0;
+    if (dp->mpi) return cpt_dp_mpi_all_gather(dp->mpi, shard, full, shard_n, err);
+    if (!dp->use_nccl) {
+        if (shard != full) memmove(full, shard, shard_n * sizeof(float));
+        return 0;
+    }
+#ifdef CPT_HAVE_CUDA
+    if (!dp->nccl) return cpt_errf(err, "dp rank %d/%d: all-gather over NCCL before cpt_dp_attach", dp->rank,
+                                   dp->size);
+    if (cpt_nccl_all_gather(dp->nccl, shard, full, shard_n, err) || cpt_nccl_join(dp->nccl, err))
+        return cpt_err_prefix(err, "dp rank %d/%d (nccl): all-gather of %zu floats a rank: ", dp->rank, dp->size,
+                              shard_n);
+    return 0;
+#else
+    return cpt_errf(err, "dp: built without CUDA");
+#endif
+}
+
 int cpt_dp_allreduce_model_grads(cpt_dp *dp, cpt_model *m, cpt_err *err) {
     if (!dp->mpi && !dp->use_nccl) return 0;
     size_t n = cpt_model_numel(m);

@@ -133,6 +133,14 @@ int cpt_dp_sum_floats(cpt_dp *dp, float *host, size_t n, cpt_err *err);
 /* Broadcast of n host bytes from rank 0 to every rank, blocking (n must be equal on every rank: send it first
  * with a fixed-size header). */
 int cpt_dp_bcast_bytes(cpt_dp *dp, void *host, size_t n, cpt_err *err);
+/* ZeRO's collectives over a flat fp32 buffer padded to world * shard floats (cpt_dp_shard_floats): reduce-scatter
+ * leaves in shard (shard floats) this rank's slice [rank * shard, (rank + 1) * shard) of the sum over the ranks of
+ * full (its average with average set); all-gather writes every rank's shard, in rank order, into full. Blocking.
+ * Buffers are on the host for MPI (CPU ranks) and one rank without a library (plain copies: shard may be the
+ * matching slice of full), on the device of the attached model for NCCL (after cpt_dp_attach). */
+size_t cpt_dp_shard_floats(const cpt_dp *dp, size_t n);
+int cpt_dp_reduce_scatter(cpt_dp *dp, const float *full, float *shard, size_t shard_n, int average, cpt_err *err);
+int cpt_dp_all_gather(cpt_dp *dp, const float *shard, float *full, size_t shard_n, cpt_err *err);
 /* Averages the flat gradient buffer of a model over the ranks (cpt_model_grads; on the device for a CUDA
  * training placement, on the host for a CPU model), blocking, not overlapped: for a second model (a critic) or
  * a backend without buckets. */

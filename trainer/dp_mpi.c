@@ -141,6 +141,16 @@ int cpt_dp_mpi_bcast(cpt_dp_mpi *m, void *buf, size_t n, cpt_err *err) {
     return cpt_err_prefix(err, "dp rank %d/%d (mpi): broadcasting %zu bytes from rank 0: ", m->rank, m->size, n);
 }
 
+int cpt_dp_mpi_reduce_scatter(cpt_dp_mpi *m, const float *send, float *recv, size_t shard, cpt_err *err) {
+    if (m->api->reduce_scatter_floats(m->comm, send, recv, shard, err) == 0) return 0;
+    return cpt_err_prefix(err, "dp rank %d/%d (mpi): reduce-scatter of %zu floats a rank: ", m->rank, m->size, shard);
+}
+
+int cpt_dp_mpi_all_gather(cpt_dp_mpi *m, const float *send, float *recv, size_t shard, cpt_err *err) {
+    if (m->api->all_gather_floats(m->comm, send, recv, shard, err) == 0) return 0;
+    return cpt_err_prefix(err, "dp rank %d/%d (mpi): all-gather of %zu floats a rank: ", m->rank, m->size, shard);
+}
+
 int cpt_dp_mpi_barrier(cpt_dp_mpi *m, cpt_err *err) {
     if (m->api->barrier(m->comm, err) == 0) return 0;
     return cpt_err_prefix(err, "dp rank %d/%d (mpi): barrier: ", m->rank, m->size);

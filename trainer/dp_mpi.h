@@ -30,6 +30,9 @@ void cpt_dp_mpi_close(cpt_dp_mpi *m);
 void cpt_dp_mpi_abort(cpt_dp_mpi *m, int status);
 int cpt_dp_mpi_sum(cpt_dp_mpi *m, float *buf, size_t n, cpt_err *err);
 int cpt_dp_mpi_bcast(cpt_dp_mpi *m, void *buf, size_t n, cpt_err *err); /* from rank 0 */
+/* send: size * shard floats; recv: this rank's shard of their sum (kernels/mpi/coll_mpi.h). */
+int cpt_dp_mpi_reduce_scatter(cpt_dp_mpi *m, const float *send, float *recv, size_t shard, cpt_err *err);
+int cpt_dp_mpi_all_gather(cpt_dp_mpi *m, const float *send, float *recv, size_t shard, cpt_err *err);
 int cpt_dp_mpi_barrier(cpt_dp_mpi *m, cpt_err *err);
 const char *cpt_dp_mpi_version(const cpt_dp_mpi *m);
 

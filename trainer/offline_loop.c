@@ -1,5 +1,6 @@
 #include "trainer/offline_loop.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +50,19 @@ int cpt_offline_optimizer(cpt_offline *o, cpt_err *err) {
         .eps = cpt_cfg_float(cfg, "optim.eps"),
         .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay"),
     };
-    o->opt = cpt_adamw_new(o->params, o->n_params, &hp, err);
-    if (!o->opt) return -1;
+    if (cpt_cfg_int(cfg, "train.zero")) {
+        if (strcmp(o->name, "sft"))
+            return cpt_errf(err, "train.zero = 1: %s does not shard its optimizer yet (SFT does); set train.zero = 0",
+                            o->name);
+        o->zero = cpt_zero_new(o->model, o->dp, &hp, err);
+        if (!o->zero) return -1;
+        cpt_info("%s: ZeRO-1 rank %d/%d: optimizer state %zu bytes (floats [%zu, %zu) of %zu)", o->name, o->rank,
+                 o->world, cpt_zero_state_bytes(o->zero), o->zero->lo, o->zero->lo + o->zero->shard, o->zero->numel);
+    } else {
+        o->opt = cpt_adamw_new(o->params, o->n_params, &hp, err);
+        if (!o->opt) return -1;
+        cpt_info("%s: optimizer state %zu bytes", o->name, 2 * cpt_model_numel(o->model) * sizeof(float));
+    }
     if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &o->sched.kind, err)) return -1;
     o->sched.base_lr = cpt_cfg_float(cfg, "optim.lr");
     o->sched.warmup_steps = cpt_cfg_int(cfg, "optim.warmup_steps");
@@ -73,6 +85,10 @@ int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
         if (cpt_ckpt_load(ckpt, o->model, o->opt, &o->st, err)) return -1;
+        if (o->zero && cpt_zero_load(o->zero, ckpt, err)) return cpt_err_prefix(err, "resume: ");
+        if (o->zero && o->zero->step != o->st.step)
+            return cpt_errf(err, "resume %s: the optimizer shard of rank %d is at step %" PRId64 ", the trainer state at "
+                            "%" PRId64, ckpt, o->rank, o->zero->step, o->st.step);
         if (o->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
         o->last_saved_step = o->st.step;
@@ -157,7 +173,28 @@ int cpt_offline_agree(cpt_offline *o, float *vals, int n, int signal, cpt_err *e
 
 int cpt_offline_stopping(const cpt_offline *o, int signal) { return o->world > 1 ? o->stop_all : signal != 0; }
 
+/* ZeRO: every rank writes its optimizer slice into dir, then all learn whether every rank did. */
+static int save_zero_shard(cpt_offline *o, const char *dir, cpt_err *err) {
+    char name[96], path[CPT_CKPT_PATH_MAX + 192];
+    cpt_zero_shard_name(name, sizeof name, o->rank, o->world);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cpt_err mine = {0};
+    int ok = cpt_mkdir_p(dir, 0700, &mine) == 0 && cpt_zero_save(o->zero, path, &mine) == 0;
+    float failed = ok ? 0.0f : 1.0f;
+    if (cpt_dp_sum_floats(o->dp, &failed, 1, err)) return -1;
+    if (!ok) {
+        *err = mine;
+        return -1;
+    }
+    if (failed > 0) return cpt_errf(err, "%s: %g other rank(s) could not write their optimizer shard", dir, failed);
+    return 0;
+}
+
 int cpt_offline_save(cpt_offline *o, cpt_err *err) {
+    char staging[CPT_CKPT_PATH_MAX + 64];
+    snprintf(staging, sizeof staging, "%s/checkpoints/.zero-step-%" PRId64, cpt_cfg_str(o->cfg, "run.dir"), o->st.step);
+    if (o->zero && save_zero_shard(o, staging, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ",
+                                                                          o->st.step);
     if (o->rank != 0) {
         o->last_saved_step = o->st.step;
         return 0;
@@ -173,6 +210,7 @@ int cpt_offline_save(cpt_offline *o, cpt_err *err) {
         .tokenizer_path = o->tok_path,
         .config_text = o->config_text,
         .keep_last = (int)cpt_cfg_int(o->cfg, "checkpoint.keep_last"),
+        .extra_dir = o->zero ? staging : NULL,
     };
     char dir[CPT_CKPT_PATH_MAX + 64];
     if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
@@ -183,6 +221,7 @@ int cpt_offline_save(cpt_offline *o, cpt_err *err) {
 
 void cpt_offline_free(cpt_offline *o) {
     cpt_adamw_free(o->opt);
+    cpt_zero_free(o->zero);
     free(o->params);
     cpt_model_free(o->model);
     if (o->have_tpl) cpt_chat_template_free(&o->tpl);

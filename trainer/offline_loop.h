@@ -16,6 +16,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/dp.h"
 #include "trainer/optim.h"
+#include "trainer/zero.h"
 
 typedef struct cpt_offline {
     const cpt_config *cfg;
@@ -27,7 +28,8 @@ typedef struct cpt_offline {
     cpt_model *model;
     cpt_param **params;
     size_t n_params;
-    cpt_adamw *opt;
+    cpt_adamw *opt;   /* NULL with train.zero = 1 */
+    cpt_zero *zero;   /* train.zero = 1: this rank's slice of the optimizer (trainer/zero.h), else NULL */
     cpt_lr_schedule sched;
     cpt_metrics *metrics; /* NULL where this process does not write them (data-parallel ranks other than 0) */
     cpt_train_state st;
@@ -45,7 +47,9 @@ int cpt_offline_tokenizer(cpt_offline *o, cpt_err *err);
 /* The model of model.init (weights/model_init.h), checked to cover the tokenizer's
  * vocabulary; not placed on a device. */
 cpt_model *cpt_offline_new_model(const cpt_offline *o, cpt_err *err);
-/* The param list of o->model, AdamW from optim.beta1/beta2/eps/weight_decay, and the optim.lr schedule. */
+/* The param list of o->model, AdamW from optim.beta1/beta2/eps/weight_decay, and the optim.lr schedule. With
+ * train.zero = 1 (SFT only) the optimizer is this rank's ZeRO-1 slice (o->zero) instead of o->opt: call it after
+ * cpt_offline_dp_open and cpt_offline_place. */
 int cpt_offline_optimizer(cpt_offline *o, cpt_err *err);
 /* Rank 0 first takes the run folder's checkpoint lock (a second trainer on the same run.dir is refused; held until
  * cpt_offline_free). Then, with train.resume, loads the newest good checkpoint of run.dir into the model, optimizer
@@ -72,7 +76,9 @@ int cpt_offline_agree(cpt_offline *o, float *vals, int n, int signal, cpt_err *e
  * it never joins. */
 int cpt_offline_stopping(const cpt_offline *o, int signal);
 /* A checkpoint of the current step (checkpoint.keep_last retention), logged as "NAME: checkpoint DIR". Every rank
- * holds the same weights and optimizer state, so only rank 0 writes; the others only note the step. */
+ * holds the same weights and optimizer state, so only rank 0 writes; the others only note the step. With ZeRO each
+ * rank first writes its optimizer slice into RUN_DIR/checkpoints/.zero-step-N/, the ranks agree that all did, and
+ * rank 0 moves those files into the step folder it commits. Collective then: every rank calls it at the same step. */
 int cpt_offline_save(cpt_offline *o, cpt_err *err);
 void cpt_offline_free(cpt_offline *o);
 

@@ -123,10 +123,12 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     cpt_model_zero_grad(c->o.model);
     double loss_sum = 0;
     for (int k = c->o.rank; k < n_mb; k += c->o.world) {
-        cpt_dp_set_sync(c->o.dp, k + c->o.world >= n_mb); /* all-reduce during the last micro-batch's backward only */
+        /* all-reduce during the last micro-batch's backward only; never with ZeRO, which reduce-scatters after it */
+        cpt_dp_set_sync(c->o.dp, !c->o.zero && k + c->o.world >= n_mb);
         if (forward_loss(c, &c->mbs[k], 1, (double)c->o.world / (double)n_loss, &loss_sum, err)) return -1;
     }
-    if (cpt_dp_finish(c->o.dp, err)) return -1;
+    /* ZeRO-1 reduce-scatters the gradients in its own step instead of all-reducing them here */
+    if (!c->o.zero && cpt_dp_finish(c->o.dp, err)) return -1;
     /* The step's loss over all ranks, and whether any rank was asked to stop. */
     float loss_all = (float)loss_sum;
     if (cpt_offline_agree(&c->o, &loss_all, 1, stop_requested, err)) return -1;
@@ -136,9 +138,14 @@ static int train_step(sft_ctx *c, step_stats *ss, cpt_err *err) {
     ss->loss_tokens = n_loss;
     if (!isfinite(ss->loss))
         return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->o.st.step, ss->loss);
-    ss->grad_norm = cpt_clip_grad_norm(c->o.params, c->o.n_params, cpt_cfg_float(c->o.cfg, "optim.grad_clip"));
     ss->lr = cpt_lr_at(&c->o.sched, c->o.st.step);
-    cpt_adamw_step(c->o.opt, ss->lr);
+    double clip = cpt_cfg_float(c->o.cfg, "optim.grad_clip");
+    if (c->o.zero) {
+        if (cpt_zero_step(c->o.zero, ss->lr, clip, &ss->grad_norm, err)) return -1;
+    } else {
+        ss->grad_norm = cpt_clip_grad_norm(c->o.params, c->o.n_params, clip);
+        cpt_adamw_step(c->o.opt, ss->lr);
+    }
     c->o.st.step++;
     c->o.st.weight_version = c->o.st.step;
     cpt_sft_cursor_tell(&c->cur, &c->o.st.data_epoch, &c->o.st.data_index);

@@ -20,6 +20,8 @@ typedef struct nccl_api {
     decltype(&ncclCommAbort) abort_comm;
     decltype(&ncclAllReduce) all_reduce;
     decltype(&ncclBroadcast) broadcast;
+    decltype(&ncclReduceScatter) reduce_scatter;
+    decltype(&ncclAllGather) all_gather;
     decltype(&ncclGetErrorString) error_string;
     decltype(&ncclGetLastError) last_error;
 } nccl_api;
@@ -49,6 +51,8 @@ static int load_nccl(nccl_api *api, cpt_err *err) {
     SYM(abort_comm, "ncclCommAbort");
     SYM(all_reduce, "ncclAllReduce");
     SYM(broadcast, "ncclBroadcast");
+    SYM(reduce_scatter, "ncclReduceScatter");
+    SYM(all_gather, "ncclAllGather");
     SYM(error_string, "ncclGetErrorString");
     SYM(last_error, "ncclGetLastError");
 #undef SYM
@@ -246,6 +250,30 @@ int cpt_nccl_broadcast(cpt_nccl *c, void *buf, size_t bytes, int root, cpt_err *
     ncclResult_t r = c->api.broadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->comm_stream);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclBroadcast", r, err);
     return settle(c, "ncclBroadcast", r, 600.0, err);
+}
+
+static int after_compute(cpt_nccl *c, const char *what, cpt_err *err) {
+    cudaError_t e;
+    if ((e = cudaEventRecord(c->compute_done, c->ctx->stream)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(c->comm_stream, c->compute_done, 0)) != cudaSuccess)
+        return cpt_cuda_err(err, "%s: ordering the %s after the compute stream failed: %s", c->where, what,
+                            cudaGetErrorString(e));
+    return 0;
+}
+
+int cpt_nccl_reduce_scatter(cpt_nccl *c, const float *send, float *recv, size_t shard, int average, cpt_err *err) {
+    if (after_compute(c, "reduce-scatter", err)) return -1;
+    ncclResult_t r = c->api.reduce_scatter(send, recv, shard, ncclFloat32, average ? ncclAvg : ncclSum, c->comm,
+                                           c->comm_stream);
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclReduceScatter", r, err);
+    return settle(c, "ncclReduceScatter", r, 600.0, err);
+}
+
+int cpt_nccl_all_gather(cpt_nccl *c, const float *send, float *recv, size_t shard, cpt_err *err) {
+    if (after_compute(c, "all-gather", err)) return -1;
+    ncclResult_t r = c->api.all_gather(send, recv, shard, ncclFloat32, c->comm, c->comm_stream);
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, "ncclAllGather", r, err);
+    return settle(c, "ncclAllGather", r, 600.0, err);
 }
 
 int cpt_nccl_join(cpt_nccl *c, cpt_err *err) {

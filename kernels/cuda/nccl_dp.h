@@ -48,6 +48,12 @@ int cpt_nccl_allreduce_sum(cpt_nccl *c, float *buf, size_t count, cpt_err *err);
 /* In-place broadcast of bytes at buf (device) from rank root to every rank, on the comm stream after the compute
  * stream's work queued so far (the weight transport, trainer/weights_tx.c; needs two GPUs: not run yet). */
 int cpt_nccl_broadcast(cpt_nccl *c, void *buf, size_t bytes, int root, cpt_err *err);
+/* ZeRO (trainer/zero.h), device buffers, on the comm stream after the compute stream's work queued so far:
+ * send holds size * shard floats, rank r receives floats [r * shard, (r + 1) * shard) of their sum (average
+ * with average set) in recv; all_gather concatenates every rank's shard floats of send into recv in rank order.
+ * recv may be the matching slice of send (NCCL's in-place forms). */
+int cpt_nccl_reduce_scatter(cpt_nccl *c, const float *send, float *recv, size_t shard, int average, cpt_err *err);
+int cpt_nccl_all_gather(cpt_nccl *c, const float *send, float *recv, size_t shard, cpt_err *err);
 /* The compute stream waits for every all-reduce queued so far. */
 int cpt_nccl_join(cpt_nccl *c, cpt_err *err);
 /* Waits for the comm stream on the host; reports an asynchronous NCCL error (a peer died) naming the rank. */

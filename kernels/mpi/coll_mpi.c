@@ -62,6 +62,25 @@ static int bcast_bytes(void *comm, void *buf, size_t n, int root, cpt_err *err) 
     return 0;
 }
 
+/* One call each: a shard of more than INT_MAX floats (8 GiB a rank) is refused rather than split. */
+static int reduce_scatter_floats(void *comm, const float *send, float *recv, size_t shard, cpt_err *err) {
+    if (shard > (size_t)INT_MAX) {
+        if (err) snprintf(err->msg, sizeof err->msg, "reduce-scatter of %zu floats a rank: more than INT_MAX", shard);
+        return -1;
+    }
+    int rc = MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)comm);
+    return rc == MPI_SUCCESS ? 0 : fail(err, rc, "MPI_Reduce_scatter_block");
+}
+
+static int all_gather_floats(void *comm, const float *send, float *recv, size_t shard, cpt_err *err) {
+    if (shard > (size_t)INT_MAX) {
+        if (err) snprintf(err->msg, sizeof err->msg, "all-gather of %zu floats a rank: more than INT_MAX", shard);
+        return -1;
+    }
+    int rc = MPI_Allgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, *(MPI_Comm *)comm);
+    return rc == MPI_SUCCESS ? 0 : fail(err, rc, "MPI_Allgather");
+}
+
 static int barrier(void *comm, cpt_err *err) {
     int rc = MPI_Barrier(*(MPI_Comm *)comm);
     return rc == MPI_SUCCESS ? 0 : fail(err, rc, "MPI_Barrier");
@@ -95,6 +114,8 @@ static const cpt_coll_mpi_api api = {
     .sum_floats = sum_floats,
     .bcast_bytes = bcast_bytes,
     .barrier = barrier,
+    .reduce_scatter_floats = reduce_scatter_floats,
+    .all_gather_floats = all_gather_floats,
     .finalize = finalize,
     .abort = abort_all,
     .library_version = library_version,

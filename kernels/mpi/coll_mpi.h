@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-#define CPT_COLL_MPI_ABI 2
+#define CPT_COLL_MPI_ABI 3
 #define CPT_COLL_MPI_FILE "libcpt-coll-mpi.so"
 #define CPT_COLL_MPI_SYMBOL "cpt_coll_mpi_get"
 
@@ -27,6 +27,11 @@ typedef struct cpt_coll_mpi_api {
     /* n bytes from rank root to every rank, in place. */
     int (*bcast_bytes)(void *comm, void *buf, size_t n, int root, cpt_err *err);
     int (*barrier)(void *comm, cpt_err *err);
+    /* Sums world * shard floats of send over the ranks; rank r receives floats [r * shard, (r + 1) * shard) of the
+     * sum in recv (MPI_Reduce_scatter_block; the caller pads the buffer to a multiple of the world size). */
+    int (*reduce_scatter_floats)(void *comm, const float *send, float *recv, size_t shard, cpt_err *err);
+    /* Every rank's shard floats of send, concatenated in rank order into recv (world * shard floats). */
+    int (*all_gather_floats)(void *comm, const float *send, float *recv, size_t shard, cpt_err *err);
     /* Frees the communicator and finalises MPI. */
     void (*finalize)(void *comm);
     /* Ends every rank of the job (MPI_Abort) with status; does not return. */
