@@ -4,6 +4,8 @@
 # agree/tokens = response_len/mean x the step's completions), and with fp32 logits on both sides (the CPU trainer's
 # forward, the CPU rollout engine's decode) the per-token gap agree/logprob_delta_max stays below 1e-4. With mpirun,
 # the same run on two trainer ranks reports the same tokens and a gap as small (the logprobs gathered over ranks).
+# Last, tests/gpu/logprob_agreement.sh (the GPU session's measurement) in its --cpu-smoke form, so it cannot rot
+# between device sessions: its table, with the gap below 1e-4.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -49,4 +51,7 @@ if command -v mpirun > /dev/null && [ -f "$BUILD/libcpt-coll-mpi.so" ]; then
 else
   echo "two trainer ranks: not checked (no mpirun, or cpt built without MPI)"
 fi
+OUT="$T/smoke" tests/gpu/logprob_agreement.sh --cpu-smoke "$BUILD" > "$T/smoke.log" 2>&1 || { cat "$T/smoke.log"; fail "tests/gpu/logprob_agreement.sh --cpu-smoke"; }
+grep -A1 '^case (shape' "$T/smoke.log"
+grep -Eq '^tiny:cpu:cpu +3 +[1-9]' "$T/smoke.log" || fail "no figures in the script's table"
 echo "logprob agreement: ok"
