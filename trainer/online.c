@@ -20,6 +20,7 @@
 #include "reward/reward.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dp.h"
+#include "trainer/online_agree.h"
 #include "trainer/online_book.h"
 #include "trainer/online_dead.h"
 #include "trainer/online_defaults.h"
@@ -682,6 +683,8 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     double t0 = cpt_now();
     cpt_online_step_stats ss;
     if (cpt_online_learner_step(&c->L, &c->batch, c->st.step, &ss, err)) return -1;
+    cpt_agree_stats agree; /* the step's proximal logprobs are the weights of version weight_version */
+    cpt_agree_measure(&c->batch, c->L.old_logp, (uint64_t)c->st.weight_version, &agree);
     if (after_step(c, c->st.step + 1, err)) return -1;
     c->peers_at_header = c->world > 1;
     double t_train = cpt_now() - t0;
@@ -720,6 +723,9 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     int k = cpt_obj_metrics_list(&c->oc, &ss.m, names, vals, 32);
     for (int i = 0; i < k; i++) cpt_metrics_add(c->metrics, names[i], vals[i]);
     if (ss.m.entropy == 0) cpt_metrics_add(c->metrics, "entropy", 0);
+    cpt_metrics_add_int(c->metrics, "agree/tokens", agree.tokens);
+    k = cpt_agree_metrics_list(&agree, names, vals, 32);
+    for (int i = 0; i < k; i++) cpt_metrics_add(c->metrics, names[i], vals[i]);
     cpt_metrics_add(c->metrics, "grad_norm", ss.grad_norm);
     cpt_metrics_add(c->metrics, "lr", ss.lr);
     cpt_metrics_add_int(c->metrics, "train/optimizer_steps", ss.optimizer_steps);

@@ -54,7 +54,8 @@ typedef struct cpt_online_learner {
     int updates_per_step; /* ppo_epochs x mini_batches: the optimizer's steps per trainer step */
     int micro_tokens;
     struct cpt_dp *dp; /* not owned; NULL or one rank: the whole batch here */
-    /* scratch, grown to the batch */
+    /* scratch, grown to the batch; after a step, old_logp holds the proximal logprobs of the whole batch (every
+     * rank's range, gathered), which trainer/online_agree.h compares with the rollout's */
     int cap;
     float *logp, *old_logp, *ref_logp, *ent, *adv, *task_adv, *values, *old_values, *returns, *tok_rewards;
     float *d_logp, *d_ent, *d_val, *zeros;

@@ -14,7 +14,9 @@
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
-# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm.
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree.
+# agree: train-inference logprob agreement (tests/gpu/logprob_agreement.sh: agree/* per case, trainer and rollout
+# each on cuda or cpu; CASES as there); its metrics come back in extra.tgz.
 # slurm: the carried Slurm starts and runs sbatch, srun --mpi=pmix and a --gres=gpu:1 job (slurm_device.sh check);
 # grpo_slurm: sbatch sbatch/grpo_4gpu.sh on one GPU with a requeue mid-run (grpo_slurm_run.sh). Issue 21 asks:
 #   tests/gpu/device_all.sh run .carry-pack/.carry-all.txz slurm grpo_slurm
@@ -112,6 +114,12 @@ run() {
             mkdir -p "$SUB/grpo_slurm"
             cp /tmp/cpt-grpo-slurm/job.log /tmp/cpt-grpo-slurm/run/logs/*.log /tmp/cpt-grpo-slurm/run/metrics.jsonl \
                /tmp/cpt-grpo-slurm/run/config.toml /tmp/cpt-grpo-slurm/cluster/log/*.log "$SUB/grpo_slurm/" 2>/dev/null ;;
+        agree) # its own OUT: the runs (SFT of each shape, then GRPO per case) stay off $OUT
+            stage agree 540 env OUT=/tmp/cpt-agree tests/gpu/logprob_agreement.sh run "$d"
+            mkdir -p "$SUB/agree"
+            for m in /tmp/cpt-agree/*/*/metrics.jsonl; do
+                [ -f "$m" ] && cp "$m" "$SUB/agree/$(basename "$(dirname "$(dirname "$m")")")-$(basename "$(dirname "$m")").jsonl"
+            done ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
