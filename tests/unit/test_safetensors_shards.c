@@ -83,6 +83,10 @@ static cpt_st_writer *make_writer(float **bufs) {
     return w;
 }
 
+static void free_bufs(float **bufs) {
+    for (int i = 0; i < NT; i++) free(bufs[i]);
+}
+
 static void check_writer(void) {
     cpt_err err;
     char dir[] = "/tmp/cpt-test-shards-XXXXXX", p[512];
@@ -121,12 +125,14 @@ static void check_writer(void) {
         CHECK(cpt_st_metadata(f, "format") && !strcmp(cpt_st_metadata(f, "format"), "pt"));
         cpt_st_close(f);
     }
+    free_bufs(bufs);
     CHECK_EQ_INT(cpt_remove_tree(dir, &err), 0);
 
     /* one shard: model.safetensors, no index */
     CHECK_EQ_INT(mkdir(dir, 0700), 0);
-    w = make_writer(bufs + 0);
+    w = make_writer(bufs);
     CHECK_EQ_INT(cpt_st_writer_finish_sharded(w, dir, 1ULL << 30, &err), 0);
+    free_bufs(bufs);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     CHECK(cpt_path_exists(p));
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
@@ -139,6 +145,7 @@ static void check_writer(void) {
     CHECK_EQ_INT(cpt_mkdir_p(p, 0700, &err), 0);
     w = make_writer(bufs);
     CHECK_EQ_INT(cpt_st_writer_finish_sharded(w, dir, 300, &err), -1);
+    free_bufs(bufs);
     CHECK(strstr(err.msg, "model-00002-of-00003.safetensors") != NULL);
     snprintf(p, sizeof p, "%s/model-00001-of-00003.safetensors", dir);
     CHECK(!cpt_path_exists(p));
@@ -150,7 +157,7 @@ static void check_writer(void) {
     CHECK_EQ_INT(cpt_st_writer_finish_sharded(w, dir, 300, &err), -1);
     CHECK(strstr(err.msg, "added twice") != NULL);
     CHECK_EQ_INT(cpt_remove_tree(dir, &err), 0);
-    for (int i = 0; i < NT; i++) free(bufs[i]);
+    free_bufs(bufs);
 }
 
 /* Big shapes without the memory: the writer's header for a 7B-shape embedding in fp32 (2.18e9 bytes, past 2^31)
