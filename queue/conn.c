@@ -120,3 +120,21 @@ void cpt_queue_opts_from_config(const cpt_config *cfg, const cpt_queue_conn *c, 
     o->block_ms = (int)cpt_cfg_int(cfg, "queue.block_ms");
     o->max_deliveries = (int)cpt_cfg_int(cfg, "queue.max_deliveries");
 }
+
+cpt_queue *cpt_queue_open_for_worker(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_queue_conn *conn,
+                                     cpt_err *err) {
+    const char *run_dir = getenv("CPT_RUN");
+    if (!run_dir || !*run_dir) run_dir = cpt_cfg_str(cfg, "run.dir");
+    if (*cpt_cfg_str(cfg, "queue.url")) {
+        if (cpt_queue_conn_from_config(cfg, conn, err)) return NULL;
+    } else if (cpt_queue_conn_from_run_dir(run_dir, conn, err)) {
+        cpt_err_prefix(err, "finding the run's queue (queue.url is empty)");
+        return NULL;
+    }
+    if (!conn->run[0]) snprintf(conn->run, sizeof conn->run, "%s", cpt_cfg_str(cfg, "run.name"));
+    cpt_queue_opts o;
+    cpt_queue_opts_from_config(cfg, conn, &o);
+    o.run = conn->run;
+    o.stop = stop;
+    return cpt_queue_open(&o, err);
+}

@@ -32,4 +32,9 @@ int cpt_queue_conn_from_config(const cpt_config *cfg, cpt_queue_conn *c, cpt_err
 /* Queue options from a config and a connection (pointers into c stay valid while c lives). */
 void cpt_queue_opts_from_config(const cpt_config *cfg, const cpt_queue_conn *c, cpt_queue_opts *o);
 
+/* A worker's queue: queue.url, else the run directory's queue.json ($CPT_RUN, else run.dir); the run name from the
+ * connection, else run.name; stop as the queue's stop flag. conn must outlive the queue. */
+cpt_queue *cpt_queue_open_for_worker(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_queue_conn *conn,
+                                     cpt_err *err);
+
 #endif

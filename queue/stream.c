@@ -287,7 +287,7 @@ void cpt_queue_msg_free(cpt_queue_msg *m) {
 }
 
 /* One entry [id, [field, value, ...]] into m; fields may be nil for an entry deleted while pending. */
-static int take_entry(redisReply *e, cpt_queue_msg *m) {
+int cpt_queue_msg_from_entry(redisReply *e, cpt_queue_msg *m) {
     memset(m, 0, sizeof *m);
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING) return -1;
     snprintf(m->id, sizeof m->id, "%s", e->element[0]->str);
@@ -354,7 +354,7 @@ static int claim(cpt_queue *q, cpt_stream s, const char *group, const char *cons
     redisReply *entries = rep->element[1];
     for (size_t i = 0; i < entries->elements && n < count; i++) {
         if (entries->element[i]->type == REDIS_REPLY_NIL) continue; /* deleted (Redis 6.2 reports them so) */
-        if (take_entry(entries->element[i], &out[n])) { cpt_queue_msg_free(&out[n]); continue; }
+        if (cpt_queue_msg_from_entry(entries->element[i], &out[n])) { cpt_queue_msg_free(&out[n]); continue; }
         out[n].claimed = 1;
         n++;
     }
@@ -425,7 +425,7 @@ int cpt_queue_read(cpt_queue *q, cpt_stream s, const char *group, const char *co
         rep->element[0]->elements == 2 && rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
         redisReply *entries = rep->element[0]->element[1];
         for (size_t i = 0; i < entries->elements && n < count; i++) {
-            if (take_entry(entries->element[i], &out[n]) == 0) n++;
+            if (cpt_queue_msg_from_entry(entries->element[i], &out[n]) == 0) n++;
             else cpt_queue_msg_free(&out[n]);
         }
     }

@@ -117,6 +117,9 @@ int cpt_queue_add(cpt_queue *q, cpt_stream s, const void *data, size_t len, char
 int cpt_queue_read(cpt_queue *q, cpt_stream s, const char *group, const char *consumer, int count, int block_ms,
                    cpt_queue_msg *out, cpt_err *err);
 void cpt_queue_msg_free(cpt_queue_msg *m);
+/* One stream entry [id, [field, value, ...]] of an XREAD/XREADGROUP/XAUTOCLAIM reply into m (its "m" field copied;
+ * no field for an entry deleted while pending). 0, or -1 for a malformed entry. */
+int cpt_queue_msg_from_entry(redisReply *e, cpt_queue_msg *m);
 
 int cpt_queue_ack(cpt_queue *q, cpt_stream s, const char *group, const char *id, cpt_err *err);
 

@@ -28,24 +28,6 @@ typedef struct {
     char *obs; /* CPT_ENV_MAX_TEXT + 1 bytes: the observation in hand */
 } env_loop;
 
-static int open_queue(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_queue_conn *conn, cpt_queue **q,
-                      cpt_err *err) {
-    const char *run_dir = getenv("CPT_RUN");
-    if (!run_dir || !*run_dir) run_dir = cpt_cfg_str(cfg, "run.dir");
-    if (*cpt_cfg_str(cfg, "queue.url")) {
-        if (cpt_queue_conn_from_config(cfg, conn, err)) return -1;
-    } else if (cpt_queue_conn_from_run_dir(run_dir, conn, err)) {
-        return cpt_err_prefix(err, "finding the run's queue (queue.url is empty)");
-    }
-    if (!conn->run[0]) snprintf(conn->run, sizeof conn->run, "%s", cpt_cfg_str(cfg, "run.name"));
-    cpt_queue_opts o;
-    cpt_queue_opts_from_config(cfg, conn, &o);
-    o.run = conn->run;
-    o.stop = stop;
-    *q = cpt_queue_open(&o, err);
-    return *q ? 0 : -1;
-}
-
 static int create_group(env_loop *L, cpt_err *err) {
     const char *argv[] = {"XGROUP", "CREATE", L->key, CPT_ENV_GROUP, "0", "MKSTREAM"};
     cpt_err e2;
@@ -57,25 +39,6 @@ static int create_group(env_loop *L, cpt_err *err) {
     if (strstr(e2.msg, "BUSYGROUP")) return 0; /* another env worker made it first */
     *err = e2;
     return -1;
-}
-
-/* One entry [id, [field, value, ...]] into m. */
-static int take_entry(redisReply *e, cpt_queue_msg *m) {
-    memset(m, 0, sizeof *m);
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING) return -1;
-    snprintf(m->id, sizeof m->id, "%s", e->element[0]->str);
-    redisReply *f = e->element[1];
-    if (f->type != REDIS_REPLY_ARRAY) return 0;
-    for (size_t i = 0; i + 1 < f->elements; i += 2)
-        if (f->element[i]->type == REDIS_REPLY_STRING && !strcmp(f->element[i]->str, "m") &&
-            f->element[i + 1]->type == REDIS_REPLY_STRING) {
-            free(m->data);
-            m->len = f->element[i + 1]->len;
-            m->data = malloc(m->len ? m->len : 1);
-            if (!m->data) return -1;
-            memcpy(m->data, f->element[i + 1]->str, m->len);
-        }
-    return 0;
 }
 
 /* Moves m to the dead stream with the reason, acks it and deletes it from the env stream, atomically (the queue's
@@ -138,7 +101,7 @@ static int claim_one(env_loop *L, cpt_queue_msg *m, cpt_err *err) {
         redisReply *entries = rep->element[1];
         for (size_t i = 0; i < entries->elements && !got; i++) {
             if (entries->element[i]->type == REDIS_REPLY_NIL) continue;
-            if (take_entry(entries->element[i], m) == 0) {
+            if (cpt_queue_msg_from_entry(entries->element[i], m) == 0) {
                 m->claimed = 1;
                 got = 1;
             } else {
@@ -175,7 +138,7 @@ static int next_request(env_loop *L, cpt_queue_msg *m, cpt_err *err) {
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->type == REDIS_REPLY_ARRAY &&
         rep->element[0]->elements == 2 && rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY &&
         rep->element[0]->element[1]->elements >= 1) {
-        if (take_entry(rep->element[0]->element[1]->element[0], m) == 0)
+        if (cpt_queue_msg_from_entry(rep->element[0]->element[1]->element[0], m) == 0)
             got = 1;
         else
             cpt_queue_msg_free(m);
@@ -299,7 +262,7 @@ int cpt_env_worker_run(const cpt_config *cfg, const char *worker_id, volatile si
         cpt_errf(err, "out of memory");
         goto done;
     }
-    if (open_queue(cfg, stop, &conn, &L.q, err)) goto done;
+    if (!(L.q = cpt_queue_open_for_worker(cfg, stop, &conn, err))) goto done;
     snprintf(L.run, sizeof L.run, "%s", conn.run);
     if (!cpt_env_stream(L.run, L.key)) {
         cpt_errf(err, "run id \"%s\" makes no env stream name", L.run);

@@ -190,19 +190,7 @@ done:
 
 static int open_queue(const cpt_config *cfg, volatile sig_atomic_t *stop, cpt_queue_conn *conn, cpt_queue **q,
                       cpt_err *err) {
-    const char *run_dir = getenv("CPT_RUN");
-    if (!run_dir || !*run_dir) run_dir = cpt_cfg_str(cfg, "run.dir");
-    if (*cpt_cfg_str(cfg, "queue.url")) {
-        if (cpt_queue_conn_from_config(cfg, conn, err)) return -1;
-    } else if (cpt_queue_conn_from_run_dir(run_dir, conn, err)) {
-        return cpt_err_prefix(err, "finding the run's queue (queue.url is empty)");
-    }
-    if (!conn->run[0]) snprintf(conn->run, sizeof conn->run, "%s", cpt_cfg_str(cfg, "run.name"));
-    cpt_queue_opts o;
-    cpt_queue_opts_from_config(cfg, conn, &o);
-    o.run = conn->run;
-    o.stop = stop;
-    *q = cpt_queue_open(&o, err);
+    *q = cpt_queue_open_for_worker(cfg, stop, conn, err);
     if (!*q) return -1;
     return cpt_queue_create_group(*q, CPT_STREAM_ROLLOUTS, "reward", err);
 }
