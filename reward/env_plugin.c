@@ -3,19 +3,15 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/elf_check.h"
 #include "reward/env_abi.h"
 #include "reward/plugin.h"
 
-#define MAX_PLUGIN_BYTES ((size_t)1 << 30)
 
 struct cpt_env_plugin {
     char file[PATH_MAX + 64];
@@ -28,36 +24,8 @@ static const char *const REQUIRED[3] = {"cpt_env_plugin_abi", "cpt_env_plugin_in
 int cpt_env_plugin_check(const char *path, cpt_err *err) {
     char file[PATH_MAX + 64];
     if (!path || !*path) return cpt_errf(err, "env plugin: env.plugin is empty (env.type = \"plugin\" needs it)");
-    if (cpt_plugin_resolve(path, file, sizeof file, err)) return cpt_err_prefix(err, "env.plugin");
-    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (!strchr(path, '/') && errno == ENOENT)
-            return cpt_errf(err, "env plugin %s: no such file in the plugins folder (%s); give a path with a '/' for "
-                            "a file elsewhere", path, file);
-        return cpt_errno(err, "env plugin %s", file);
-    }
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (size_t)st.st_size > MAX_PLUGIN_BYTES) {
-        close(fd);
-        return cpt_errf(err, "env plugin %s: not a regular file of at most 1 GiB", file);
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    unsigned char *buf = malloc(len ? len : 1);
-    if (!buf) {
-        close(fd);
-        return cpt_errf(err, "env plugin %s: out of memory", file);
-    }
-    while (got < len) {
-        ssize_t k = read(fd, buf + got, len - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    close(fd);
     int found[3];
-    int rc = cpt_elf_check_shared(buf, got, file, REQUIRED, 3, found, err);
-    free(buf);
-    if (rc) return cpt_err_prefix(err, "env plugin");
+    if (cpt_plugin_elf_symbols("env plugin", path, REQUIRED, 3, found, file, sizeof file, err)) return -1;
     for (int i = 0; i < 3; i++)
         if (!found[i])
             return cpt_errf(err, "env plugin %s: does not export %s (see reward/env_abi.h; C++ needs extern \"C\")",

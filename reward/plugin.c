@@ -307,35 +307,35 @@ int cpt_plugin_resolve(const char *path, char *out, size_t cap, cpt_err *err) {
     return 0;
 }
 
-int cpt_plugin_check(const char *path, cpt_err *err) {
-    char file[PATH_MAX + 64];
-    if (cpt_plugin_resolve(path, file, sizeof file, err)) return -1;
+int cpt_plugin_elf_symbols(const char *what, const char *path, const char *const *names, int n, int *found,
+                           char *file, size_t file_cap, cpt_err *err) {
+    if (cpt_plugin_resolve(path, file, file_cap, err)) return -1;
     int fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (!strchr(path, '/') && errno == ENOENT)
-            return cpt_errf(err, "reward plugin %s: no such file in the plugins folder (%s); give a path with a '/' "
-                            "for a file elsewhere", path, file);
-        return cpt_errno(err, "reward plugin %s", file);
+            return cpt_errf(err, "%s %s: no such file in the plugins folder (%s); give a path with a '/' for a file "
+                            "elsewhere", what, path, file);
+        return cpt_errno(err, "%s %s", what, file);
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
-        return cpt_errno(err, "reward plugin %s", file);
+        return cpt_errno(err, "%s %s", what, file);
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return cpt_errf(err, "reward plugin %s: not a regular file", file);
+        return cpt_errf(err, "%s %s: not a regular file", what, file);
     }
     if ((size_t)st.st_size > MAX_PLUGIN_BYTES) {
         close(fd);
-        return cpt_errf(err, "reward plugin %s: %lld bytes, more than a plugin may have (1 GiB)", file,
+        return cpt_errf(err, "%s %s: %lld bytes, more than a plugin may have (1 GiB)", what, file,
                         (long long)st.st_size);
     }
     size_t len = (size_t)st.st_size;
     unsigned char *buf = malloc(len ? len : 1);
     if (!buf) {
         close(fd);
-        return cpt_errf(err, "reward plugin %s: out of memory", file);
+        return cpt_errf(err, "%s %s: out of memory", what, file);
     }
     size_t got = 0;
     while (got < len) {
@@ -345,10 +345,15 @@ int cpt_plugin_check(const char *path, cpt_err *err) {
         got += (size_t)k;
     }
     close(fd);
-    int found[4];
-    int rc = cpt_elf_check_shared(buf, got, file, ABI_SYMBOLS, 4, found, err);
+    int rc = cpt_elf_check_shared(buf, got, file, names, n, found, err);
     free(buf);
-    if (rc) return cpt_err_prefix(err, "reward plugin");
+    return rc ? cpt_err_prefix(err, "%s", what) : 0;
+}
+
+int cpt_plugin_check(const char *path, cpt_err *err) {
+    char file[PATH_MAX + 64];
+    int found[4];
+    if (cpt_plugin_elf_symbols("reward plugin", path, ABI_SYMBOLS, 4, found, file, sizeof file, err)) return -1;
     char missing[200] = "";
     for (int i = 0; i < 4; i++)
         if (!found[i])

@@ -13,6 +13,11 @@ typedef struct cpt_plugin cpt_plugin;
  * ($CPT_BIN/plugins, else the running program's folder + /plugins, where the build puts examples/plugins); a path
  * with a '/' is used as written (a relative one from the working directory). Never the dynamic loader's search. */
 int cpt_plugin_resolve(const char *path, char *out, size_t cap, cpt_err *err);
+/* Resolves path (into file), reads the file (a regular file of at most 1 GiB) and checks it is an ELF shared object
+ * of this machine exporting names[0..n-1] (found[i] set for each present). what names the kind in messages
+ * ("reward plugin"). For the reward and env plugin checks. */
+int cpt_plugin_elf_symbols(const char *what, const char *path, const char *const *names, int n, int *found,
+                           char *file, size_t file_cap, cpt_err *err);
 
 /* Checks a plugin file without loading it (nothing of it runs): it exists, is a regular file and an ELF shared
  * object of this machine that exports the four functions of reward/plugin_abi.h. path as given to resolve. */
