@@ -20,10 +20,12 @@
 #   bench/rl_learning.sh --cpu-smoke [BUILD]   here: the same flow on the CPU, a tiny model, file transport
 #   bench/rl_learning.sh run CARRY             on the device: CARRY/bin has the cpt binaries and redis-server,
 #                                              CARRY/lib their libraries (tests/gpu/device_all.sh build; its stage
-#                                              `learn` runs this)
+#                                              `learn` runs this; MODE=cpu: the smoke's flow with the carried
+#                                              binaries)
 # Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit), BUDGET_S (470; 150),
 # SFT_STEPS (most SFT steps: 800; 60), SFT_STAGE (50; 20), SFT_LR (1e-3; 5e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
 # LR (3e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 1), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
+# MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "64 192 2 4 2"),
 # G (16; 4: samples per prompt), P (16; 4: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
 # tokens), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_TIMEOUT (240), OUT (/tmp/cpt-learn;
 # /tmp/cpt-learn-smoke).
@@ -45,9 +47,11 @@ knobs() {
     # ~136M parameters; the 709-token tiny tokenizer keeps the embeddings small
     SHAPE=(train.device=cuda model.hidden_size=1024 model.intermediate_size=2816 model.num_layers=12
            model.num_heads=16 model.num_kv_heads=4 model.max_position_embeddings=128 train.tokens_per_micro_batch=16384)
-    # each of PAR runs: its trainer and rollout worker on GPU 0; the KV cache (256 slots x 128 positions) is small
+    # each of PAR runs: its trainer and rollout worker on GPU 0. A rollout worker's KV pool is every slot's full
+    # context (256 slots x 128 positions: ~200 MB), capped by gpu_memory_fraction of the device less what all
+    # processes use: a small fraction would leave the later runs' workers no pool at all, so keep it high
     DEV=(weights.transport="${TRANSPORT:-cuda_ipc}" rollout.device=cuda train.device=cuda rollout.slots=256
-         rollout.gpu_memory_fraction=0.06)
+         rollout.gpu_memory_fraction=0.9)
     STARTUP_S=${STARTUP_S:-40} # a run's start-up, validations and stop, besides its steps
   else
     BUDGET_S=${BUDGET_S:-150} SFT_STEPS=${SFT_STEPS:-60} SFT_STAGE=${SFT_STAGE:-20} SFT_LR=${SFT_LR:-5e-3}
@@ -58,6 +62,11 @@ knobs() {
     DEV=(weights.transport=file rollout.device=cpu train.device=cpu rollout.slots=16 rollout.threads=1
          train.threads=1 train.tokens_per_micro_batch=2048)
     STARTUP_S=${STARTUP_S:-15}
+  fi
+  if [ -n "${MODEL_SHAPE:-}" ]; then # "HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"
+    read -r h i l a k <<< "$MODEL_SHAPE"
+    SHAPE+=(model.hidden_size="$h" model.intermediate_size="$i" model.num_layers="$l" model.num_heads="$a"
+            model.num_kv_heads="$k")
   fi
 }
 
@@ -370,10 +379,10 @@ run)
   export CPT_REDIS_SERVER="$D/bin/redis-server" OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
   eval "$(tests/gpu/run_on_device.sh env)"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
-  flow 1
+  flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,32p' "$0"
+  sed -n '2,31p' "$0"
   exit 2
   ;;
 esac
