@@ -5,12 +5,12 @@
 #      set (EVAL_N questions) and a dev set for the SFT stop from its eval split, no question in two of them
 #      (scripts/check_splits.py, fails the run otherwise)
 #   2. SFT from random init (hidden 1024, 12 layers, 16/4 heads, intermediate 2816: ~136M parameters, counted from
-#      the export and checked against MIN_PARAMS) in stages of SFT_STAGE steps until the dev set's greedy accuracy
-#      reaches SFT_TARGET (a stage that passes SFT_MAX_ACC falls back to the one before: RL needs headroom), then
-#      `cpt export`
+#      the export and checked against MIN_PARAMS) in stages (SFT_SCHEDULE) until the dev set's greedy accuracy
+#      reaches SFT_TARGET (a stage that passes SFT_MAX_ACC may fall back to the one before: RL needs headroom), then
+#      `cpt export`; SFT_SCHEDULE=N (one stage) repeats a start exactly
 #   3. GRPO from the export (examples/grpo_gpu.toml colocated: trainer + GPU rollout on GPU 0 over cuda_ipc): SEEDS
 #      at LR and SEEDS at lr 0, PAR runs at a time on the one GPU, each with validation (greedy, the evaluation set)
-#      before training and every STEPS/5 steps; a run still going at its share of BUDGET_S is stopped with SIGTERM
+#      before training and every STEPS/8 steps; a run still going at its share of BUDGET_S is stopped with SIGTERM
 #      (it checkpoints); every run's last weights and the start are then scored by `cpt eval` (greedy, the
 #      evaluation set): the before/after of the summary
 #   4. TRL=1 with bench/trl_grpo.py present: the same recipe in TRL on seed 1 (TRL_TIMEOUT s)
@@ -23,7 +23,7 @@
 #                                              `learn` runs this; MODE=cpu: the smoke's flow with the carried
 #                                              binaries)
 # Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit), BUDGET_S (470; 150),
-# SFT_STEPS (most SFT steps: 800; 60), SFT_STAGE (50; 20), SFT_LR (1e-3; 5e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
+# SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "20 40 60"), SFT_LR (1e-3; 5e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
 # LR (3e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 1), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
 # MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "64 192 2 4 2"),
 # G (16; 4: samples per prompt), P (16; 4: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
@@ -41,7 +41,7 @@ knobs() {
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
   M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240}
   if [ "$gpu" = 1 ]; then
-    BUDGET_S=${BUDGET_S:-470} SFT_STEPS=${SFT_STEPS:-800} SFT_STAGE=${SFT_STAGE:-50} SFT_LR=${SFT_LR:-1e-3}
+    BUDGET_S=${BUDGET_S:-470} SFT_SCHEDULE=${SFT_SCHEDULE:-"25 50 75 100 150 200 300 400 600 800"} SFT_LR=${SFT_LR:-1e-3}
     LR=${LR:-3e-5} RATE=${RATE:-3} SEEDS=${SEEDS:-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
     MIN_PARAMS=${MIN_PARAMS:-100000000}
     # ~136M parameters; the 709-token tiny tokenizer keeps the embeddings small
@@ -50,11 +50,12 @@ knobs() {
     # each of PAR runs: its trainer and rollout worker on GPU 0. A rollout worker's KV pool is every slot's full
     # context (256 slots x 128 positions: ~200 MB), capped by gpu_memory_fraction of the device less what all
     # processes use: a small fraction would leave the later runs' workers no pool at all, so keep it high
+    # (one OpenMP thread per process: PAR runs of 5 processes share the machine's cores)
     DEV=(weights.transport="${TRANSPORT:-cuda_ipc}" rollout.device=cuda train.device=cuda rollout.slots=256
-         rollout.gpu_memory_fraction=0.9)
+         rollout.gpu_memory_fraction=0.9 rollout.threads=1 train.threads=1)
     STARTUP_S=${STARTUP_S:-40} # a run's start-up, validations and stop, besides its steps
   else
-    BUDGET_S=${BUDGET_S:-150} SFT_STEPS=${SFT_STEPS:-60} SFT_STAGE=${SFT_STAGE:-20} SFT_LR=${SFT_LR:-5e-3}
+    BUDGET_S=${BUDGET_S:-150} SFT_SCHEDULE=${SFT_SCHEDULE:-"20 40 60"} SFT_LR=${SFT_LR:-5e-3}
     LR=${LR:-1e-4} RATE=${RATE:-1} SEEDS=${SEEDS:-"1 2"} PAR=${PAR:-2} G=${G:-4} P=${P:-4} EVAL_N=${EVAL_N:-100}
     MIN_PARAMS=${MIN_PARAMS:-0}
     SHAPE=(train.device=cpu model.hidden_size=64 model.intermediate_size=192 model.num_layers=2 model.num_heads=4
@@ -99,14 +100,14 @@ open(sys.argv[3], "w").writelines(out[n:n + 200])' "$EVAL_N" "$d/eval.jsonl" "$d
   python3 scripts/check_splits.py sft="$d/sft.jsonl" rl="$d/rl.jsonl" eval="$d/eval.jsonl" dev="$d/dev.jsonl"
 }
 
-# SFT in stages until the dev accuracy reaches SFT_TARGET; exports the chosen checkpoint to $OUT/export
+# SFT in stages (SFT_SCHEDULE: the step counts at which it stops to score the dev set; each stage resumes the last)
+# until the dev accuracy reaches SFT_TARGET; exports the chosen checkpoint to $OUT/export
 sft() {
-  local steps=0 acc prev_acc=-1 prev_steps=0 pick t_end
+  local steps acc prev_acc=-1 prev_steps=0 pick t_end last
   t_end=$(($(date +%s) + BUDGET_S * 35 / 100)) # SFT gets at most about a third of the budget
+  last=$(echo "$SFT_SCHEDULE" | awk '{print $NF}')
   : > "$OUT/sft_stages.txt"
-  while :; do
-    steps=$((steps + SFT_STAGE))
-    [ "$steps" -le "$SFT_STEPS" ] || steps=$SFT_STEPS
+  for steps in $SFT_SCHEDULE; do
     "$BIN/cpt-train" examples/sft_arithmetic.toml run.dir="$OUT/sft" data.train="$OUT/data/sft.jsonl" data.eval= \
       tokenizer.path=examples/tiny-tokenizer train.steps="$steps" optim.lr="$SFT_LR" optim.schedule=constant \
       optim.warmup_steps=20 train.max_seq_len=32 train.log_every=50 train.eval_every=0 train.eval_generate=0 \
@@ -118,14 +119,19 @@ sft() {
     echo "$steps $acc" >> "$OUT/sft_stages.txt"
     say "SFT step $steps: dev greedy accuracy $acc"
     if python3 -c 'import sys; a, t = map(float, sys.argv[1:]); sys.exit(0 if a >= t else 1)' "$acc" "$SFT_TARGET" ||
-      [ "$steps" -ge "$SFT_STEPS" ] || [ "$(date +%s)" -ge "$t_end" ]; then
+      [ "$steps" = "$last" ] || [ "$(date +%s)" -ge "$t_end" ]; then
       break
     fi
     prev_acc=$acc prev_steps=$steps
   done
   pick=$steps
-  if [ "$prev_steps" -gt 0 ] &&
-    python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' "$acc" "$SFT_MAX_ACC"; then
+  # past SFT_MAX_ACC in one stage: the stage before when its accuracy is nearer 0.3 in log-odds (RL needs both
+  # right and wrong answers in a group)
+  if [ "$prev_steps" -gt 0 ] && python3 -c '
+import math, sys
+a, p, hi = map(float, sys.argv[1:])
+lo = lambda x: math.log(min(max(x, 0.005), 0.995) / (1 - min(max(x, 0.005), 0.995)))
+sys.exit(0 if a > hi and abs(lo(p) - lo(0.3)) < abs(lo(a) - lo(0.3)) else 1)' "$acc" "$prev_acc" "$SFT_MAX_ACC"; then
     say "step $steps passed SFT_MAX_ACC $SFT_MAX_ACC: the start is step $prev_steps ($prev_acc)"
     pick=$prev_steps
   fi
@@ -184,7 +190,7 @@ grpo_all() {
     return 1
   fi
   STEPS=${STEPS:-$(( (allowance - STARTUP_S) * RATE ))}
-  VAL_EVERY=$(( STEPS / 5 > 0 ? STEPS / 5 : 1 ))
+  VAL_EVERY=$(( STEPS / 8 > 0 ? STEPS / 8 : 1 ))
   say "GRPO: $n runs, $PAR at a time, ${allowance}s each, train.steps $STEPS (lr $LR and 0; G $G, P $P, M $M)"
   mkdir -p "$OUT/runs"
   : > "$OUT/runs/timing.txt"
