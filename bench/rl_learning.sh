@@ -23,12 +23,18 @@
 #                                              `learn` runs this; MODE=cpu: the smoke's flow with the carried
 #                                              binaries)
 # Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit), BUDGET_S (470; 150),
-# SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "20 40 60"), SFT_LR (1e-3; 5e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
-# LR (3e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 1), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
-# MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "64 192 2 4 2"),
-# G (16; 4: samples per prompt), P (16; 4: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
+# SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "100 200"), SFT_LR (1e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
+# LR (3e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
+# MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "128 384 2 4 2"),
+# G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
 # tokens), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_TIMEOUT (240), OUT (/tmp/cpt-learn;
 # /tmp/cpt-learn-smoke).
+# Extras, in the same pool of PAR runs (seed 1 at LR each; SEEDS= leaves out the main runs):
+#   ALGOS="grpo dr_grpo dapo gspo ppo opd" (main: the main recipe) one run per algorithm, its documented settings
+#     (algo_overrides below); OPD's teacher is the SFT run continued to TEACHER_STEPS (3x its last stage), run by the
+#     reward worker on the CPU (OPD_THREADS 8); a table of held-out before/after, gain and wall time
+#   ASYNC="0 1 2" the main recipe in sync mode (0) and async with max_staleness 1 and 2: wall time from the first
+#     validation to the sync run's final held-out accuracy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
@@ -39,10 +45,10 @@ say() { echo "[rl_learning $(($(date +%s) - T_START))s] $*"; }
 knobs() {
   local gpu=$1
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
-  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240}
+  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} ALGOS=${ALGOS:-} ASYNC=${ASYNC:-}
   if [ "$gpu" = 1 ]; then
     BUDGET_S=${BUDGET_S:-470} SFT_SCHEDULE=${SFT_SCHEDULE:-"25 50 75 100 150 200 300 400 600 800"} SFT_LR=${SFT_LR:-1e-3}
-    LR=${LR:-3e-5} RATE=${RATE:-3} SEEDS=${SEEDS:-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
+    LR=${LR:-3e-5} RATE=${RATE:-3} SEEDS=${SEEDS-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
     MIN_PARAMS=${MIN_PARAMS:-100000000}
     # ~136M parameters; the 709-token tiny tokenizer keeps the embeddings small
     SHAPE=(train.device=cuda model.hidden_size=1024 model.intermediate_size=2816 model.num_layers=12
@@ -55,10 +61,11 @@ knobs() {
          rollout.gpu_memory_fraction=0.9 rollout.threads=1 train.threads=1)
     STARTUP_S=${STARTUP_S:-40} # a run's start-up, validations and stop, besides its steps
   else
-    BUDGET_S=${BUDGET_S:-150} SFT_SCHEDULE=${SFT_SCHEDULE:-"20 40 60"} SFT_LR=${SFT_LR:-5e-3}
-    LR=${LR:-1e-4} RATE=${RATE:-1} SEEDS=${SEEDS:-"1 2"} PAR=${PAR:-2} G=${G:-4} P=${P:-4} EVAL_N=${EVAL_N:-100}
+    # the main job's model shape (examples/models/tiny-arith1-sft): greedy ~0.07 after 200 SFT steps
+    BUDGET_S=${BUDGET_S:-150} SFT_SCHEDULE=${SFT_SCHEDULE:-"100 200"} SFT_LR=${SFT_LR:-1e-3}
+    LR=${LR:-1e-4} RATE=${RATE:-2} SEEDS=${SEEDS-"1 2"} PAR=${PAR:-2} G=${G:-8} P=${P:-8} EVAL_N=${EVAL_N:-100}
     MIN_PARAMS=${MIN_PARAMS:-0}
-    SHAPE=(train.device=cpu model.hidden_size=64 model.intermediate_size=192 model.num_layers=2 model.num_heads=4
+    SHAPE=(train.device=cpu model.hidden_size=128 model.intermediate_size=384 model.num_layers=2 model.num_heads=4
            model.num_kv_heads=2 train.tokens_per_micro_batch=1024 train.threads=1)
     DEV=(weights.transport=file rollout.device=cpu train.device=cpu rollout.slots=16 rollout.threads=1
          train.threads=1 train.tokens_per_micro_batch=2048)
@@ -158,28 +165,76 @@ if n < least:
 PY
 }
 
-# one GRPO run: NAME LR SEED ALLOWANCE_S; a run still going after ALLOWANCE_S is stopped (SIGTERM: it checkpoints)
+# The overrides of one algorithm of ALGOS (each its documented settings, docs/online.md), seed 1 at LR
+algo_overrides() {
+  case $1 in
+  main) echo "" ;; # the main recipe: GRPO with clip-higher, token-mean, no KL
+  grpo) echo "algo.variant=grpo algo.clip_eps_high=0.2 algo.kl_beta=-1 algo.loss_agg=seq-mean-token-mean" ;;
+  dr_grpo) echo "algo.variant=dr_grpo algo.clip_eps_high=0.2 algo.kl_beta=0 algo.loss_agg_norm=$K" ;;
+  dapo) echo "algo.dynamic_sampling=true algo.overlong_max_len=$K algo.overlong_buffer_len=$((K / 3))" ;;
+  gspo) echo "algo.variant=gspo algo.kl_beta=0 algo.loss_agg=seq-mean-token-mean" ;;
+  ppo) echo "algo.type=ppo algo.clip_eps_high=0.2 algo.kl_beta=0 critic.lr=$(python3 -c "print(10 * $LR)")" ;;
+  # the teacher: the same SFT run continued past the start (TEACHER_STEPS), so it knows more of the task
+  opd) echo "algo.type=opd algo.kl_beta=0 algo.opd_task_weight=0 teacher.path=$OUT/teacher" ;;
+  *) echo "rl_learning: ALGOS: unknown algorithm '$1' (main grpo dr_grpo dapo gspo ppo opd)" >&2; return 1 ;;
+  esac
+}
+
+async_overrides() {
+  case $1 in
+  0) echo "async.mode=sync" ;;
+  [1-9]) echo "async.mode=async async.max_staleness=$1" ;;
+  *) echo "rl_learning: ASYNC holds staleness bounds (0: sync), got '$1'" >&2; return 1 ;;
+  esac
+}
+
+# one GRPO run: NAME LR SEED ALLOWANCE_S "OVERRIDES"; a run still going after ALLOWANCE_S is stopped (SIGTERM: it
+# checkpoints)
 grpo_one() {
-  local name=$1 lr=$2 seed=$3 allowance=$4 t0 rc=0
+  local name=$1 lr=$2 seed=$3 allowance=$4 ov=() t0 rc=0 threads=${OMP_NUM_THREADS:-1}
+  read -ra ov <<< "$5"
+  # OPD's teacher runs in the reward worker, on the CPU: give it threads
+  [ "${name#algo-opd}" = "$name" ] || threads=${OPD_THREADS:-8}
   t0=$(date +%s.%N)
-  timeout -s TERM -k 90 "$allowance" "$BIN/cpt" run examples/grpo_gpu.toml run.dir="$OUT/runs/$name" \
-    run.name="learn-$name" run.seed="$seed" run.progress_every_s=60 model.path="$OUT/export" \
-    tokenizer.path=examples/tiny-tokenizer data.train="$OUT/data/rl.jsonl" validation.data="$OUT/data/eval.jsonl" \
-    validation.before_training=true validation.every_steps="$VAL_EVERY" validation.max_new_tokens="$K" \
-    optim.lr="$lr" optim.warmup_steps=10 train.steps="$STEPS" train.groups_per_step="$P" train.mini_batches="$M" \
-    rollout.group_size="$G" sampling.temperature="$TEMP" sampling.max_new_tokens="$K" checkpoint.every=0 \
-    "${DEV[@]}" > "$OUT/runs/$name.log" 2>&1 || rc=$?
+  OMP_NUM_THREADS=$threads timeout -s TERM -k 90 "$allowance" "$BIN/cpt" run examples/grpo_gpu.toml \
+    run.dir="$OUT/runs/$name" run.name="learn-$name" run.seed="$seed" run.progress_every_s=60 \
+    model.path="$OUT/export" tokenizer.path=examples/tiny-tokenizer data.train="$OUT/data/rl.jsonl" \
+    validation.data="$OUT/data/eval.jsonl" validation.before_training=true validation.every_steps="$VAL_EVERY" \
+    validation.max_new_tokens="$K" optim.lr="$lr" optim.warmup_steps=10 train.steps="$STEPS" \
+    train.groups_per_step="$P" train.mini_batches="$M" rollout.group_size="$G" sampling.temperature="$TEMP" \
+    sampling.max_new_tokens="$K" checkpoint.every=0 "${DEV[@]}" "${ov[@]}" > "$OUT/runs/$name.log" 2>&1 || rc=$?
   echo "$name $lr $seed $t0 $(date +%s.%N) $rc" >> "$OUT/runs/timing.txt"
   # the last weights, scored the same way as the start
   score "$OUT/runs/$name" "$OUT/data/eval.jsonl" "$OUT/runs/$name.eval.json" || true
 }
 
+# OPD's teacher: the SFT run continued to TEACHER_STEPS (default three times its last stage), exported and scored
+teacher() {
+  local last steps
+  last=$(tail -1 "$OUT/sft_stages.txt" | cut -d' ' -f1)
+  steps=${TEACHER_STEPS:-$((last * 3))}
+  "$BIN/cpt-train" examples/sft_arithmetic.toml run.dir="$OUT/sft" data.train="$OUT/data/sft.jsonl" data.eval= \
+    tokenizer.path=examples/tiny-tokenizer train.steps="$steps" optim.lr="$SFT_LR" optim.schedule=constant \
+    optim.warmup_steps=20 train.max_seq_len=32 train.log_every=50 train.eval_every=0 train.eval_generate=0 \
+    checkpoint.every=0 checkpoint.keep_last=2 "${SHAPE[@]}" 2>> "$OUT/sft.log" || { tail -30 "$OUT/sft.log"; return 1; }
+  "$BIN/cpt" export "$OUT/sft/checkpoints/step-$steps" "$OUT/teacher" > /dev/null
+  score "$OUT/teacher" "$OUT/data/eval.jsonl" "$OUT/teacher.eval.json" || { cat "$OUT/teacher.eval.json.log"; return 1; }
+  say "OPD teacher: SFT step $steps, held-out greedy accuracy $(accuracy "$OUT/teacher.eval.json")"
+}
+
 grpo_all() {
-  local names=() lrs=() seeds=() i running=0 n waves grpo_s allowance
+  local names=() lrs=() seeds=() ovs=() i running=0 n waves grpo_s allowance a
   for s in $SEEDS; do
-    names+=("lr-s$s" "lr0-s$s") lrs+=("$LR" 0) seeds+=("$s" "$s")
+    names+=("lr-s$s" "lr0-s$s") lrs+=("$LR" 0) seeds+=("$s" "$s") ovs+=("" "")
+  done
+  for a in $ALGOS; do
+    names+=("algo-$a") lrs+=("$LR") seeds+=(1) ovs+=("$(algo_overrides "$a")")
+  done
+  for a in $ASYNC; do
+    names+=("async-$a") lrs+=("$LR") seeds+=(1) ovs+=("$(async_overrides "$a")")
   done
   n=${#names[@]}
+  [ "$n" -gt 0 ] || { echo "rl_learning: no runs (SEEDS, ALGOS and ASYNC are empty)" >&2; return 1; }
   waves=$(((n + PAR - 1) / PAR))
   # what is left of the budget, less the TRL run and the summary, shared by the waves
   grpo_s=$((BUDGET_S - ($(date +%s) - T_START) - 15))
@@ -191,7 +246,7 @@ grpo_all() {
   fi
   STEPS=${STEPS:-$(( (allowance - STARTUP_S) * RATE ))}
   VAL_EVERY=$(( STEPS / 8 > 0 ? STEPS / 8 : 1 ))
-  say "GRPO: $n runs, $PAR at a time, ${allowance}s each, train.steps $STEPS (lr $LR and 0; G $G, P $P, M $M)"
+  say "GRPO: $n runs, $PAR at a time, ${allowance}s each, train.steps $STEPS (lr $LR; G $G, P $P, M $M)"
   mkdir -p "$OUT/runs"
   : > "$OUT/runs/timing.txt"
   for i in "${!names[@]}"; do
@@ -199,7 +254,7 @@ grpo_all() {
       wait -n || true
       running=$((running - 1))
     fi
-    grpo_one "${names[$i]}" "${lrs[$i]}" "${seeds[$i]}" "$allowance" &
+    grpo_one "${names[$i]}" "${lrs[$i]}" "${seeds[$i]}" "$allowance" "${ovs[$i]}" &
     running=$((running + 1))
   done
   wait
@@ -270,6 +325,7 @@ for name in sorted(timing):
     m = rows(os.path.join(out, "runs", name, "metrics.jsonl"))
     steps = [r for r in m if "reward/mean" in r]
     val = [[r["step"], r["val/accuracy"]] for r in m if "val/accuracy" in r]
+    val_t = [r["time"] - m[0]["time"] for r in m if "val/accuracy" in r] if m else []
     ev = load(os.path.join(out, "runs", name + ".eval.json"))
     span = steps[-1]["time"] - steps[0]["time"] if len(steps) > 1 else float("nan")
     runs.append({"name": name, "lr": rlr, "seed": seed, "rc": rc, "stopped_by_budget": rc == 124,
@@ -277,7 +333,7 @@ for name in sorted(timing):
                  "steps_per_s": round(len(steps) / (t1 - t0), 3),
                  "steps_per_s_steady": round((len(steps) - 1) / span, 3) if span == span and span > 0 else None,
                  "acc_before": start_acc, "acc_after": ev["accuracy"] if ev else None,
-                 "val_curve": val, "reward_first_tenth": tenth(steps, False), "reward_last_tenth": tenth(steps, True),
+                 "val_curve": val, "val_time_s": val_t, "reward_first_tenth": tenth(steps, False), "reward_last_tenth": tenth(steps, True),
                  "reward_curve": curve(steps)})
 def agg(rs, key):
     v = [r[key] for r in rs if r[key] is not None]
@@ -285,7 +341,7 @@ def agg(rs, key):
         return None
     return {"mean": sum(v) / len(v), "sd": st.stdev(v) if len(v) > 1 else 0.0, "min": min(v), "max": max(v), "n": len(v)}
 arms = {}
-for arm, pick in (("rl", lambda r: r["lr"] > 0), ("lr0", lambda r: r["lr"] == 0)):
+for arm, pick in (("rl", lambda r: r["name"].startswith("lr-s")), ("lr0", lambda r: r["name"].startswith("lr0-s"))):
     rs = [r for r in runs if pick(r)]
     for r in rs:
         r["gain"] = None if r["acc_after"] is None or start_acc is None else r["acc_after"] - start_acc
@@ -306,6 +362,24 @@ if g and g0:
     err0 = 1 - start_acc
     res["target_met"] = bool(g["min"] - g0["max"] >= 0.15 or
                              (err0 > 0 and 1 - arms["rl"]["acc_after"]["max"] <= err0 / 2 and g["min"] > g0["max"]))
+for r in runs:
+    r["gain"] = None if r["acc_after"] is None or start_acc is None else r["acc_after"] - start_acc
+algos = [r for r in runs if r["name"].startswith("algo-")]
+if algos:
+    res["algos"] = {r["name"][5:]: {k: r[k] for k in ("steps", "wall_s", "steps_per_s", "acc_before", "acc_after",
+                                                       "gain", "reward_first_tenth", "reward_last_tenth")} for r in algos}
+teach = load(os.path.join(out, "teacher.eval.json"))
+if teach:
+    res["opd_teacher_acc"] = teach["accuracy"]
+asyn = {r["name"][6:]: r for r in runs if r["name"].startswith("async-")}
+if asyn:
+    goal = asyn["0"]["val_curve"][-1][1] if "0" in asyn and asyn["0"]["val_curve"] else None
+    res["async"] = {"goal_acc": goal, "runs": {}}
+    for k, r in sorted(asyn.items()):
+        reach = next((t for (s_, a), t in zip(r["val_curve"], r["val_time_s"]) if goal is not None and a >= goal), None)
+        res["async"]["runs"][k] = {"steps": r["steps"], "wall_s": r["wall_s"], "steps_per_s": r["steps_per_s"],
+                                   "acc_after": r["acc_after"], "time_to_goal_s": reach,
+                                   "val_curve": r["val_curve"], "val_time_s": r["val_time_s"]}
 trl = rows(os.path.join(out, "trl", "metrics.jsonl"))
 if os.path.isdir(os.path.join(out, "trl")) or os.path.exists(os.path.join(out, "trl_timing.txt")):
     ts = [r for r in trl if "reward/mean" in r]
@@ -343,6 +417,23 @@ md += ["", f"held-out gain (after - start), mean (sd, [min, max]) over seeds: RL
 if "rl_minus_lr0" in res:
     md.append(f"RL minus start {res['rl_minus_start']:+.3f}, RL minus lr 0 {res['rl_minus_lr0']:+.3f}: target "
               f"(+0.15 beyond every control seed, or half the error) {'met' if res['target_met'] else 'NOT met'}")
+if algos:
+    md += ["", "| algorithm | steps | wall s | held-out before | after | gain | reward first tenth | last tenth |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in algos:
+        md.append(f"| {r['name'][5:]} | {r['steps']} | {r['wall_s']:.0f} | {f(r['acc_before'])} | {f(r['acc_after'])} | "
+                  f"{'-' if r['gain'] is None else format(r['gain'], '+.3f')} | {f(r['reward_first_tenth'])} | "
+                  f"{f(r['reward_last_tenth'])} |")
+    if teach:
+        md.append(f"(OPD's teacher: the SFT run continued, held-out greedy accuracy {teach['accuracy']:.3f})")
+if asyn:
+    a = res["async"]
+    md += ["", f"async: wall time (from the first validation) to the sync run's final held-out accuracy "
+           f"{f(a['goal_acc'])}", "", "| max_staleness | steps | wall s | steps/s | after | time to goal s |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for k, r in a["runs"].items():
+        md.append(f"| {'sync' if k == '0' else k} | {r['steps']} | {r['wall_s']:.0f} | {f(r['steps_per_s'], 2)} | "
+                  f"{f(r['acc_after'])} | {f(r['time_to_goal_s'], 0)} |")
 md.append("")
 md.append("reward/mean curves (mean over tenths of each run):")
 for r in runs + ([dict(res["trl"], name="trl")] if "trl" in res else []):
@@ -363,6 +454,7 @@ flow() {
   sft
   score "$OUT/export" "$OUT/data/eval.jsonl" "$OUT/start.eval.json" || { cat "$OUT/start.eval.json.log"; return 1; }
   say "start: held-out greedy accuracy $(accuracy "$OUT/start.eval.json") ($EVAL_N questions)"
+  case " $ALGOS " in *" opd "*) teacher ;; esac
   grpo_all
   trl
   summary
@@ -388,7 +480,7 @@ run)
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,31p' "$0"
+  sed -n '2,37p' "$0"
   exit 2
   ;;
 esac
