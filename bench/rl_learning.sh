@@ -27,7 +27,8 @@
 # LR (3e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
 # MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "128 384 2 4 2"),
 # G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
-# tokens), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_TIMEOUT (240), OUT (/tmp/cpt-learn;
+# tokens), WARMUP (0), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_TIMEOUT (240), TRL_PATH
+# (.carry-trl: TRL's carried sources, bench/trl_carry.sh), OUT (/tmp/cpt-learn;
 # /tmp/cpt-learn-smoke).
 # Extras, in the same pool of PAR runs (seed 1 at LR each; SEEDS= leaves out the main runs):
 #   ALGOS="grpo dr_grpo dapo gspo ppo opd" (main: the main recipe) one run per algorithm, its documented settings
@@ -46,6 +47,7 @@ knobs() {
   local gpu=$1
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
   M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} ALGOS=${ALGOS:-} ASYNC=${ASYNC:-}
+  WARMUP=${WARMUP:-0} # GRPO warmup steps; 0 as the main job and bench/trl_grpo.py's recipe
   if [ "$gpu" = 1 ]; then
     BUDGET_S=${BUDGET_S:-470} SFT_SCHEDULE=${SFT_SCHEDULE:-"25 50 75 100 150 200 300 400 600 800"} SFT_LR=${SFT_LR:-1e-3}
     LR=${LR:-3e-5} RATE=${RATE:-3} SEEDS=${SEEDS-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
@@ -200,7 +202,7 @@ grpo_one() {
     run.dir="$OUT/runs/$name" run.name="learn-$name" run.seed="$seed" run.progress_every_s=60 \
     model.path="$OUT/export" tokenizer.path=examples/tiny-tokenizer data.train="$OUT/data/rl.jsonl" \
     validation.data="$OUT/data/eval.jsonl" validation.before_training=true validation.every_steps="$VAL_EVERY" \
-    validation.max_new_tokens="$K" optim.lr="$lr" optim.warmup_steps=10 train.steps="$STEPS" \
+    validation.max_new_tokens="$K" optim.lr="$lr" optim.warmup_steps="$WARMUP" train.steps="$STEPS" \
     train.groups_per_step="$P" train.mini_batches="$M" rollout.group_size="$G" sampling.temperature="$TEMP" \
     sampling.max_new_tokens="$K" checkpoint.every=0 "${DEV[@]}" "${ov[@]}" > "$OUT/runs/$name.log" 2>&1 || rc=$?
   echo "$name $lr $seed $t0 $(date +%s.%N) $rc" >> "$OUT/runs/timing.txt"
@@ -278,7 +280,9 @@ print(max([r["step"] for r in rows if "reward/mean" in r] or [int(sys.argv[2])])
   say "TRL: $steps steps on seed 1 (timeout ${TRL_TIMEOUT}s)"
   local t0 rc=0
   t0=$(date +%s.%N)
-  timeout -k 10 "$TRL_TIMEOUT" python3 bench/trl_grpo.py --model "$OUT/export" --prompts "$OUT/data/rl.jsonl" \
+  # TRL's sources are carried in .carry-trl (bench/trl_carry.sh; TRL_PATH elsewhere)
+  PYTHONPATH="${TRL_PATH:-$SRC/.carry-trl}${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$TRL_TIMEOUT" \
+    python3 bench/trl_grpo.py --cpt "$BIN/cpt" --model "$OUT/export" --prompts "$OUT/data/rl.jsonl" \
     --eval "$OUT/data/eval.jsonl" --group-size "$G" --prompts-per-step "$P" --steps "$steps" --lr "$LR" \
     --mini-batches "$M" --clip-low 0.2 --clip-high 0.28 --temperature "$TEMP" --max-new-tokens "$K" --seed 1 \
     --out "$OUT/trl" > "$OUT/trl.log" 2>&1 || rc=$?
