@@ -24,7 +24,7 @@
 #                                              binaries)
 # Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit), BUDGET_S (470; 150),
 # SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "100 200"), SFT_LR (1e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
-# LR (3e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
+# LR (2e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
 # MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "128 384 2 4 2"),
 # G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
 # tokens), WARMUP (0), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_TIMEOUT (240), TRL_PATH
@@ -34,6 +34,7 @@
 #   ALGOS="grpo dr_grpo dapo gspo ppo opd" (main: the main recipe) one run per algorithm, its documented settings
 #     (algo_overrides below); OPD's teacher is the SFT run continued to TEACHER_STEPS (3x its last stage), run by the
 #     reward worker on the CPU (OPD_THREADS 8); a table of held-out before/after, gain and wall time
+#   LRS="1e-5 5e-5" the main recipe at other learning rates (runs lrx-LR): the rate's sensitivity in the same call
 #   ASYNC="0 1 2" the main recipe in sync mode (0) and async with max_staleness 1 and 2: wall time from the first
 #     validation to the sync run's final held-out accuracy
 set -euo pipefail
@@ -46,11 +47,11 @@ say() { echo "[rl_learning $(($(date +%s) - T_START))s] $*"; }
 knobs() {
   local gpu=$1
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
-  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} ALGOS=${ALGOS:-} ASYNC=${ASYNC:-}
+  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} ALGOS=${ALGOS:-} ASYNC=${ASYNC:-} LRS=${LRS:-}
   WARMUP=${WARMUP:-0} # GRPO warmup steps; 0 as the main job and bench/trl_grpo.py's recipe
   if [ "$gpu" = 1 ]; then
     BUDGET_S=${BUDGET_S:-470} SFT_SCHEDULE=${SFT_SCHEDULE:-"25 50 75 100 150 200 300 400 600 800"} SFT_LR=${SFT_LR:-1e-3}
-    LR=${LR:-3e-5} RATE=${RATE:-3} SEEDS=${SEEDS-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
+    LR=${LR:-2e-5} RATE=${RATE:-3} SEEDS=${SEEDS-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
     MIN_PARAMS=${MIN_PARAMS:-100000000}
     # ~136M parameters; the 709-token tiny tokenizer keeps the embeddings small
     SHAPE=(train.device=cuda model.hidden_size=1024 model.intermediate_size=2816 model.num_layers=12
@@ -228,6 +229,9 @@ grpo_all() {
   local names=() lrs=() seeds=() ovs=() i running=0 n waves grpo_s allowance a
   for s in $SEEDS; do
     names+=("lr-s$s" "lr0-s$s") lrs+=("$LR" 0) seeds+=("$s" "$s") ovs+=("" "")
+  done
+  for a in $LRS; do
+    names+=("lrx-$a") lrs+=("$a") seeds+=(1) ovs+=("")
   done
   for a in $ALGOS; do
     names+=("algo-$a") lrs+=("$LR") seeds+=(1) ovs+=("$(algo_overrides "$a")")
@@ -484,7 +488,7 @@ run)
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,37p' "$0"
+  sed -n '2,39p' "$0"
   exit 2
   ;;
 esac
