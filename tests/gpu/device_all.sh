@@ -125,7 +125,7 @@ run() {
             done ;;
         learn) # bench/rl_learning.sh: its own OUT (data, SFT, runs); BUDGET_S there is its own (LEARN_BUDGET_S,
             # default 470 s, less when this call's BUDGET_S leaves less); summary, logs and metrics in extra.tgz
-            local lb=${LEARN_BUDGET_S:-470} left
+            local lb=${LEARN_BUDGET_S:-470} left to r
             if [ -n "${BUDGET_S:-}" ]; then
                 left=$((BUDGET_S - ($(date +%s) - RUN_T0) - 90))
                 [ "$lb" -le "$left" ] || lb=$left
@@ -137,6 +137,12 @@ run() {
             for m in /tmp/cpt-learn/runs/*/metrics.jsonl /tmp/cpt-learn/trl/metrics.jsonl; do
                 [ -f "$m" ] && cp "$m" "$SUB/learn/$(basename "$(dirname "$m")").jsonl"
             done
+            for r in /tmp/cpt-learn/runs/*/logs; do # each run's role logs (trainer, rollout, reward)
+                [ -d "$r" ] || continue
+                to=$SUB/learn/logs-$(basename "$(dirname "$r")")
+                mkdir -p "$to" && cp "$r"/*.log "$to/" 2>/dev/null
+            done
+            cp /tmp/cpt-learn/trl/summary.json "$SUB/learn/trl_summary.json" 2>/dev/null
             cp /tmp/cpt-learn/learn_summary.* "$OUT/" 2>/dev/null ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
