@@ -15,7 +15,8 @@
 #      evaluation set): the before/after of the summary
 #   4. TRL=1 with bench/trl_grpo.py present: the same recipe in TRL on seed 1 (TRL_TIMEOUT s)
 #   5. the summary: per run accuracy before/after, reward/mean of the first and last tenth, steps, wall time, steps/s;
-#      mean and spread over seeds; RL minus start and RL minus lr 0; $OUT/learn_summary.json and learn_summary.md
+#      mean and spread over seeds; RL minus start and RL minus lr 0, issue 22's target met or not (+0.15 held-out
+#      over lr 0 or half the start's error, on the means); $OUT/learn_summary.json and learn_summary.md
 #
 #   bench/rl_learning.sh --cpu-smoke [BUILD]   here: the same flow on the CPU, a tiny model, file transport
 #   bench/rl_learning.sh run CARRY             on the device: CARRY/bin has the cpt binaries and redis-server,
@@ -367,9 +368,12 @@ g, g0 = (arms["rl"].get("gain") or {}), (arms["lr0"].get("gain") or {})
 if g and g0:
     res["rl_minus_start"] = g["mean"]
     res["rl_minus_lr0"] = g["mean"] - g0["mean"]
+    # issue 22's target: +0.15 held-out over lr 0 or half the start's error, on the mean over seeds; and whether
+    # every RL seed ends above every control seed's gain
     err0 = 1 - start_acc
-    res["target_met"] = bool(g["min"] - g0["max"] >= 0.15 or
-                             (err0 > 0 and 1 - arms["rl"]["acc_after"]["max"] <= err0 / 2 and g["min"] > g0["max"]))
+    res["target_met"] = bool(g["mean"] - g0["mean"] >= 0.15 or
+                             (err0 > 0 and 1 - arms["rl"]["acc_after"]["mean"] <= err0 / 2))
+    res["beyond_seed_spread"] = bool(g["min"] > g0["max"])
 for r in runs:
     r["gain"] = None if r["acc_after"] is None or start_acc is None else r["acc_after"] - start_acc
 algos = [r for r in runs if r["name"].startswith("algo-")]
@@ -423,8 +427,10 @@ md += ["", f"held-out gain (after - start), mean (sd, [min, max]) over seeds: RL
        f"reward gain (last tenth - first tenth): RL {ms(arms['rl'].get('reward_gain'))}; "
        f"lr 0 {ms(arms['lr0'].get('reward_gain'))}"]
 if "rl_minus_lr0" in res:
-    md.append(f"RL minus start {res['rl_minus_start']:+.3f}, RL minus lr 0 {res['rl_minus_lr0']:+.3f}: target "
-              f"(+0.15 beyond every control seed, or half the error) {'met' if res['target_met'] else 'NOT met'}")
+    md.append(f"RL minus start {res['rl_minus_start']:+.3f}, RL minus lr 0 {res['rl_minus_lr0']:+.3f} (means over "
+              f"seeds): issue 22's target (+0.15 over lr 0, or half the start's error) "
+              f"{'met' if res['target_met'] else 'NOT met'}; every RL seed above every lr-0 seed: "
+              f"{'yes' if res['beyond_seed_spread'] else 'no'}")
 if algos:
     md += ["", "| algorithm | steps | wall s | held-out before | after | gain | reward first tenth | last tenth |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -488,7 +494,7 @@ run)
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,39p' "$0"
+  sed -n '2,40p' "$0"
   exit 2
   ;;
 esac
