@@ -311,6 +311,13 @@ def eos_ids(model, tok):
     return ids
 
 
+def neutral_generation_config(model, tok, stop_ids):
+    """cpt's rollout reads no generation_config.json (one copied into the export, e.g. a base model's top_k or
+    repetition penalty, must not steer sampling here): the model's defaults become the plain ones."""
+    from transformers import GenerationConfig
+    model.generation_config = GenerationConfig(eos_token_id=stop_ids, pad_token_id=tok.pad_token_id)
+
+
 def encode_prompts(tok, prompts):
     return [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
 
@@ -380,7 +387,9 @@ def run_trl(a, model, tok, train, stop_ids, metrics, out):
         metrics.write({"step": step["k"], "reward/mean": sum(r) / len(r), "time": time.time()})
         return r
 
-    gen_kwargs = {"eos_token_id": stop_ids} if stop_ids != [tok.eos_token_id] else None
+    # TRL stops at, and masks after, the tokenizer's EOS only; passing the model's too would let padding after it
+    # into the loss, so a second stop id is left out and recorded as a difference
+    gen_kwargs = None
     cfg = GRPOConfig(
         output_dir=os.path.join(out, "trl"), report_to="none", save_strategy="no", logging_steps=1,
         seed=a.seed, data_seed=a.seed, bf16=True, gradient_checkpointing=False,
@@ -421,7 +430,7 @@ def token_logprobs(model, ids, attn, n_prompt_cols):
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep).logits
     logits = logits[:, :-1].float()
     tgt = ids[:, n_prompt_cols:]
-    return torch.log_softmax(logits, -1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    return logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
 
 
 def run_torch(a, model, tok, train, stop_ids, metrics):
@@ -431,7 +440,7 @@ def run_torch(a, model, tok, train, stop_ids, metrics):
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, **ADAM)
     rng = random.Random(a.seed)
     order, cursor = [], 0
-    model.train()
+    model.eval()  # no dropout (cpt's models have none); gradients flow all the same
     t0 = time.time()
     for k in range(1, a.steps + 1):
         batch = []
@@ -463,7 +472,9 @@ def run_torch(a, model, tok, train, stop_ids, metrics):
         attn = torch.cat([pmask, cmask.long()], 1)
         n_prompt_cols = pids.shape[1]
         per = P * G // M
-        chunk = a.micro_batch or per
+        # default chunk: the fp32 logits of one forward stay near 16 GB
+        keep = ids.shape[1] - n_prompt_cols + 1
+        chunk = a.micro_batch or max(1, min(per, int(4e9 // (keep * model.config.vocab_size))))
         old = None
         if M > 1:  # the proximal policy: the weights before this step's first update
             with torch.no_grad():
@@ -485,7 +496,7 @@ def run_torch(a, model, tok, train, stop_ids, metrics):
             opt.step()
     torch.cuda.synchronize()
     return model, time.time() - t0, {"adv_eps": ADV_EPS, "mini_batches": "whole groups in order",
-                                     "micro_batch": a.micro_batch or per}
+                                     "micro_batch": a.micro_batch or "auto"}
 
 
 # ---- main ----
@@ -511,6 +522,7 @@ def main(argv=None):
     model = load_model(a.model, "cuda")
     tok, tok_note = load_tokenizer(a.model, train[0][0])
     stop_ids = eos_ids(model, tok)
+    neutral_generation_config(model, tok, stop_ids)
     # the prompt ids must be cpt's: compared on every prompt when a cpt binary is at hand
     hf_ids = encode_prompts(tok, [p for p, _ in train + ev])
     cpt = find_cpt(a)
@@ -547,7 +559,11 @@ def main(argv=None):
                 summary["differences_from_cpt"] = [
                     "advantage epsilon 1e-4 (cpt 1e-6)",
                     f"logits divided by the temperature ({a.temperature}) in the loss's logprobs (cpt: not)",
-                    "mini-batches of shuffled completions (cpt: whole groups in order)"]
+                    "mini-batches of shuffled completions (cpt: whole groups in order)",
+                    "no truncated importance weight (cpt's algo.tis: proximal/behaviour, near 1 in sync mode)"]
+                if stop_ids != [tok.eos_token_id]:
+                    summary["differences_from_cpt"].append(
+                        f"stops at the tokenizer's EOS {tok.eos_token_id} only (cpt: {stop_ids})")
             except Exception as e:  # noqa: BLE001
                 if a.impl == "trl":
                     raise
@@ -561,11 +577,16 @@ def main(argv=None):
                 torch.cuda.empty_cache()
                 seed_all(a.seed)
                 model = load_model(a.model, "cuda")
+                neutral_generation_config(model, tok, stop_ids)
         if summary["trl_not_used"]:
             print(f"trl_grpo: TRL not used: {summary['trl_not_used']}", file=sys.stderr, flush=True)
     if trained is None:
         trained, train_s, detail = run_torch(a, model, tok, train, stop_ids, metrics)
         summary["impl"] = "torch"
+        summary["trl_not_used"] = summary["trl_not_used"] or "not asked (--impl torch)"
+        summary["differences_from_cpt"] = [
+            "no truncated importance weight (cpt's algo.tis: proximal/behaviour, near 1 in sync mode)",
+            "prompt order: a seeded shuffle per pass over the prompts (cpt: its data cursor)"]
     t = time.time()
     acc1 = evaluate(trained, tok, ev, stop_ids, a.max_new_tokens, a.eval_batch)
     eval_s += time.time() - t
