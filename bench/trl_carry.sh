@@ -67,5 +67,12 @@ distinfo datasets "$(v "$DATASETS_REF")" datasets
 distinfo dill "$(v "$DILL_REF")" dill
 distinfo multiprocess "$(v "$MP_REF")" "multiprocess
 _multiprocess"
+# what can be checked without torch: the two multiprocessing packages import, and nothing that trl, its GRPO trainer
+# or datasets import unconditionally is missing from the GPU image
+if command -v python3 >/dev/null; then
+    PYTHONPATH="$DIR" python3 -c 'import dill, multiprocess' ||
+        { echo "trl_carry: import dill, multiprocess failed from $DIR" >&2; exit 1; }
+    python3 "$(dirname "$0")/trl_import_scan.py" "$DIR"
+fi
 find "$DIR" -name '__pycache__' -prune -exec rm -rf {} +
 echo "trl_carry: $DIR: $(du -sh "$DIR" | cut -f1), trl $TRL_REF, datasets $DATASETS_REF, dill $DILL_REF, multiprocess $MP_REF ($MP_PY)"
