@@ -391,7 +391,7 @@ def run_trl(a, model, tok, train, stop_ids, metrics, out):
     # into the loss, so a second stop id is left out and recorded as a difference
     gen_kwargs = None
     cfg = GRPOConfig(
-        output_dir=os.path.join(out, "trl"), report_to="none", save_strategy="no", logging_steps=1,
+        output_dir=os.path.join(out, "trl"), report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
         seed=a.seed, data_seed=a.seed, bf16=True, gradient_checkpointing=False,
         learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=GRAD_CLIP,
         adam_beta1=ADAM["betas"][0], adam_beta2=ADAM["betas"][1], adam_epsilon=ADAM["eps"], optim="adamw_torch",
