@@ -386,7 +386,11 @@ def _parse_number(s, x):
 def _drop_text_groups(s):
     out, i, n = bytearray(), 0, len(s)
     while i < n:
-        m = 5 if s.startswith(b"\\text{", i) or s.startswith(b"\\mbox{", i) else 7 if s.startswith(b"\\mathrm{", i) else 0
+        m = 0
+        if s.startswith(b"\\text{", i) or s.startswith(b"\\mbox{", i):
+            m = 5
+        elif s.startswith(b"\\mathrm{", i):
+            m = 7
         e = _match_brace(s, i + m) if m else 0
         if e:
             out += b" " + s[i + m + 1:e - 1]

@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import random
+import signal
 import sys
 import time
 import traceback
@@ -76,6 +77,9 @@ def parse_args(argv):
                    help="torch impl: completions per forward/backward chunk (0: a whole mini-batch); the loss "
                         "stays the token mean of the whole mini-batch")
     p.add_argument("--eval-batch", type=int, default=256, help="prompts per greedy generate call")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="seconds of training after which the run stops at the next update, then evaluates and "
+                        "writes its summary (0: none); SIGTERM (e.g. from `timeout`) does the same")
     p.add_argument("--cpt", default=None,
                    help="cpt binary whose `cpt tokenize` the prompt ids are compared with (default: build/cpt or "
                         "build-cuda/cpt when present, else no comparison)")
@@ -100,8 +104,8 @@ def parse_args(argv):
         errs.append("--temperature must be > 0 (sampling)")
     if a.max_new_tokens < 1:
         errs.append("--max-new-tokens must be at least 1")
-    if a.micro_batch < 0 or a.eval_batch < 1:
-        errs.append("--micro-batch must be >= 0 and --eval-batch >= 1")
+    if a.micro_batch < 0 or a.eval_batch < 1 or not a.time_budget >= 0:
+        errs.append("--micro-batch and --time-budget must be >= 0 and --eval-batch >= 1")
     if errs:
         p.error("; ".join(errs))
     return a
@@ -219,7 +223,8 @@ def run_check(a):
         raise SystemExit(f"{a.out}: not writable")
     cpt = find_cpt(a)
     ids = cpt_prompt_ids(cpt, a.model, [p for p, _ in train[:3]]) if cpt else None
-    report = {"cpt": cpt, "first_prompt_ids_cpt": ids and ids[0], "check": "ok", "prompts": len(train), "eval": len(ev), "prompt_eval_overlap": overlap,
+    report = {"cpt": cpt, "first_prompt_ids_cpt": ids and ids[0], "check": "ok", "prompts": len(train),
+              "eval": len(ev), "prompt_eval_overlap": overlap,
               "steps_cover_prompts": a.steps * a.prompts_per_step / len(train), "model": facts,
               "completions_per_step": a.group_size * a.prompts_per_step,
               "completions_per_update": a.group_size * a.prompts_per_step // a.mini_batches,
@@ -232,6 +237,27 @@ def run_check(a):
 
 # ---- shared GPU pieces (torch imported here only) ----
 
+class Stop:
+    """Why training should stop early, or None: SIGTERM arrived (`timeout` sends it, then SIGKILL a few seconds
+    later: the run stops at the next update and still evaluates and writes its summary) or the time budget ran
+    out (counted from start())."""
+
+    def __init__(self, budget_s):
+        self.budget_s, self.t0, self.reason = budget_s, None, None
+        signal.signal(signal.SIGTERM, self._term)
+
+    def _term(self, signum, frame):
+        self.reason = self.reason or "SIGTERM"
+
+    def start(self):
+        self.t0 = time.time()
+
+    def __call__(self):
+        if not self.reason and self.budget_s and self.t0 and time.time() - self.t0 > self.budget_s:
+            self.reason = f"time budget {self.budget_s:g}s"
+        return self.reason
+
+
 class Metrics:
     def __init__(self, out):
         self.f = open(os.path.join(out, "metrics.jsonl"), "w")
@@ -242,16 +268,11 @@ class Metrics:
 
 
 def versions():
+    """Versions of the modules this run imported (None: not imported); imports nothing, so it is quick after a
+    SIGTERM."""
     v = {"python": platform.python_version()}
-    for m in ("torch", "transformers", "accelerate", "trl", "datasets", "peft"):
-        mod = sys.modules.get(m)
-        if mod is None:
-            try:
-                mod = __import__(m)
-            except Exception:  # noqa: BLE001 - a version we cannot read is recorded as absent
-                v[m] = None
-                continue
-        v[m] = getattr(mod, "__version__", None)
+    for m in ("torch", "transformers", "accelerate", "trl", "datasets"):
+        v[m] = getattr(sys.modules.get(m), "__version__", None)
     try:
         import torch
         if torch.cuda.is_available():
@@ -372,10 +393,16 @@ def evaluate(model, tok, recs, stop_ids, max_new, batch):
 
 # ---- TRL ----
 
-def run_trl(a, model, tok, train, stop_ids, metrics, out):
+def run_trl(a, model, tok, train, stop_ids, metrics, out, stop):
     import torch
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    class StopEarly(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if stop():
+                control.should_training_stop = True
 
     per_update = a.group_size * a.prompts_per_step // a.mini_batches
     step = {"k": 0}
@@ -402,18 +429,20 @@ def run_trl(a, model, tok, train, stop_ids, metrics, out):
         mask_truncated_completions=False, disable_dropout=True, shuffle_dataset=True, log_completions=False,
         generation_kwargs=gen_kwargs, dataloader_num_workers=0, remove_unused_columns=False)
     ds = Dataset.from_list([{"prompt": p, "answer": g} for p, g in train])
-    trainer = GRPOTrainer(model=model, reward_funcs=[math_reward], args=cfg, train_dataset=ds, processing_class=tok)
+    trainer = GRPOTrainer(model=model, reward_funcs=[math_reward], args=cfg, train_dataset=ds, processing_class=tok,
+                          callbacks=[StopEarly()])
     t0 = time.time()
+    stop.start()
     trainer.train()
     train_s = time.time() - t0
     with open(os.path.join(out, "trl_log.jsonl"), "w") as f:
         for row in trainer.state.log_history:
             f.write(json.dumps(row, default=str) + "\n")
-    if step["k"] != a.steps:
+    if step["k"] != a.steps and not stop():
         raise RuntimeError(f"TRL scored {step['k']} generation batches, {a.steps} steps were asked")
     trained = trainer.accelerator.unwrap_model(trainer.model)
     torch.cuda.synchronize()
-    return trained, train_s, {"loss_type": "bnpo", "per_device_train_batch_size": per_update,
+    return trained, train_s, step["k"], {"loss_type": "bnpo", "per_device_train_batch_size": per_update,
                               "steps_per_generation": a.mini_batches, "max_steps": a.steps * a.mini_batches,
                               "generation_kwargs": gen_kwargs}
 
@@ -433,7 +462,7 @@ def token_logprobs(model, ids, attn, n_prompt_cols):
     return logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
 
 
-def run_torch(a, model, tok, train, stop_ids, metrics):
+def run_torch(a, model, tok, train, stop_ids, metrics, stop):
     import torch
     dev = model.device
     G, P, M = a.group_size, a.prompts_per_step, a.mini_batches
@@ -442,7 +471,11 @@ def run_torch(a, model, tok, train, stop_ids, metrics):
     order, cursor = [], 0
     model.eval()  # no dropout (cpt's models have none); gradients flow all the same
     t0 = time.time()
+    stop.start()
+    done = 0
     for k in range(1, a.steps + 1):
+        if stop():
+            break
         batch = []
         while len(batch) < P:  # a new shuffled pass over the prompts when one runs out
             if cursor == len(order):
@@ -494,8 +527,9 @@ def run_torch(a, model, tok, train, stop_ids, metrics):
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
             opt.step()
+        done = k
     torch.cuda.synchronize()
-    return model, time.time() - t0, {"adv_eps": ADV_EPS, "mini_batches": "whole groups in order",
+    return model, time.time() - t0, done, {"adv_eps": ADV_EPS, "mini_batches": "whole groups in order",
                                      "micro_batch": a.micro_batch or "auto"}
 
 
@@ -518,6 +552,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this run is for the GPU (use --check here)")
     summary = {"impl": None, "args": vars(a), "trl_not_used": None, "differences_from_cpt": None}
+    stop = Stop(a.time_budget)
     seed_all(a.seed)
     model = load_model(a.model, "cuda")
     tok, tok_note = load_tokenizer(a.model, train[0][0])
@@ -554,7 +589,7 @@ def main(argv=None):
             summary["trl_not_used"] = f"import failed: {type(e).__name__}: {e}"
         else:
             try:
-                trained, train_s, detail = run_trl(a, model, tok, train, stop_ids, metrics, a.out)
+                trained, train_s, steps_done, detail = run_trl(a, model, tok, train, stop_ids, metrics, a.out, stop)
                 summary["impl"] = "trl"
                 summary["differences_from_cpt"] = [
                     "advantage epsilon 1e-4 (cpt 1e-6)",
@@ -581,7 +616,7 @@ def main(argv=None):
         if summary["trl_not_used"]:
             print(f"trl_grpo: TRL not used: {summary['trl_not_used']}", file=sys.stderr, flush=True)
     if trained is None:
-        trained, train_s, detail = run_torch(a, model, tok, train, stop_ids, metrics)
+        trained, train_s, steps_done, detail = run_torch(a, model, tok, train, stop_ids, metrics, stop)
         summary["impl"] = "torch"
         summary["trl_not_used"] = summary["trl_not_used"] or "not asked (--impl torch)"
         summary["differences_from_cpt"] = [
@@ -590,9 +625,10 @@ def main(argv=None):
     t = time.time()
     acc1 = evaluate(trained, tok, ev, stop_ids, a.max_new_tokens, a.eval_batch)
     eval_s += time.time() - t
-    metrics.write({"step": a.steps, "val/accuracy": acc1})
+    metrics.write({"step": steps_done, "val/accuracy": acc1})
     metrics.f.close()
-    summary.update(detail=detail, versions=versions(), wall_s=time.time() - wall0, train_s=train_s, eval_s=eval_s,
+    summary.update(steps_done=steps_done, stopped_early=stop(), detail=detail, versions=versions(),
+                   wall_s=time.time() - wall0, train_s=train_s, eval_s=eval_s,
                    val_accuracy_start=acc0, val_accuracy_end=acc1)
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -3,7 +3,7 @@
 # bench/trl_grpo.py) must give every case of tests/fixtures/math_reward/cases.jsonl the score and answer_found that
 # cpt's math reward gives it (tests/unit/test_reward_math_cases.c checks the file against the C functions).
 # Then bench/trl_grpo.py compiles and its --check (no torch) passes on the example model and data, with the prompt
-# ids from `cpt tokenize`, and refuses a record without an answer.
+# ids from `cpt tokenize`, and refuses a record without an answer; its early stop answers SIGTERM and a time budget.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -53,4 +53,21 @@ if python3 bench/trl_grpo.py "${ARGS[@]/examples\/data\/arithmetic_rl_train.json
   echo "FAIL: --check accepted a record without an answer" >&2; exit 1
 fi
 grep -q "bad.jsonl:1: field 'answer': missing" "$T/bad.out" || { cat "$T/bad.out"; exit 1; }
+# a SIGTERM (what `timeout` sends) or a spent --time-budget stops training early instead of killing the run
+python3 - <<'PY'
+import os, signal, sys, time
+sys.path.insert(0, "bench")
+import trl_grpo
+s = trl_grpo.Stop(0)
+s.start()
+assert s() is None
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.05)
+assert s() == "SIGTERM", s()
+b = trl_grpo.Stop(0.05)
+b.start()
+assert b() is None
+time.sleep(0.1)
+assert b() == "time budget 0.05s", b()
+PY
 echo "test_trl_reward: ok"
