@@ -23,8 +23,8 @@
 #                                              CARRY/lib their libraries (tests/gpu/device_all.sh build; its stage
 #                                              `learn` runs this; MODE=cpu: the smoke's flow with the carried
 #                                              binaries)
-# Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit), BUDGET_S (470; 150),
-# SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "100 200"), SFT_LR (1e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
+# Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit; or arithmetic,
+# multiply-2digit), BUDGET_S (470; 150), SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "100 200"), SFT_LR (1e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
 # LR (2e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
 # MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "128 384 2 4 2"),
 # G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
@@ -91,6 +91,10 @@ accuracy() { python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv
 
 data() {
   local d=$OUT/data
+  case $TASK in # answers graded by the math reward after "####" (countdown's are expressions: another reward)
+  arithmetic | arithmetic-1digit | multiply-2digit) ;;
+  *) echo "rl_learning: TASK is arithmetic, arithmetic-1digit or multiply-2digit, got '$TASK'" >&2; return 1 ;;
+  esac
   mkdir -p "$d"
   "$BIN/cpt" data gen "$TASK" --format rl --split sft --n 30000 --seed 1 | with_marker > "$d/sft.jsonl"
   "$BIN/cpt" data gen "$TASK" --format rl --split rl --n 20000 --seed 3 > "$d/rl.jsonl"
@@ -494,7 +498,7 @@ run)
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,40p' "$0"
+  sed -n '2,41p' "$0"
   exit 2
   ;;
 esac
