@@ -498,7 +498,7 @@ run)
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,41p' "$0"
+  sed -n '2,40p' "$0"
   exit 2
   ;;
 esac
