@@ -24,7 +24,8 @@
 #                                              `learn` runs this; MODE=cpu: the smoke's flow with the carried
 #                                              binaries)
 # Knobs (env; the GPU defaults, then the smoke's where they differ): TASK (arithmetic-1digit; or arithmetic,
-# multiply-2digit), BUDGET_S (470; 150), SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "100 200"), SFT_LR (1e-3), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
+# multiply-2digit), BUDGET_S (470; 150), SFT_SCHEDULE ("25 50 75 100 150 200 300 400 600 800"; "100 200"),
+# SFT_LR (1e-3), SFT_WARMUP (40; 20), SFT_TARGET (0.2), SFT_MAX_ACC (0.5),
 # LR (2e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
 # MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "128 384 2 4 2"),
 # G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
@@ -48,12 +49,14 @@ say() { echo "[rl_learning $(($(date +%s) - T_START))s] $*"; }
 knobs() {
   local gpu=$1
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
-  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} ALGOS=${ALGOS:-} ASYNC=${ASYNC:-} LRS=${LRS:-}
+  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240}
+  ALGOS=${ALGOS:-} ASYNC=${ASYNC:-} LRS=${LRS:-}
   WARMUP=${WARMUP:-0} # GRPO warmup steps; 0 as the main job and bench/trl_grpo.py's recipe
   if [ "$gpu" = 1 ]; then
-    BUDGET_S=${BUDGET_S:-470} SFT_SCHEDULE=${SFT_SCHEDULE:-"25 50 75 100 150 200 300 400 600 800"} SFT_LR=${SFT_LR:-1e-3}
+    BUDGET_S=${BUDGET_S:-470} SFT_LR=${SFT_LR:-1e-3}
+    SFT_SCHEDULE=${SFT_SCHEDULE:-"25 50 75 100 150 200 300 400 600 800"}
     LR=${LR:-2e-5} RATE=${RATE:-3} SEEDS=${SEEDS-"1 2 3"} PAR=${PAR:-6} G=${G:-16} P=${P:-16} EVAL_N=${EVAL_N:-500}
-    MIN_PARAMS=${MIN_PARAMS:-100000000}
+    MIN_PARAMS=${MIN_PARAMS:-100000000} SFT_WARMUP=${SFT_WARMUP:-40} # warmup as the 63M model's SFT had
     # ~136M parameters; the 709-token tiny tokenizer keeps the embeddings small
     SHAPE=(train.device=cuda model.hidden_size=1024 model.intermediate_size=2816 model.num_layers=12
            model.num_heads=16 model.num_kv_heads=4 model.max_position_embeddings=128 train.tokens_per_micro_batch=16384)
@@ -68,7 +71,7 @@ knobs() {
     # the main job's model shape (examples/models/tiny-arith1-sft): greedy ~0.07 after 200 SFT steps
     BUDGET_S=${BUDGET_S:-150} SFT_SCHEDULE=${SFT_SCHEDULE:-"100 200"} SFT_LR=${SFT_LR:-1e-3}
     LR=${LR:-1e-4} RATE=${RATE:-2} SEEDS=${SEEDS-"1 2"} PAR=${PAR:-2} G=${G:-8} P=${P:-8} EVAL_N=${EVAL_N:-100}
-    MIN_PARAMS=${MIN_PARAMS:-0}
+    MIN_PARAMS=${MIN_PARAMS:-0} SFT_WARMUP=${SFT_WARMUP:-20}
     SHAPE=(train.device=cpu model.hidden_size=128 model.intermediate_size=384 model.num_layers=2 model.num_heads=4
            model.num_kv_heads=2 train.tokens_per_micro_batch=1024 train.threads=1)
     DEV=(weights.transport=file rollout.device=cpu train.device=cpu rollout.slots=16 rollout.threads=1
@@ -115,6 +118,15 @@ open(sys.argv[3], "w").writelines(out[n:n + 200])' "$EVAL_N" "$d/eval.jsonl" "$d
   python3 scripts/check_splits.py sft="$d/sft.jsonl" rl="$d/rl.jsonl" eval="$d/eval.jsonl" dev="$d/dev.jsonl"
 }
 
+# sft_to STEPS: the SFT run in $OUT/sft resumed (constant lr after warmup) and trained to STEPS, checkpointed there
+sft_to() {
+  "$BIN/cpt-train" examples/sft_arithmetic.toml run.dir="$OUT/sft" data.train="$OUT/data/sft.jsonl" data.eval= \
+    tokenizer.path=examples/tiny-tokenizer train.steps="$1" optim.lr="$SFT_LR" optim.schedule=constant \
+    optim.warmup_steps="$SFT_WARMUP" train.max_seq_len=32 train.log_every=50 train.eval_every=0 \
+    train.eval_generate=0 checkpoint.every=0 checkpoint.keep_last=2 "${SHAPE[@]}" 2>> "$OUT/sft.log" ||
+    { tail -30 "$OUT/sft.log"; return 1; }
+}
+
 # SFT in stages (SFT_SCHEDULE: the step counts at which it stops to score the dev set; each stage resumes the last)
 # until the dev accuracy reaches SFT_TARGET; exports the chosen checkpoint to $OUT/export
 sft() {
@@ -123,11 +135,7 @@ sft() {
   last=$(echo "$SFT_SCHEDULE" | awk '{print $NF}')
   : > "$OUT/sft_stages.txt"
   for steps in $SFT_SCHEDULE; do
-    "$BIN/cpt-train" examples/sft_arithmetic.toml run.dir="$OUT/sft" data.train="$OUT/data/sft.jsonl" data.eval= \
-      tokenizer.path=examples/tiny-tokenizer train.steps="$steps" optim.lr="$SFT_LR" optim.schedule=constant \
-      optim.warmup_steps=20 train.max_seq_len=32 train.log_every=50 train.eval_every=0 train.eval_generate=0 \
-      checkpoint.every=0 checkpoint.keep_last=2 "${SHAPE[@]}" 2>> "$OUT/sft.log" ||
-      { tail -30 "$OUT/sft.log"; return 1; }
+    sft_to "$steps"
     score "$OUT/sft/checkpoints/step-$steps" "$OUT/data/dev.jsonl" "$OUT/sft_dev_$steps.json" ||
       { cat "$OUT/sft_dev_$steps.json.log"; return 1; }
     acc=$(accuracy "$OUT/sft_dev_$steps.json")
@@ -221,12 +229,10 @@ teacher() {
   local last steps
   last=$(tail -1 "$OUT/sft_stages.txt" | cut -d' ' -f1)
   steps=${TEACHER_STEPS:-$((last * 3))}
-  "$BIN/cpt-train" examples/sft_arithmetic.toml run.dir="$OUT/sft" data.train="$OUT/data/sft.jsonl" data.eval= \
-    tokenizer.path=examples/tiny-tokenizer train.steps="$steps" optim.lr="$SFT_LR" optim.schedule=constant \
-    optim.warmup_steps=20 train.max_seq_len=32 train.log_every=50 train.eval_every=0 train.eval_generate=0 \
-    checkpoint.every=0 checkpoint.keep_last=2 "${SHAPE[@]}" 2>> "$OUT/sft.log" || { tail -30 "$OUT/sft.log"; return 1; }
+  sft_to "$steps"
   "$BIN/cpt" export "$OUT/sft/checkpoints/step-$steps" "$OUT/teacher" > /dev/null
-  score "$OUT/teacher" "$OUT/data/eval.jsonl" "$OUT/teacher.eval.json" || { cat "$OUT/teacher.eval.json.log"; return 1; }
+  score "$OUT/teacher" "$OUT/data/eval.jsonl" "$OUT/teacher.eval.json" ||
+    { cat "$OUT/teacher.eval.json.log"; return 1; }
   say "OPD teacher: SFT step $steps, held-out greedy accuracy $(accuracy "$OUT/teacher.eval.json")"
 }
 
@@ -284,7 +290,8 @@ trl() {
   steps=$(python3 -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(max([r["step"] for r in rows if "reward/mean" in r] or [int(sys.argv[2])]))' "$OUT/runs/lr-s1/metrics.jsonl" "$STEPS" 2>/dev/null ||
+print(max([r["step"] for r in rows if "reward/mean" in r] or [int(sys.argv[2])]))' \
+    "$OUT/runs/lr-s1/metrics.jsonl" "$STEPS" 2>/dev/null ||
     echo "$STEPS")
   say "TRL: $steps steps on seed 1 (timeout ${TRL_TIMEOUT}s)"
   local t0 rc=0
@@ -498,7 +505,7 @@ run)
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;
 *)
-  sed -n '2,40p' "$0"
+  sed -n '2,41p' "$0"
   exit 2
   ;;
 esac
