@@ -66,8 +66,23 @@ start() {
     [ -e "$file" ] || file=/dev/null
     gres=gpu:1 gres_conf=$'AutoDetect=off\n'"Name=gpu File=$file" cpus=${CLUSTER_CPUS:-$(nproc)}
   fi
-  CLUSTER_BIN=$s/bin CLUSTER_PLUGIN_DIR=$s/plugins CLUSTER_MUNGE_USER=root CLUSTER_GRES=$gres \
-    CLUSTER_GRES_CONF=$gres_conf CLUSTER_CPUS=$cpus tests/slurm/cluster.sh start "$dir"
+  # slurmd initialises a cgroup plugin even with proctrack/linuxproc and task/none. Autodetect picks cgroup/v2 on a
+  # cgroup2 mount, whose plugin asks systemd (dbus) for a scope: the lent GPU machine (gVisor) has cgroup2 and no
+  # dbus, and slurmd fails its start. cgroup/v1's start touches no cgroup (nothing here constrains), so it is used
+  # there; where even that fails, cgroup/v2 with IgnoreSystemd=yes (slurmd makes its own folders).
+  local cg=("") rc=1
+  if [ "${CGROUP:-}" = v1 ] || { [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] &&
+                                  [ ! -S /run/dbus/system_bus_socket ]; }; then
+    cg=("CgroupPlugin=cgroup/v1" $'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes')
+  fi
+  for c in "${cg[@]}"; do
+    [ -z "$c" ] || echo "slurm_device.sh: cgroup.conf: $(echo "$c" | paste -sd' ')"
+    rc=0
+    CLUSTER_BIN=$s/bin CLUSTER_PLUGIN_DIR=$s/plugins CLUSTER_MUNGE_USER=root CLUSTER_GRES=$gres \
+      CLUSTER_GRES_CONF=$gres_conf CLUSTER_CPUS=$cpus CLUSTER_CGROUP_CONF=$c tests/slurm/cluster.sh start "$dir" || rc=$?
+    [ $rc = 3 ] || break # 3: slurmd refused this configuration; the next one, if any
+  done
+  [ $rc = 0 ] || { echo "slurm_device.sh: the cluster did not start (rc $rc)" >&2; return 1; }
   { echo "export PATH=$s/bin:\$PATH"; echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } >> "$dir/env"
   echo "slurm_device.sh: cluster up in $dir ($(grep -o 'CPUs=[0-9]*' "$dir/slurm.conf") ${gres:+Gres=$gres}" \
        "$(grep -o 'File=.*' "$dir/gres.conf" 2>/dev/null || true)); source $dir/env"

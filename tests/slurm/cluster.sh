@@ -14,6 +14,8 @@
 #                       gres.conf, e.g. "AutoDetect=off" and "Name=gpu File=/dev/nvidia0" (one a line); GPUS
 #                       takes precedence
 #   CLUSTER_MUNGE_USER  the user munged runs as (default: munge where that user exists, else root)
+#   CLUSTER_CGROUP_CONF the lines of cgroup.conf (beside slurm.conf), e.g. "CgroupPlugin=cgroup/v1" (default: none,
+#                       Slurm's autodetect)
 set -euo pipefail
 cmd=$1 dir=$(realpath -m "$2") gpus=${3:-0}
 
@@ -81,6 +83,8 @@ elif [ -n "${CLUSTER_GRES:-}" ]; then
   gres_node="Gres=$CLUSTER_GRES"
   printf '%s\n' "${CLUSTER_GRES_CONF:-}" > "$dir/gres.conf"
 fi
+rm -f "$dir/cgroup.conf"
+[ -z "${CLUSTER_CGROUP_CONF:-}" ] || printf '%s\n' "$CLUSTER_CGROUP_CONF" > "$dir/cgroup.conf"
 stepd=()
 [ -n "$bin" ] && stepd=(-d "${bin}slurmstepd") # slurmd looks for slurmstepd in its build's prefix otherwise
 
@@ -135,6 +139,14 @@ for attempt in 1 2 3; do
   export SLURM_CONF=$dir/slurm.conf
   timeout 60 "${bin}slurmctld" -f "$SLURM_CONF" || echo "cluster.sh: slurmctld start failed (rc $?)" >&2
   timeout 60 "${bin}slurmd" -f "$SLURM_CONF" -N "$node" "${stepd[@]}" || echo "cluster.sh: slurmd start failed (rc $?)" >&2
+  # slurmd refused its configuration (its cgroup plugin, say): new ports will not help; exit 3 at once
+  if grep -q -E 'slurmd initialization failed|\] fatal:' "$dir/log/slurmd.log" 2>/dev/null; then
+    echo "cluster.sh: slurmd refused its configuration:" >&2
+    grep -E 'error:|fatal:' "$dir/log/slurmd.log" | tail -n 6 >&2
+    stop
+    rm -rf "$dir/log.refused" && mv "$dir/log" "$dir/log.refused" && mkdir -p "$dir/log" # a next start's log is its own
+    exit 3
+  fi
   # by the clock: without a controller each sinfo waits out its message timeout (~10 s), so 60 tries took 10 min
   end=$((SECONDS + 30))
   while [ $SECONDS -lt $end ]; do
