@@ -114,6 +114,12 @@ void cpt_model_zero_grad(cpt_model *m);
  * with a message saying so. */
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
+/* Before cpt_model_use_cuda (train.optimizer_offload): the placement keeps the fp32 master weights on the host
+ * instead of the device. The host array param->data is pinned and is the master (the optimizer updates it in place
+ * through trainer/optim.c's offloaded AdamW); the GPU holds the bf16 copy and the fp32 gradients only. Sync to host
+ * then copies the gradients, sync to device casts the host weights up chunk by chunk. Refused once placed. */
+int cpt_model_set_host_master(cpt_model *m, int on, cpt_err *err);
+int cpt_model_host_master(const cpt_model *m);
 /* The inference placement (the rollout's generation, model/cuda_decoder.c): only a bf16 copy of the weights on
  * CUDA device `device`, no gradients; cpt_decoder_new runs there, forward and backward refuse. cpt_model_sync_to_device
  * (and cpt_model_load_weights) upload the host weights again. */

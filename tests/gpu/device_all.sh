@@ -14,9 +14,9 @@
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
-# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero exportcheck.
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload exportcheck.
 # decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
-# GPU (test_zero_cuda); exportcheck: transformers loads the committed export fixtures, plain and sharded
+# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda); exportcheck: transformers loads the committed export fixtures, plain and sharded
 # (tests/fixtures/make_export_check.py; its output comes back as $OUT/export_logits.safetensors to commit).
 # agree: train-inference logprob agreement (tests/gpu/logprob_agreement.sh: agree/* per case, trainer and rollout
 # each on cuda or cpu; CASES as there); its metrics come back in extra.tgz.
@@ -27,7 +27,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 PROGS="tests/gpu/test_cuda_ops.c tests/gpu/test_cuda_model.c tests/gpu/test_cuda_attention.c tests/gpu/test_cuda_decode.c
-tests/gpu/test_nccl_dp.c tests/gpu/test_weight_transports.c tests/gpu/test_zero_cuda.c bench/cuda_train_bench.c
+tests/gpu/test_nccl_dp.c tests/gpu/test_weight_transports.c tests/gpu/test_zero_cuda.c tests/gpu/test_offload_cuda.c
+bench/cuda_train_bench.c
 bench/decode_bench.c"
 
 build() {
@@ -102,6 +103,7 @@ run() {
         xport) stage xport 180 "$d/test_weight_transports" ;;
         decodetest) stage decodetest 180 "$d/test_cuda_decode" ;;
         zero) stage zero 120 "$d/test_zero_cuda" ;;
+        offload) stage offload 120 "$d/test_offload_cuda" ;;
         exportcheck) stage exportcheck 120 python3 tests/fixtures/make_export_check.py tests/fixtures/adamw/export \
             "$OUT/export_logits.safetensors" tests/fixtures/adamw/export_sharded ;;
         # the generate fixture through `cpt generate --device cuda`; OLD_DIR=another build folder (unpacked): the
