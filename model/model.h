@@ -32,6 +32,9 @@ typedef struct cpt_model_config {
 
 /* Parses HF_DIR/config.json; an unknown architecture or a missing field is an error naming it. */
 int cpt_model_config_load(const char *hf_dir, cpt_model_config *cfg, cpt_err *err);
+/* Parameters (floats) a model of this shape holds, without building it: the layout of model/params.c (a value
+ * head adds hidden_size). For memory estimates of shapes too big to allocate here. */
+uint64_t cpt_model_config_numel(const cpt_model_config *c, int with_value_head);
 /* The same from bytes in memory (name is used in messages): the fuzzed entry point. */
 int cpt_model_config_parse(const char *json, size_t len, const char *name, cpt_model_config *cfg, cpt_err *err);
 /* Writes config.json for cfg (for exports), atomically. */
