@@ -55,6 +55,8 @@ typedef struct cpt_model cpt_model;
 
 cpt_model *cpt_model_load(const char *hf_dir, cpt_err *err); /* config.json + safetensors (sharded too) */
 cpt_model *cpt_model_new_random(const cpt_model_config *cfg, uint64_t seed, cpt_err *err);
+/* The same shape with every weight zero (no initialisation pass: benches of big shapes fill it themselves). */
+cpt_model *cpt_model_new_zeros(const cpt_model_config *cfg, cpt_err *err);
 void cpt_model_free(cpt_model *m);
 const cpt_model_config *cpt_model_cfg(const cpt_model *m);
 size_t cpt_model_num_params(const cpt_model *m); /* number of parameter tensors */

@@ -14,9 +14,10 @@
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
-# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload exportcheck.
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck.
 # decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
-# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda); exportcheck: transformers loads the committed export fixtures, plain and sharded
+# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda); offloadbench: a
+# train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench); exportcheck: transformers loads the committed export fixtures, plain and sharded
 # (tests/fixtures/make_export_check.py; its output comes back as $OUT/export_logits.safetensors to commit).
 # agree: train-inference logprob agreement (tests/gpu/logprob_agreement.sh: agree/* per case, trainer and rollout
 # each on cuda or cpu; CASES as there); its metrics come back in extra.tgz.
@@ -104,6 +105,9 @@ run() {
         decodetest) stage decodetest 180 "$d/test_cuda_decode" ;;
         zero) stage zero 120 "$d/test_zero_cuda" ;;
         offload) stage offload 120 "$d/test_offload_cuda" ;;
+        offloadbench) # a train step of the 3B shape plain and offloaded, and of the 7B shape offloaded
+            stage offloadbench 420 bash -c "for a in '3b' '3b --offload' '7b --offload'; do \
+                \"$d/cuda_train_bench\" --shape \$a --recompute --steps 3 --warmup 1 || echo \"rc=\$? for \$a\"; done" ;;
         exportcheck) stage exportcheck 120 python3 tests/fixtures/make_export_check.py tests/fixtures/adamw/export \
             "$OUT/export_logits.safetensors" tests/fixtures/adamw/export_sharded ;;
         # the generate fixture through `cpt generate --device cuda`; OLD_DIR=another build folder (unpacked): the
