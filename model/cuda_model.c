@@ -34,7 +34,7 @@ void cpt_model_set_recompute(cpt_model *m, int on) { m->recompute = on != 0; }
 int cpt_model_on_cuda(const cpt_model *m) { return m && m->cuda != NULL; }
 
 int cpt_model_set_host_master(cpt_model *m, int on, cpt_err *err) {
-    if (m->cuda || m->cuda_infer)
+    if ((m->cuda || m->cuda_infer) && m->host_master != (on != 0))
         return cpt_errf(err, "the fp32 master weights' place is chosen before the model is placed on the GPU");
     m->host_master = on != 0;
     return 0;
@@ -119,7 +119,7 @@ struct cpt_cuda_model {
     /* parameters: one allocation */
     void *pmem;
     float *w, *g, *inv_freq; /* w: NULL when the master weights stay on the host (host_master) */
-    float *pinned;           /* the host master weights this placement pinned, or NULL */
+    int pinned;              /* m->data was moved into pinned memory (cudaHostAlloc) by this placement */
     bf16 *wb;
     double *norm_slots; /* [n_params] */
     /* activations: one allocation */
@@ -182,7 +182,6 @@ void cpt_cuda_model_free(cpt_cuda_model *cm) {
     if (!cm) return;
     if (cm->ctx) cpt_cuda_sync(cm->ctx, NULL);
     cpt_cuda_free(cm->pmem);
-    cpt_cuda_host_unregister(cm->pinned);
     cpt_cuda_free(cm->amem);
     cpt_cuda_free(cm->gmem);
     cpt_cuda_ctx_free(cm->ctx);
@@ -245,7 +244,29 @@ static int cuda_sync_to_host(cpt_model *m, cpt_err *err) {
     return 0;
 }
 
+/* The host weights into (pin = 1) or out of (pin = 0) pinned memory: a new array, the params repointed. Pinned
+ * memory is allocated apart (not registered in place), so two models' arrays never share a locked page. */
+static int move_host_weights(cpt_model *m, int pin, cpt_err *err) {
+    size_t b = m->numel * sizeof(float);
+    float *dst = pin ? cpt_cuda_host_alloc(b, "the fp32 master weights (train.optimizer_offload)", err)
+                     : malloc(b ? b : 1);
+    if (!dst) return pin ? -1 : cpt_errf(err, "out of memory for the host weights");
+    memcpy(dst, m->data, b);
+    if (pin) free(m->data);
+    else cpt_cuda_host_free(m->data);
+    m->data = dst;
+    for (size_t i = 0; i < m->n_params; i++) m->params[i].data = m->data + m->offsets[i];
+    return 0;
+}
+
 static void cuda_release(cpt_model *m) {
+    if (m->cuda && m->cuda->pinned) { /* cpt_model_free frees m->data next, with free() */
+        cpt_err e;
+        if (move_host_weights(m, 0, &e)) { /* out of memory: give the pinned array back, the model is going */
+            cpt_cuda_host_free(m->data);
+            m->data = NULL;
+        }
+    }
     cpt_cuda_model_free(m->cuda);
     m->cuda = NULL;
 }
@@ -281,8 +302,8 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
         if (pass == 0 && !(cv.base = cm->pmem = cpt_cuda_malloc(cv.off, "the model's parameters", err))) goto fail;
     }
     if (m->host_master) {
-        if (cpt_cuda_host_register(m->data, n * sizeof(float), "the fp32 master weights", err)) goto fail;
-        cm->pinned = m->data;
+        if (move_host_weights(m, 1, err)) goto fail;
+        cm->pinned = 1;
     }
     m->cuda = cm;
     if (build_zero_runs(m, err) || cuda_sync_to_device(m, err)) goto fail_placed;
@@ -294,6 +315,13 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
     return 0;
 fail_placed:
     m->cuda = NULL;
+    if (cm->pinned) { /* the model stays a host model: its weights back in ordinary memory */
+        cpt_err e;
+        if (move_host_weights(m, 0, &e)) {
+            fprintf(stderr, "cpt cuda model: %s\n", e.msg);
+            abort();
+        }
+    }
 fail:
     cpt_cuda_model_free(cm);
     return cpt_err_prefix(err, "placing the model on CUDA device %d", device);

@@ -120,9 +120,10 @@ void cpt_model_zero_grad(cpt_model *m);
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
 /* Before cpt_model_use_cuda (train.optimizer_offload): the placement keeps the fp32 master weights on the host
- * instead of the device. The host array param->data is pinned and is the master (the optimizer updates it in place
- * through trainer/optim.c's offloaded AdamW); the GPU holds the bf16 copy and the fp32 gradients only. Sync to host
- * then copies the gradients, sync to device casts the host weights up chunk by chunk. Refused once placed. */
+ * instead of the device. The host weights move into pinned memory (cudaHostAlloc; param->data is repointed, so
+ * take it from the param after placing) and are the master (trainer/optim.c's offloaded AdamW updates them in
+ * place); the GPU holds the bf16 copy and the fp32 gradients only. Sync to host then copies the gradients, sync to
+ * device casts the host weights up chunk by chunk. Changing it once placed is refused. */
 int cpt_model_set_host_master(cpt_model *m, int on, cpt_err *err);
 int cpt_model_host_master(const cpt_model *m);
 /* The inference placement (the rollout's generation, model/cuda_decoder.c): only a bf16 copy of the weights on

@@ -141,17 +141,3 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
     CUDA_OR_ERR(cudaStreamSynchronize(o->down), "the offload download");
     return 0;
 }
-
-int cpt_cuda_host_register(void *p, size_t bytes, const char *what, cpt_err *err) {
-    cudaError_t e = cudaHostRegister(p, bytes ? bytes : 1, cudaHostRegisterDefault);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return cpt_cuda_err(err, "pinning %zu bytes of host memory for %s failed (cudaHostRegister): %s", bytes, what,
-                            cudaGetErrorString(e));
-    }
-    return 0;
-}
-
-void cpt_cuda_host_unregister(void *p) {
-    if (p) cudaHostUnregister(p);
-}

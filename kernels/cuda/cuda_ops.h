@@ -127,9 +127,6 @@ void cpt_cuda_offload_free(cpt_cuda_offload *o);
 size_t cpt_cuda_offload_device_bytes(const cpt_cuda_offload *o); /* the staging buffers */
 int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs, size_t n_segs,
                            const cpt_cuda_adamw_args *a, cpt_err *err);
-/* Pins (page-locks) existing host memory so copies from and to it run asynchronously at full speed. */
-int cpt_cuda_host_register(void *p, size_t bytes, const char *what, cpt_err *err);
-void cpt_cuda_host_unregister(void *p);
 
 /* ---- attention (kernels/cuda/attention.cu) ---------------------------------------------------------------- */
 
