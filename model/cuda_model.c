@@ -259,13 +259,13 @@ static int move_host_weights(cpt_model *m, int pin, cpt_err *err) {
     return 0;
 }
 
+/* Only cpt_model_free releases, and it frees m->data next with free(): a pinned array goes back here instead. */
 static void cuda_release(cpt_model *m) {
-    if (m->cuda && m->cuda->pinned) { /* cpt_model_free frees m->data next, with free() */
-        cpt_err e;
-        if (move_host_weights(m, 0, &e)) { /* out of memory: give the pinned array back, the model is going */
-            cpt_cuda_host_free(m->data);
-            m->data = NULL;
-        }
+    if (m->cuda && m->cuda->pinned) {
+        cpt_cuda_sync(m->cuda->ctx, NULL);
+        cpt_cuda_host_free(m->data);
+        m->data = NULL;
+        for (size_t i = 0; i < m->n_params; i++) m->params[i].data = NULL;
     }
     cpt_cuda_model_free(m->cuda);
     m->cuda = NULL;
