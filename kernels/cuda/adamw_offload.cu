@@ -3,6 +3,7 @@
  * the same kernel as cpt_cuda_adamw) and chunk k-2's download (copy stream "down"), so a step costs about the PCIe
  * traffic of the state, both directions at once. The bf16 weights are written on the device by the update. */
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/offload_plan.h"
 
 struct cpt_cuda_offload {
     cpt_cuda_ctx *ctx;
@@ -10,7 +11,7 @@ struct cpt_cuda_offload {
     float *buf[2];     /* device: w | m | v, chunk floats each */
     cudaStream_t up, down;
     cudaEvent_t loaded[2], updated[2], stored[2];
-    struct piece { size_t seg, off, len, pos; } *pieces;
+    cpt_offload_piece *pieces;
     size_t cap_pieces;
 };
 
@@ -63,30 +64,14 @@ cpt_cuda_offload *cpt_cuda_offload_new(cpt_cuda_ctx *ctx, size_t chunk_floats, c
 
 size_t cpt_cuda_offload_device_bytes(const cpt_cuda_offload *o) { return 2 * 3 * o->chunk * sizeof(float); }
 
-/* The pieces of the segments that fill one chunk, from segment *si at offset *so; returns how many. */
-static size_t fill_chunk(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs, size_t n_segs, size_t *si,
-                         size_t *so) {
-    size_t np = 0, pos = 0;
-    while (*si < n_segs && pos < o->chunk) {
-        size_t left = segs[*si].n - *so;
-        if (left == 0) {
-            (*si)++, *so = 0;
-            continue;
-        }
-        size_t len = left < o->chunk - pos ? left : o->chunk - pos;
-        o->pieces[np++] = {*si, *so, len, pos};
-        pos += len, *so += len;
-        if (*so == segs[*si].n) (*si)++, *so = 0;
-    }
-    return np;
-}
+static size_t seg_len(const void *ud, size_t i) { return ((const cpt_cuda_offload_seg *)ud)[i].n; }
 
 int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs, size_t n_segs,
                            const cpt_cuda_adamw_args *args, cpt_err *err) {
     if (n_segs + 1 > o->cap_pieces) {
         free(o->pieces);
         o->cap_pieces = 0;
-        if (!(o->pieces = (cpt_cuda_offload::piece *)malloc(sizeof *o->pieces * (n_segs + 1))))
+        if (!(o->pieces = (cpt_offload_piece *)malloc(sizeof *o->pieces * (n_segs + 1))))
             return cpt_cuda_err(err, "out of memory for the offload pieces");
         o->cap_pieces = n_segs + 1;
     }
@@ -96,13 +81,13 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
     size_t si = 0, so = 0;
     for (int k = 0; si < n_segs; k++) {
         int b = k & 1;
-        size_t np = fill_chunk(o, segs, n_segs, &si, &so);
+        size_t np = cpt_offload_plan_next(seg_len, segs, n_segs, C, &si, &so, o->pieces);
         if (np == 0) break;
         float *w = o->buf[b], *m = w + C, *v = m + C;
         /* upload into buffer b once chunk k-2's download from it is done */
         CUDA_OR_ERR(cudaStreamWaitEvent(o->up, o->stored[b], 0), "the offload upload");
         for (size_t i = 0; i < np; i++) {
-            const cpt_cuda_offload::piece &p = o->pieces[i];
+            const cpt_offload_piece &p = o->pieces[i];
             const cpt_cuda_offload_seg &s = segs[p.seg];
             size_t bytes = p.len * sizeof(float);
             CUDA_OR_ERR(cudaMemcpyAsync(w + p.pos, s.w + p.off, bytes, cudaMemcpyHostToDevice, o->up), "the offload upload");
@@ -113,7 +98,7 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
         /* update on the context's stream (after the backward that made the gradients) */
         CUDA_OR_ERR(cudaStreamWaitEvent(o->ctx->stream, o->loaded[b], 0), "the offload update");
         for (size_t i = 0; i < np; i++) {
-            const cpt_cuda_offload::piece &p = o->pieces[i];
+            const cpt_offload_piece &p = o->pieces[i];
             const cpt_cuda_offload_seg &s = segs[p.seg];
             int64_t n = (int64_t)p.len;
             a.no_decay = s.no_decay;
@@ -128,7 +113,7 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
         /* download the updated state */
         CUDA_OR_ERR(cudaStreamWaitEvent(o->down, o->updated[b], 0), "the offload download");
         for (size_t i = 0; i < np; i++) {
-            const cpt_cuda_offload::piece &p = o->pieces[i];
+            const cpt_offload_piece &p = o->pieces[i];
             const cpt_cuda_offload_seg &s = segs[p.seg];
             size_t bytes = p.len * sizeof(float);
             CUDA_OR_ERR(cudaMemcpyAsync(s.w + p.off, w + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), "the offload download");
