@@ -14,18 +14,22 @@
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
-# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck.
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck
+# learn.
 # decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
 # GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda); offloadbench: a
 # train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench); exportcheck: transformers loads the committed export fixtures, plain and sharded
 # (tests/fixtures/make_export_check.py; its output comes back as $OUT/export_logits.safetensors to commit).
+# learn: the learning benchmark of issue 22 (bench/rl_learning.sh run: SFT of a ~136M model, GRPO at LR and at lr 0
+# over 3 seeds, held-out accuracy before/after; its knobs as env, LEARN_BUDGET_S its budget); learn_summary.md and
+# .json come back in $OUT, the runs' logs and metrics in extra.tgz.
 # agree: train-inference logprob agreement (tests/gpu/logprob_agreement.sh: agree/* per case, trainer and rollout
 # each on cuda or cpu; CASES as there); its metrics come back in extra.tgz.
 # slurm: the carried Slurm starts and runs sbatch, srun --mpi=pmix and a --gres=gpu:1 job (slurm_device.sh check);
 # grpo_slurm: sbatch sbatch/grpo_4gpu.sh on one GPU with a requeue mid-run (grpo_slurm_run.sh). Issue 21 asks:
 #   tests/gpu/device_all.sh run .carry-pack/.carry-all.txz slurm grpo_slurm
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 
 PROGS="tests/gpu/test_cuda_ops.c tests/gpu/test_cuda_model.c tests/gpu/test_cuda_attention.c tests/gpu/test_cuda_decode.c
 tests/gpu/test_nccl_dp.c tests/gpu/test_weight_transports.c tests/gpu/test_zero_cuda.c tests/gpu/test_offload_cuda.c
@@ -134,6 +138,27 @@ run() {
             for m in /tmp/cpt-agree/*/*/metrics.jsonl; do
                 [ -f "$m" ] && cp "$m" "$SUB/agree/$(basename "$(dirname "$(dirname "$m")")")-$(basename "$(dirname "$m")").jsonl"
             done ;;
+        learn) # bench/rl_learning.sh: its own OUT (data, SFT, runs); BUDGET_S there is its own (LEARN_BUDGET_S,
+            # default 470 s, less when this call's BUDGET_S leaves less); summary, logs and metrics in extra.tgz
+            local lb=${LEARN_BUDGET_S:-470} left to r
+            if [ -n "${BUDGET_S:-}" ]; then
+                left=$((BUDGET_S - ($(date +%s) - RUN_T0) - 90))
+                [ "$lb" -le "$left" ] || lb=$left
+            fi
+            stage learn 560 env OUT=/tmp/cpt-learn BUDGET_S="$lb" bench/rl_learning.sh run "$d"
+            mkdir -p "$SUB/learn"
+            cp /tmp/cpt-learn/learn_summary.* /tmp/cpt-learn/sft_stages.txt /tmp/cpt-learn/*.log /tmp/cpt-learn/*.json \
+               /tmp/cpt-learn/runs/*.log /tmp/cpt-learn/runs/*.json /tmp/cpt-learn/runs/timing.txt "$SUB/learn/" 2>/dev/null
+            for m in /tmp/cpt-learn/runs/*/metrics.jsonl /tmp/cpt-learn/trl/metrics.jsonl; do
+                [ -f "$m" ] && cp "$m" "$SUB/learn/$(basename "$(dirname "$m")").jsonl"
+            done
+            for r in /tmp/cpt-learn/runs/*/logs; do # each run's role logs (trainer, rollout, reward)
+                [ -d "$r" ] || continue
+                to=$SUB/learn/logs-$(basename "$(dirname "$r")")
+                mkdir -p "$to" && cp "$r"/*.log "$to/" 2>/dev/null
+            done
+            cp /tmp/cpt-learn/trl/summary.json "$SUB/learn/trl_summary.json" 2>/dev/null
+            cp /tmp/cpt-learn/learn_summary.* "$OUT/" 2>/dev/null ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
