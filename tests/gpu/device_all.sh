@@ -17,8 +17,9 @@
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck
 # learn.
 # decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
-# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda); offloadbench: a
-# train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench); exportcheck: transformers loads the committed export fixtures, plain and sharded
+# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda);
+# offloadbench: a train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench);
+# exportcheck: transformers loads the committed export fixtures, plain and sharded
 # (tests/fixtures/make_export_check.py; its output comes back as $OUT/export_logits.safetensors to commit).
 # learn: the learning benchmark of issue 22 (bench/rl_learning.sh run: SFT of a ~136M model, GRPO at LR and at lr 0
 # over 3 seeds, held-out accuracy before/after; its knobs as env, LEARN_BUDGET_S its budget); learn_summary.md and
