@@ -78,6 +78,7 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
     CUDA_OR_ERR(cudaSetDevice(o->ctx->device), "the offloaded optimizer");
     cpt_cuda_adamw_args a = *args;
     const size_t C = o->chunk;
+    const char *up = "the offload upload", *down = "the offload download";
     size_t si = 0, so = 0;
     for (int k = 0; si < n_segs; k++) {
         int b = k & 1;
@@ -90,9 +91,9 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
             const cpt_offload_piece &p = o->pieces[i];
             const cpt_cuda_offload_seg &s = segs[p.seg];
             size_t bytes = p.len * sizeof(float);
-            CUDA_OR_ERR(cudaMemcpyAsync(w + p.pos, s.w + p.off, bytes, cudaMemcpyHostToDevice, o->up), "the offload upload");
-            CUDA_OR_ERR(cudaMemcpyAsync(m + p.pos, s.m + p.off, bytes, cudaMemcpyHostToDevice, o->up), "the offload upload");
-            CUDA_OR_ERR(cudaMemcpyAsync(v + p.pos, s.v + p.off, bytes, cudaMemcpyHostToDevice, o->up), "the offload upload");
+            CUDA_OR_ERR(cudaMemcpyAsync(w + p.pos, s.w + p.off, bytes, cudaMemcpyHostToDevice, o->up), up);
+            CUDA_OR_ERR(cudaMemcpyAsync(m + p.pos, s.m + p.off, bytes, cudaMemcpyHostToDevice, o->up), up);
+            CUDA_OR_ERR(cudaMemcpyAsync(v + p.pos, s.v + p.off, bytes, cudaMemcpyHostToDevice, o->up), up);
         }
         CUDA_OR_ERR(cudaEventRecord(o->loaded[b], o->up), "the offload upload");
         /* update on the context's stream (after the backward that made the gradients) */
@@ -116,9 +117,9 @@ int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs
             const cpt_offload_piece &p = o->pieces[i];
             const cpt_cuda_offload_seg &s = segs[p.seg];
             size_t bytes = p.len * sizeof(float);
-            CUDA_OR_ERR(cudaMemcpyAsync(s.w + p.off, w + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), "the offload download");
-            CUDA_OR_ERR(cudaMemcpyAsync(s.m + p.off, m + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), "the offload download");
-            CUDA_OR_ERR(cudaMemcpyAsync(s.v + p.off, v + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), "the offload download");
+            CUDA_OR_ERR(cudaMemcpyAsync(s.w + p.off, w + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), down);
+            CUDA_OR_ERR(cudaMemcpyAsync(s.m + p.off, m + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), down);
+            CUDA_OR_ERR(cudaMemcpyAsync(s.v + p.off, v + p.pos, bytes, cudaMemcpyDeviceToHost, o->down), down);
         }
         CUDA_OR_ERR(cudaEventRecord(o->stored[b], o->down), "the offload download");
     }
