@@ -62,8 +62,6 @@ cpt_cuda_offload *cpt_cuda_offload_new(cpt_cuda_ctx *ctx, size_t chunk_floats, c
     return o;
 }
 
-size_t cpt_cuda_offload_device_bytes(const cpt_cuda_offload *o) { return 2 * 3 * o->chunk * sizeof(float); }
-
 static size_t seg_len(const void *ud, size_t i) { return ((const cpt_cuda_offload_seg *)ud)[i].n; }
 
 int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs, size_t n_segs,

@@ -124,7 +124,6 @@ typedef struct cpt_cuda_offload_seg {
 typedef struct cpt_cuda_offload cpt_cuda_offload;
 cpt_cuda_offload *cpt_cuda_offload_new(cpt_cuda_ctx *ctx, size_t chunk_floats, cpt_err *err);
 void cpt_cuda_offload_free(cpt_cuda_offload *o);
-size_t cpt_cuda_offload_device_bytes(const cpt_cuda_offload *o); /* the staging buffers */
 int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs, size_t n_segs,
                            const cpt_cuda_adamw_args *a, cpt_err *err);
 
