@@ -10,7 +10,13 @@
  * the backward and the optimizer of every step, minus what was in use before the model was placed (the CUDA
  * context itself); the maximum is printed.
  *
- * usage: cuda_train_bench [--shape 0.5b|1.5b] [--batch B] [--seq 2048] [--steps 10] [--warmup 3] [--wait-file F]
+ * usage: cuda_train_bench [--shape 0.5b|1.5b|3b|7b] [--batch B] [--seq 2048] [--steps 10] [--warmup 3]
+ *                         [--offload] [--recompute] [--wait-file F]
+ * Shapes: Qwen2.5-0.5B, -1.5B, -3B (hidden 2048, 36 layers, 16/2 heads, MLP 11008, tied, vocab 151936) and -7B
+ * (hidden 3584, 28 layers, 28/4 heads, MLP 18944, untied, vocab 152064). 3b and 7b fill their weights with a
+ * counter-based uniform draw of std 0.02 over all cores (the serial normal init of 7.6B floats takes minutes).
+ * --offload: train.optimizer_offload (fp32 master weights and AdamW moments in pinned host memory, streamed through
+ * the GPU at each step; the optimizer phase then is that stream). --recompute: train.recompute.
  * --wait-file: build the random model on the host, then wait until F exists before touching the GPU (the host
  * init of 1.5B weights takes tens of seconds; the script overlaps it with the PyTorch runs).
  * prints one line: cpt shape=... step_ms=... tokens_per_s=... mfu=... peak_gib=... */
@@ -34,6 +40,35 @@ static const char *arg_str(int argc, char **argv, const char *name, const char *
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], name)) return argv[i + 1];
     return dflt;
+}
+
+static int has_flag(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+/* Weights of std 0.02 (uniform, from a hash of the position: parallel and deterministic), norms 1, biases 0. */
+static void fast_init(cpt_model *m) {
+    for (size_t i = 0; i < cpt_model_num_params(m); i++) {
+        cpt_param *p = cpt_model_param(m, i);
+        size_t len = strlen(p->name);
+        float fill = len > 11 && !strcmp(p->name + len - 11, "norm.weight") ? 1.0f : 0.0f;
+        long long n = (long long)p->numel;
+        float *w = p->data;
+        if (p->ndim == 1) {
+            for (long long j = 0; j < n; j++) w[j] = fill;
+            continue;
+        }
+#pragma omp parallel for schedule(static)
+        for (long long j = 0; j < n; j++) {
+            uint64_t z = ((uint64_t)i << 40) + (uint64_t)j + 0x9E3779B97F4A7C15ull;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            z ^= z >> 31;
+            w[j] = (float)(((double)(z >> 11) / 9007199254740992.0 - 0.5) * 2.0 * 0.0346410161514); /* 0.02 sqrt 3 */
+        }
+    }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -73,14 +108,21 @@ int main(int argc, char **argv) {
         c.hidden_size = 896, c.num_layers = 24, c.num_heads = 14, c.intermediate_size = 4864;
     } else if (!strcmp(shape, "1.5b")) {
         c.hidden_size = 1536, c.num_layers = 28, c.num_heads = 12, c.intermediate_size = 8960;
+    } else if (!strcmp(shape, "3b")) {
+        c.hidden_size = 2048, c.num_layers = 36, c.num_heads = 16, c.intermediate_size = 11008;
+    } else if (!strcmp(shape, "7b")) {
+        c.hidden_size = 3584, c.num_layers = 28, c.num_heads = 28, c.num_kv_heads = 4, c.intermediate_size = 18944;
+        c.vocab_size = 152064;
     } else {
-        fprintf(stderr, "cuda_train_bench: --shape %s: expected 0.5b or 1.5b\n", shape);
+        fprintf(stderr, "cuda_train_bench: --shape %s: expected 0.5b, 1.5b, 3b or 7b\n", shape);
         return 2;
     }
+    int big = !strcmp(shape, "3b") || !strcmp(shape, "7b");
+    int offload = has_flag(argc, argv, "--offload"), recompute = has_flag(argc, argv, "--recompute");
     c.head_dim = c.hidden_size / c.num_heads;
-    c.rms_norm_eps = 1e-6f, c.rope_theta = 1000000.0f, c.qkv_bias = 1, c.tie_word_embeddings = 1;
+    c.rms_norm_eps = 1e-6f, c.rope_theta = 1000000.0f, c.qkv_bias = 1, c.tie_word_embeddings = strcmp(shape, "7b") != 0;
     c.max_position_embeddings = 32768, c.bos_token_id = -1, c.eos_token_id = -1;
-    int B = atoi(arg_str(argc, argv, "--batch", !strcmp(shape, "0.5b") ? "8" : "4"));
+    int B = atoi(arg_str(argc, argv, "--batch", !strcmp(shape, "0.5b") ? "8" : !big ? "4" : "1"));
     int T = atoi(arg_str(argc, argv, "--seq", "2048"));
     int steps = atoi(arg_str(argc, argv, "--steps", "10")), warmup = atoi(arg_str(argc, argv, "--warmup", "3"));
     if (B < 1 || T < 2 || steps < 1 || warmup < 0) {
@@ -89,8 +131,9 @@ int main(int argc, char **argv) {
     }
     cpt_err err;
     double t0 = cpt_now();
-    cpt_model *m = cpt_model_new_random(&c, 1, &err);
+    cpt_model *m = big ? cpt_model_new_zeros(&c, &err) : cpt_model_new_random(&c, 1, &err);
     if (!m) die("random model", &err);
+    if (big) fast_init(m);
     double t_init = cpt_now() - t0;
     const char *wait_file = arg_str(argc, argv, "--wait-file", NULL);
     while (wait_file && !cpt_path_exists(wait_file)) {
@@ -99,7 +142,8 @@ int main(int argc, char **argv) {
     }
     t0 = cpt_now();
     double base = used_gib(); /* the CUDA context alone (cudaMemGetInfo creates it) */
-    if (cpt_model_use_cuda(m, 0, &err)) die("cpt_model_use_cuda", &err);
+    if (cpt_model_set_host_master(m, offload, &err) || cpt_model_use_cuda(m, 0, &err)) die("cpt_model_use_cuda", &err);
+    cpt_model_set_recompute(m, recompute);
     double t_place = cpt_now() - t0;
     size_t np = 0;
     cpt_param **params = cpt_model_param_list(m, &np, &err);
@@ -107,6 +151,11 @@ int main(int argc, char **argv) {
     cpt_adamw_hparams hp = {0.9, 0.95, 1e-8, 0.1};
     cpt_adamw *opt = cpt_adamw_new(params, np, &hp, &err);
     if (!opt) die("AdamW", &err);
+    if (cpt_adamw_offloaded(opt) != offload) {
+        fprintf(stderr, "cuda_train_bench: --offload %d but the optimizer is %s\n", offload,
+                cpt_adamw_offloaded(opt) ? "offloaded" : "on the device");
+        return 1;
+    }
 
     train_batch tb;
     double *times = malloc(sizeof(double) * steps);
@@ -147,6 +196,8 @@ int main(int argc, char **argv) {
     double dt = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
     size_t n_params = cpt_model_numel(m);
     double flops = 6.0 * (double)n_params * N + 6.0 * c.num_layers * c.num_heads * c.head_dim * (double)T * T * B;
+    printf("cpt shape=%s offload=%d recompute=%d host_state_gib=%.1f\n", shape, offload, recompute,
+           offload ? 12.0 * (double)cpt_model_numel(m) / (1 << 30) : 4.0 * (double)cpt_model_numel(m) / (1 << 30));
     printf("cpt shape=%s params=%zu batch=%dx%d step_ms=%.1f (min %.1f max %.1f) tokens_per_s=%.0f mfu=%.3f "
            "peak_gib=%.2f loss_first=%.4f loss_last=%.4f init_s=%.1f place_s=%.1f\n",
            shape, n_params, B, T, dt * 1e3, times[0] * 1e3, times[steps - 1] * 1e3, N / dt, flops / dt / PEAK_FLOPS,

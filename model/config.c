@@ -256,3 +256,16 @@ int cpt_model_config_write(const cpt_model_config *c, const char *path, const ch
     free(text);
     return rc;
 }
+
+uint64_t cpt_model_config_numel(const cpt_model_config *c, int with_value_head) {
+    uint64_t C = (uint64_t)c->hidden_size, V = (uint64_t)c->vocab_size, I = (uint64_t)c->intermediate_size;
+    uint64_t D = (uint64_t)c->head_dim, HD = (uint64_t)c->num_heads * D, KD = (uint64_t)c->num_kv_heads * D;
+    uint64_t layer = C + (HD + 2 * KD) * C + HD * C + C + 3 * I * C; /* norms, q|k|v, o, gate|up|down */
+    if (c->qkv_bias) layer += HD + 2 * KD;
+    if (c->qk_norm) layer += 2 * D;
+    if (c->o_bias) layer += C;
+    uint64_t n = V * C + (uint64_t)c->num_layers * layer + C;
+    if (!c->tie_word_embeddings) n += V * C;
+    if (with_value_head) n += C;
+    return n;
+}

@@ -33,6 +33,15 @@ void cpt_model_set_recompute(cpt_model *m, int on) { m->recompute = on != 0; }
 
 int cpt_model_on_cuda(const cpt_model *m) { return m && m->cuda != NULL; }
 
+int cpt_model_set_host_master(cpt_model *m, int on, cpt_err *err) {
+    if ((m->cuda || m->cuda_infer) && m->host_master != (on != 0))
+        return cpt_errf(err, "the fp32 master weights' place is chosen before the model is placed on the GPU");
+    m->host_master = on != 0;
+    return 0;
+}
+
+int cpt_model_host_master(const cpt_model *m) { return m && m->host_master; }
+
 #ifndef CPT_HAVE_CUDA
 
 static int no_cuda(cpt_err *err) {
@@ -109,7 +118,8 @@ struct cpt_cuda_model {
     cpt_cuda_ctx *ctx;
     /* parameters: one allocation */
     void *pmem;
-    float *w, *g, *inv_freq;
+    float *w, *g, *inv_freq; /* w: NULL when the master weights stay on the host (host_master) */
+    int pinned;              /* m->data was moved into pinned memory (cudaHostAlloc) by this placement */
     bf16 *wb;
     double *norm_slots; /* [n_params] */
     /* activations: one allocation */
@@ -183,9 +193,30 @@ void cpt_cuda_model_free(cpt_cuda_model *cm) {
     free(cm);
 }
 
+/* The host master weights -> the bf16 copy, through a device staging buffer a chunk at a time (the same cast as
+ * a placement with device master weights, so the bf16 values agree bit for bit). */
+static int upload_host_master(cpt_model *m, cpt_err *err) {
+    cpt_cuda_model *cm = m->cuda;
+    size_t n = m->numel, chunk = (size_t)1 << 24;
+    if (chunk > n) chunk = n ? n : 1;
+    float *stage = cpt_cuda_malloc(chunk * sizeof(float), "staging the host master weights", err);
+    if (!stage) return -1;
+    int rc = 0;
+    for (size_t at = 0; at < n && !rc; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        /* the copy is ordered after the previous chunk's cast on the same stream, and waited for */
+        rc = cpt_cuda_memcpy_h2d(cm->ctx, stage, m->data + at, k * sizeof(float), err);
+        if (!rc) cpt_cuda_cast_bf16(cm->ctx, TB1(cm->wb + at, (int64_t)k), TF1(stage, (int64_t)k));
+    }
+    if (!rc) rc = cpt_cuda_sync(cm->ctx, err);
+    cpt_cuda_free(stage);
+    return rc ? cpt_err_prefix(err, "uploading the weights") : 0;
+}
+
 static int cuda_sync_to_device(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     if (!cm) return 0;
+    if (!cm->w) return upload_host_master(m, err);
     size_t n = m->numel;
     if (cpt_cuda_memcpy_h2d(cm->ctx, cm->w, m->data, n * sizeof(float), err))
         return cpt_err_prefix(err, "uploading the weights");
@@ -197,6 +228,7 @@ static int cuda_wait(cpt_model *m, cpt_err *err) { return m->cuda ? cpt_cuda_syn
 
 int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
+    if (cm && !cm->w) return 0; /* the host weights are the master (the offloaded optimizer updated them) */
     if (cm && cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err))
         return cpt_err_prefix(err, "copying the weights to the host");
     return 0;
@@ -205,13 +237,36 @@ int cpt_cuda_model_pull_weights(cpt_model *m, cpt_err *err) {
 static int cuda_sync_to_host(cpt_model *m, cpt_err *err) {
     cpt_cuda_model *cm = m->cuda;
     if (!cm) return 0;
-    if (cpt_model_grads_settle(m, err) || cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err) ||
+    if (cpt_model_grads_settle(m, err) ||
+        (cm->w && cpt_cuda_memcpy_d2h(cm->ctx, m->data, cm->w, m->numel * sizeof(float), err)) ||
         cpt_cuda_memcpy_d2h(cm->ctx, m->grad, cm->g, m->numel * sizeof(float), err))
         return cpt_err_prefix(err, "copying the weights to the host");
     return 0;
 }
 
+/* The host weights into (pin = 1) or out of (pin = 0) pinned memory: a new array, the params repointed. Pinned
+ * memory is allocated apart (not registered in place), so two models' arrays never share a locked page. */
+static int move_host_weights(cpt_model *m, int pin, cpt_err *err) {
+    size_t b = m->numel * sizeof(float);
+    float *dst = pin ? cpt_cuda_host_alloc(b, "the fp32 master weights (train.optimizer_offload)", err)
+                     : malloc(b ? b : 1);
+    if (!dst) return pin ? -1 : cpt_errf(err, "out of memory for the host weights");
+    memcpy(dst, m->data, b);
+    if (pin) free(m->data);
+    else cpt_cuda_host_free(m->data);
+    m->data = dst;
+    for (size_t i = 0; i < m->n_params; i++) m->params[i].data = m->data + m->offsets[i];
+    return 0;
+}
+
+/* Only cpt_model_free releases, and it frees m->data next with free(): a pinned array goes back here instead. */
 static void cuda_release(cpt_model *m) {
+    if (m->cuda && m->cuda->pinned) {
+        cpt_cuda_sync(m->cuda->ctx, NULL);
+        cpt_cuda_host_free(m->data);
+        m->data = NULL;
+        for (size_t i = 0; i < m->n_params; i++) m->params[i].data = NULL;
+    }
     cpt_cuda_model_free(m->cuda);
     m->cuda = NULL;
 }
@@ -239,12 +294,16 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
     carver cv = {NULL, 0};
     for (int pass = 0; pass < 2; pass++) {
         cv.off = 0;
-        cm->w = take(&cv, n * sizeof(float));
+        cm->w = m->host_master ? NULL : take(&cv, n * sizeof(float));
         cm->g = take(&cv, n * sizeof(float));
         cm->wb = take(&cv, n * sizeof(bf16));
         cm->inv_freq = take(&cv, sizeof(float) * (size_t)(c->head_dim / 2));
         cm->norm_slots = take(&cv, sizeof(double) * m->n_params);
         if (pass == 0 && !(cv.base = cm->pmem = cpt_cuda_malloc(cv.off, "the model's parameters", err))) goto fail;
+    }
+    if (m->host_master) {
+        if (move_host_weights(m, 1, err)) goto fail;
+        cm->pinned = 1;
     }
     m->cuda = cm;
     if (build_zero_runs(m, err) || cuda_sync_to_device(m, err)) goto fail_placed;
@@ -256,6 +315,13 @@ int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err) {
     return 0;
 fail_placed:
     m->cuda = NULL;
+    if (cm->pinned) { /* the model stays a host model: its weights back in ordinary memory */
+        cpt_err e;
+        if (move_host_weights(m, 0, &e)) {
+            fprintf(stderr, "cpt cuda model: %s\n", e.msg);
+            abort();
+        }
+    }
 fail:
     cpt_cuda_model_free(cm);
     return cpt_err_prefix(err, "placing the model on CUDA device %d", device);
@@ -270,7 +336,7 @@ int cpt_model_cuda_param(cpt_model *m, const cpt_param *p, cpt_cuda_param_view *
     }
     size_t off = (size_t)(p->data - m->data);
     v->ctx = m->cuda->ctx;
-    v->data = m->cuda->w + off;
+    v->data = m->cuda->w ? m->cuda->w + off : NULL; /* NULL: the master weights are on the host (p->data) */
     v->grad = m->cuda->g + off;
     v->data_bf16 = m->cuda->wb + off;
     return 0;

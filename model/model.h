@@ -32,6 +32,9 @@ typedef struct cpt_model_config {
 
 /* Parses HF_DIR/config.json; an unknown architecture or a missing field is an error naming it. */
 int cpt_model_config_load(const char *hf_dir, cpt_model_config *cfg, cpt_err *err);
+/* Parameters (floats) a model of this shape holds, without building it: the layout of model/params.c (a value
+ * head adds hidden_size). For memory estimates of shapes too big to allocate here. */
+uint64_t cpt_model_config_numel(const cpt_model_config *c, int with_value_head);
 /* The same from bytes in memory (name is used in messages): the fuzzed entry point. */
 int cpt_model_config_parse(const char *json, size_t len, const char *name, cpt_model_config *cfg, cpt_err *err);
 /* Writes config.json for cfg (for exports), atomically. */
@@ -52,6 +55,8 @@ typedef struct cpt_model cpt_model;
 
 cpt_model *cpt_model_load(const char *hf_dir, cpt_err *err); /* config.json + safetensors (sharded too) */
 cpt_model *cpt_model_new_random(const cpt_model_config *cfg, uint64_t seed, cpt_err *err);
+/* The same shape with every weight zero (no initialisation pass: benches of big shapes fill it themselves). */
+cpt_model *cpt_model_new_zeros(const cpt_model_config *cfg, cpt_err *err);
 void cpt_model_free(cpt_model *m);
 const cpt_model_config *cpt_model_cfg(const cpt_model *m);
 size_t cpt_model_num_params(const cpt_model *m); /* number of parameter tensors */
@@ -114,6 +119,13 @@ void cpt_model_zero_grad(cpt_model *m);
  * with a message saying so. */
 int cpt_model_use_cuda(cpt_model *m, int device, cpt_err *err);
 int cpt_model_on_cuda(const cpt_model *m);
+/* Before cpt_model_use_cuda (train.optimizer_offload): the placement keeps the fp32 master weights on the host
+ * instead of the device. The host weights move into pinned memory (cudaHostAlloc; param->data is repointed, so
+ * take it from the param after placing) and are the master (trainer/optim.c's offloaded AdamW updates them in
+ * place); the GPU holds the bf16 copy and the fp32 gradients only. Sync to host then copies the gradients, sync to
+ * device casts the host weights up chunk by chunk. Changing it once placed is refused. */
+int cpt_model_set_host_master(cpt_model *m, int on, cpt_err *err);
+int cpt_model_host_master(const cpt_model *m);
 /* The inference placement (the rollout's generation, model/cuda_decoder.c): only a bf16 copy of the weights on
  * CUDA device `device`, no gradients; cpt_decoder_new runs there, forward and backward refuse. cpt_model_sync_to_device
  * (and cpt_model_load_weights) upload the host weights again. */

@@ -78,6 +78,7 @@ struct cpt_model {
     cpt_grads_ready_fn grads_ready; /* cpt_model_set_grads_ready */
     void *grads_ready_ud;
     int recompute; /* CUDA training forward keeps only each layer input; the backward recomputes the layer */
+    int host_master; /* cpt_model_set_host_master: a CUDA placement keeps the fp32 weights on the host, pinned */
 };
 
 /* model/config.c */

@@ -170,6 +170,10 @@ cpt_model *cpt_model_new_random(const cpt_model_config *cfg, uint64_t seed, cpt_
     return m;
 }
 
+cpt_model *cpt_model_new_zeros(const cpt_model_config *cfg, cpt_err *err) {
+    return model_alloc(cfg, 0, "model config", err);
+}
+
 static int read_param(cpt_param *p, const cpt_st_file *f, const char *where, cpt_err *err) {
     const cpt_st_tensor *t = cpt_st_find(f, p->name);
     if (!t) return cpt_errf(err, "%s: missing tensor \"%s\"", where, p->name);

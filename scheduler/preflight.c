@@ -26,6 +26,7 @@
 #include "scheduler/satellite.h"
 #include "trainer/online_defaults.h"
 #include "trainer/rl_data.h"
+#include "trainer/train_memory.h"
 #include "weights/devices.h"
 
 static void line(cpt_preflight *p, const char *tag, const char *what, const char *fmt, ...)
@@ -200,6 +201,84 @@ static void check_model(cpt_preflight *p) {
         return;
     }
     check_model_dir(p, "model", cpt_cfg_str(c, "model.path"));
+}
+
+/* The policy's shape as the trainer will build it: config.json of model.path, or the model.* keys (a random model's
+ * vocabulary from model.vocab_size; 0 when the tokenizer gives it). -1 when it cannot be read (the model line says
+ * why). */
+static int policy_shape(cpt_preflight *p, cpt_model_config *mc) {
+    const cpt_config *c = p->cfg;
+    memset(mc, 0, sizeof *mc);
+    if (strcmp(cpt_cfg_str(c, "model.init"), "random")) {
+        char dir[4200];
+        cpt_err err;
+        model_folder(cpt_cfg_str(c, "model.path"), dir, sizeof dir);
+        return is_dir(dir) && cpt_model_config_load(dir, mc, &err) == 0 ? 0 : -1;
+    }
+    const char *arch = cpt_cfg_str(c, "model.arch");
+    mc->vocab_size = (int)(p->model_vocab > 0 ? p->model_vocab : cpt_cfg_int(c, "model.vocab_size"));
+    mc->hidden_size = (int)cpt_cfg_int(c, "model.hidden_size");
+    mc->intermediate_size = (int)cpt_cfg_int(c, "model.intermediate_size");
+    mc->num_layers = (int)cpt_cfg_int(c, "model.num_layers");
+    mc->num_heads = (int)cpt_cfg_int(c, "model.num_heads");
+    mc->num_kv_heads = (int)cpt_cfg_int(c, "model.num_kv_heads");
+    if (!mc->num_kv_heads) mc->num_kv_heads = mc->num_heads;
+    if (mc->num_heads <= 0) return -1;
+    mc->head_dim = mc->hidden_size / mc->num_heads;
+    mc->tie_word_embeddings = cpt_cfg_bool(c, "model.tie_word_embeddings");
+    mc->qkv_bias = strcmp(arch, "qwen3") && strcmp(arch, "llama");
+    mc->qk_norm = !strcmp(arch, "qwen3");
+    return 0;
+}
+
+/* Memory of CUDA device `dev` from nvidia-smi, 0 when unknown. No CUDA context is made here: the launcher that runs
+ * preflight lives as long as the run and would hold it. The index is nvidia-smi's (CUDA_VISIBLE_DEVICES aside). */
+static uint64_t gpu_memory(long dev) {
+    char cmd[160], buf[64];
+    snprintf(cmd, sizeof cmd, "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i %ld 2>/dev/null",
+             dev);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    unsigned long long mib = 0;
+    if (!fgets(buf, sizeof buf, f) || sscanf(buf, "%llu", &mib) != 1) mib = 0;
+    pclose(f);
+    return (uint64_t)mib << 20;
+}
+
+/* The trainer's model state (weights, gradients, AdamW) against the GPU's and the host's memory. */
+static void check_train_memory(cpt_preflight *p) {
+    const cpt_config *c = p->cfg;
+    int offload = cpt_cfg_bool(c, "train.optimizer_offload");
+    if (!p->dev_ok) return;
+    if (strcmp(p->dev.train, "cuda")) {
+        if (offload)
+            line(p, "FAIL", "memory", "train.optimizer_offload = true needs train.device = cuda (it moves the GPU's "
+                 "optimizer state to host memory; a CPU trainer's state is in host memory already): set it false");
+        return;
+    }
+    if (offload && cpt_cfg_int(c, "train.zero")) {
+        line(p, "FAIL", "memory", "train.optimizer_offload = true with train.zero = 1 is not supported: use one of them");
+        return;
+    }
+    cpt_model_config mc;
+    if (policy_shape(p, &mc)) return;
+    int world = cpt_cfg_int(c, "train.zero") ? (int)cpt_cfg_int(c, "slurm.trainer_tasks") : 1;
+    cpt_train_memory m;
+    cpt_train_memory_estimate(cpt_model_config_numel(&mc, 0), offload, world, &m);
+    long ps = sysconf(_SC_PAGESIZE), np = sysconf(_SC_PHYS_PAGES);
+    uint64_t host = p->slurm || ps <= 0 || np <= 0 ? 0 : (uint64_t)ps * (uint64_t)np; /* under Slurm: another node */
+    uint64_t gpu = p->slurm ? 0 : gpu_memory((long)cpt_cfg_int(c, "train.cuda_device"));
+    char msg[512];
+    cpt_mem_verdict v = cpt_train_memory_check(&m, gpu, host, msg, sizeof msg);
+    const double G = 1 << 30;
+    char staging[64] = "";
+    if (offload) snprintf(staging, sizeof staging, ", staging buffers %.2f GiB (GPU)", m.staging / G);
+    line(p, v == CPT_MEM_NO_FIT ? "FAIL" : v == CPT_MEM_TIGHT ? "warn" : "ok", "memory",
+         "policy %.2fB params: GPU bf16 weights %.1f GiB, fp32 grads %.1f GiB, fp32 master %.1f GiB %s, AdamW moments "
+         "%.1f GiB %s%s; %s", m.params / 1e9, m.weights_bf16 / G, m.grads / G, 4.0 * m.params / G,
+         offload ? "(host, pinned)" : "(GPU)", 8.0 * m.params / G / (offload ? 1 : world),
+         offload ? "(host, pinned)" : world > 1 ? "(GPU, this rank's shard)" : "(GPU)",
+         staging, msg);
 }
 
 static void check_tokenizer(cpt_preflight *p) {
@@ -741,6 +820,7 @@ int cpt_preflight_run(cpt_preflight *p) {
     check_devices(p);
     check_model(p);
     check_tokenizer(p);
+    check_train_memory(p);
     check_data_file(p, "data.train", 1);
     check_data_file(p, "data.eval", 0);
     if (is_online(algo)) {

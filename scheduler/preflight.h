@@ -3,7 +3,7 @@
  *
  * Checks: where each role runs (train.device, rollout.device, weights.transport with auto resolved: by slurm.*_gpus
  * under Slurm, by the GPUs this process sees otherwise; a GPU held but used by no role is a warning), the model (HF folder: config.json parses and safetensors open; or model.init = random), the tokenizer
- * loads, the data files parse in the format the method needs, the reward builds (online methods), the roles the
+ * loads, the trainer's model-state memory fits the GPU and the host (trainer/train_memory.h), the data files parse in the format the method needs, the reward builds (online methods), the roles the
  * method needs and their programs, redis-server (online, private queue), and the resources the roles ask
  * (slurm.* x roles) against Slurm's allocation (SLURM_* environment) or this machine. */
 #ifndef CPT_SCHEDULER_PREFLIGHT_H

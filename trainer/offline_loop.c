@@ -149,7 +149,9 @@ int cpt_offline_place(cpt_offline *o, cpt_model *m, const char *what, int attach
         cpt_info("%s: data parallel rank %d/%d on the CPU (%s)", o->name, o->rank, o->world, cpt_dp_library(o->dp));
         return 0;
     }
-    if (cpt_model_use_cuda(m, o->dp_device, err)) return cpt_err_prefix(err, "%s, rank %d", what, o->rank);
+    if ((cpt_cfg_bool(o->cfg, "train.optimizer_offload") && cpt_model_set_host_master(m, 1, err)) ||
+        cpt_model_use_cuda(m, o->dp_device, err))
+        return cpt_err_prefix(err, "%s, rank %d", what, o->rank);
     cpt_model_set_recompute(m, cpt_cfg_bool(o->cfg, "train.recompute"));
     if (!attach) return 0;
     if (cpt_dp_attach_model(o->dp, m, err)) return -1;

@@ -148,7 +148,9 @@ static int place(online_ctx *c, cpt_model *m, const char *what, cpt_err *err) {
         return cpt_errf(err, "weights.transport = \"cuda_ipc\" announces train.cuda_device = %d, but trainer rank 0 "
                         "of %d runs on CUDA device %d (its local rank): set train.cuda_device = %d",
                         (int)cpt_cfg_int(c->cfg, "train.cuda_device"), c->world, d, d);
-    if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s, trainer rank %d", what, c->rank);
+    if ((cpt_cfg_bool(c->cfg, "train.optimizer_offload") && cpt_model_set_host_master(m, 1, err)) ||
+        cpt_model_use_cuda(m, d, err))
+        return cpt_err_prefix(err, "%s, trainer rank %d", what, c->rank);
     cpt_model_set_recompute(m, cpt_cfg_bool(c->cfg, "train.recompute"));
     cpt_info("%s: trainer rank %d/%d on CUDA device %d", what, c->rank, c->world, d);
     return 0;

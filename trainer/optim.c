@@ -148,11 +148,19 @@ void cpt_adamw_free(cpt_adamw *o) {
 #ifdef CPT_HAVE_CUDA
     cpt_cuda_free(o->dev_m);
     cpt_cuda_free(o->dev_v);
+    cpt_cuda_offload_free(o->offload);
+    if (o->pinned_m) { /* m[i] and v[i] are views into the pinned arrays */
+        cpt_cuda_host_free(o->pinned_m);
+        cpt_cuda_host_free(o->pinned_v);
+        o->pinned_m = o->pinned_v = NULL;
+        for (size_t i = 0; i < o->n; i++) o->m[i] = o->v[i] = NULL;
+    }
 #endif
+    free(o->segs);
     free(o->dev_off);
-    for (size_t i = 0; i < o->n; i++) {
-        if (o->m) free(o->m[i]);
-        if (o->v) free(o->v[i]);
+    for (size_t i = 0; o->m && o->v && i < o->n; i++) {
+        free(o->m[i]);
+        free(o->v[i]);
     }
     free(o->m);
     free(o->v);
@@ -171,8 +179,38 @@ static int ensure_host(cpt_adamw *o) {
     return 0;
 }
 
+#ifdef CPT_HAVE_CUDA
+/* The offloaded state: pinned host moments (filled from the host arrays when they exist, else zero) and the
+ * streamer with its staging buffers on the model's device. */
+static int ensure_offload(cpt_adamw *o, cpt_model *dm, size_t total, cpt_err *err) {
+    size_t b = (total ? total : 1) * sizeof(float);
+    if (!(o->pinned_m = cpt_cuda_host_alloc(b, "the AdamW first moments (offloaded)", err)) ||
+        !(o->pinned_v = cpt_cuda_host_alloc(b, "the AdamW second moments (offloaded)", err)))
+        return cpt_err_prefix(err, "adamw, train.optimizer_offload");
+    memset(o->pinned_m, 0, b);
+    memset(o->pinned_v, 0, b);
+    for (size_t i = 0; i < o->n; i++) {
+        size_t k = o->params[i]->numel * sizeof(float);
+        if (o->m[i]) memcpy(o->pinned_m + o->dev_off[i], o->m[i], k);
+        if (o->v[i]) memcpy(o->pinned_v + o->dev_off[i], o->v[i], k);
+        free(o->m[i]);
+        free(o->v[i]);
+        o->m[i] = o->pinned_m + o->dev_off[i];
+        o->v[i] = o->pinned_v + o->dev_off[i];
+    }
+    if (!(o->segs = calloc(o->n ? o->n : 1, sizeof(cpt_cuda_offload_seg)))) return cpt_errf(err, "adamw: out of memory");
+    if (!o->offload_chunk) o->offload_chunk = CPT_ADAMW_OFFLOAD_CHUNK;
+    cpt_cuda_param_view v = view_of(dm, o->params[0]);
+    if (!(o->offload = cpt_cuda_offload_new(v.ctx, o->offload_chunk, err)))
+        return cpt_err_prefix(err, "adamw, train.optimizer_offload: the staging buffers");
+    o->dev_model = dm;
+    return 0;
+}
+#endif
+
 /* Moments on the device when the params' model is there: allocated on first need and filled from the host
- * arrays when they exist (an optimizer made, or loaded, before the model moved), else zero. */
+ * arrays when they exist (an optimizer made, or loaded, before the model moved), else zero. A model that keeps
+ * its master weights on the host gets the offloaded state instead. */
 static int ensure_device(cpt_adamw *o, cpt_err *err) {
     cpt_model *dm = device_model(o->params, o->n);
     if (!dm || o->dev_model == dm) return 0;
@@ -181,6 +219,7 @@ static int ensure_device(cpt_adamw *o, cpt_err *err) {
     size_t total = 0;
     if (!(o->dev_off = malloc(sizeof(size_t) * (o->n ? o->n : 1)))) return cpt_errf(err, "adamw: out of memory");
     for (size_t i = 0; i < o->n; i++) o->dev_off[i] = total, total += o->params[i]->numel;
+    if (cpt_model_host_master(dm)) return ensure_offload(o, dm, total, err);
     if (!(o->dev_m = cpt_cuda_malloc(total * sizeof(float), "AdamW first moments", err)) ||
         !(o->dev_v = cpt_cuda_malloc(total * sizeof(float), "AdamW second moments", err)))
         return -1;
@@ -205,7 +244,7 @@ static int ensure_device(cpt_adamw *o, cpt_err *err) {
 /* Device moments -> host arrays (before a save). */
 static int pull_moments(const cpt_adamw *o, cpt_err *err) {
 #ifdef CPT_HAVE_CUDA
-    if (!o->dev_model) return 0;
+    if (!o->dev_model || o->pinned_m) return 0; /* offloaded: the host arrays are the state */
     if (ensure_host((cpt_adamw *)o)) return cpt_errf(err, "adamw: out of memory for the host copy of the moments");
     cpt_cuda_param_view v = view_of(o->dev_model, o->params[0]);
     for (size_t i = 0; i < o->n; i++) {
@@ -251,11 +290,44 @@ oom:
     return NULL;
 }
 
+int cpt_adamw_offloaded(const cpt_adamw *o) { return o->pinned_m != NULL; }
+
+int cpt_adamw_set_offload_chunk(cpt_adamw *o, size_t floats, cpt_err *err) {
+    if (floats == 0) return cpt_errf(err, "adamw: an offload chunk of 0 floats");
+    o->offload_chunk = floats;
 #ifdef CPT_HAVE_CUDA
+    if (o->offload) {
+        cpt_cuda_param_view v = view_of(o->dev_model, o->params[0]);
+        cpt_cuda_offload_free(o->offload);
+        if (!(o->offload = cpt_cuda_offload_new(v.ctx, floats, err)))
+            return cpt_err_prefix(err, "adamw, train.optimizer_offload: the staging buffers");
+    }
+#endif
+    return 0;
+}
+
+#ifdef CPT_HAVE_CUDA
+/* The offloaded update: each param's host master weights and moments stream through the GPU (adamw_offload.cu). */
+static void offload_step(cpt_adamw *o, const cpt_cuda_adamw_args *a) {
+    cpt_cuda_offload_seg *segs = o->segs;
+    for (size_t i = 0; i < o->n; i++) {
+        cpt_param *p = o->params[i];
+        cpt_cuda_param_view v = view_of(o->dev_model, p);
+        segs[i] = (cpt_cuda_offload_seg){.w = p->data, .m = o->m[i], .v = o->v[i], .grad = v.grad,
+                                         .w_bf16 = v.data_bf16, .n = p->numel, .no_decay = p->no_decay};
+    }
+    cpt_err e;
+    if (cpt_cuda_adamw_offload(o->offload, segs, o->n, a, &e)) fail_cuda("adamw, train.optimizer_offload", &e);
+}
+
 static void device_step(cpt_adamw *o, double lr) {
     cpt_err e;
     if (ensure_device(o, &e)) fail_cuda("adamw", &e);
     cpt_cuda_adamw_args a = {lr, o->hp.beta1, o->hp.beta2, o->hp.eps, o->hp.weight_decay, o->step, 0};
+    if (o->pinned_m) {
+        offload_step(o, &a);
+        return;
+    }
     for (size_t i = 0; i < o->n; i++) {
         cpt_param *p = o->params[i];
         cpt_cuda_param_view v = view_of(o->dev_model, p);
@@ -364,7 +436,7 @@ int cpt_adamw_load(cpt_adamw *o, const char *path, cpt_err *err) {
     o->step = s;
     rc = 0;
 #ifdef CPT_HAVE_CUDA
-    if (o->dev_model) {
+    if (o->dev_model && !o->pinned_m) { /* offloaded: loaded in place into the pinned host state */
         cpt_cuda_param_view v = view_of(o->dev_model, o->params[0]);
         for (size_t i = 0; i < o->n && !rc; i++) {
             size_t b = o->params[i]->numel * sizeof(float);
@@ -389,11 +461,20 @@ cpt_param **cpt_model_param_list(cpt_model *m, size_t *n, cpt_err *err) {
 
 int cpt_trainer_place_model(const cpt_config *cfg, cpt_model *m, const char *what, cpt_err *err) {
     const char *dev = cpt_device_resolve(cfg, "train.device");
-    if (!strcmp(dev, "cpu")) return 0;
+    int offload = cpt_cfg_bool(cfg, "train.optimizer_offload");
+    if (!strcmp(dev, "cpu")) {
+        if (offload)
+            return cpt_errf(err, "%s: train.optimizer_offload = true needs train.device = \"cuda\" (it moves the GPU's "
+                                 "optimizer state to host memory; a CPU trainer's state is on the host already)", what);
+        return 0;
+    }
     if (strcmp(dev, "cuda")) return cpt_errf(err, "train.device is \"%s\" (expected auto, cpu or cuda)", dev);
+    if (offload && cpt_cfg_int(cfg, "train.zero"))
+        return cpt_errf(err, "%s: train.optimizer_offload = true with train.zero = 1 is not supported: use one of them", what);
     int d = (int)cpt_cfg_int(cfg, "train.cuda_device");
+    if (offload && cpt_model_set_host_master(m, 1, err)) return cpt_err_prefix(err, "%s", what);
     if (cpt_model_use_cuda(m, d, err)) return cpt_err_prefix(err, "%s: train.device = \"cuda\"", what);
     cpt_model_set_recompute(m, cpt_cfg_bool(cfg, "train.recompute"));
-    cpt_info("%s: on CUDA device %d", what, d);
+    cpt_info("%s: on CUDA device %d%s", what, d, offload ? " (fp32 master weights and AdamW moments in host memory)" : "");
     return 0;
 }

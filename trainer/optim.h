@@ -61,11 +61,25 @@ typedef struct cpt_adamw {
     struct cpt_model *dev_model;
     float *dev_m, *dev_v;
     size_t *dev_off; /* [n] element offset of each param's moments */
+    /* train.optimizer_offload: when the model keeps its fp32 master weights on the host (cpt_model_set_host_master)
+     * the moments live in pinned host memory, flat in param order (m[i] and v[i] point into it; no dev_m / dev_v),
+     * and each step streams master weights and moments through the GPU in chunks (kernels/cuda/adamw_offload.cu):
+     * the same arithmetic as the device path, the same checkpoint files. */
+    float *pinned_m, *pinned_v;
+    void *offload;        /* cpt_cuda_offload * */
+    void *segs;           /* cpt_cuda_offload_seg [n], rebuilt each step */
+    size_t offload_chunk; /* floats per staging array (cpt_adamw_set_offload_chunk) */
 } cpt_adamw;
 
 /* params must stay valid for the optimizer's life. */
 cpt_adamw *cpt_adamw_new(cpt_param *const *params, size_t n, const cpt_adamw_hparams *hp, cpt_err *err);
 void cpt_adamw_free(cpt_adamw *o);
+/* Whether the state is offloaded to pinned host memory (the params' model keeps its master weights on the host). */
+int cpt_adamw_offloaded(const cpt_adamw *o);
+/* The offloaded step's chunk: floats of each of the three arrays (master, m, v) per staging buffer; two buffers
+ * live on the GPU. Default CPT_ADAMW_OFFLOAD_CHUNK. Only meaningful when offloaded. */
+#define CPT_ADAMW_OFFLOAD_CHUNK ((size_t)1 << 24)
+int cpt_adamw_set_offload_chunk(cpt_adamw *o, size_t floats, cpt_err *err);
 /* One update with learning rate lr from the current grads (grads are left as they are). */
 void cpt_adamw_step(cpt_adamw *o, double lr);
 

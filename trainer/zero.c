@@ -164,6 +164,11 @@ cpt_zero *cpt_zero_new(cpt_model *m, cpt_dp *dp, const cpt_adamw_hparams *hp, cp
                  hp->beta2, hp->eps, hp->weight_decay);
         return NULL;
     }
+    if (cpt_model_host_master(m)) {
+        cpt_errf(err, "zero: train.zero = 1 with train.optimizer_offload = true is not supported (the sharded step "
+                      "updates device master weights): use one of them");
+        return NULL;
+    }
     cpt_zero *z = calloc(1, sizeof *z);
     if (!z) goto oom;
     z->hp = *hp;

@@ -109,6 +109,24 @@ typedef struct cpt_cuda_adamw_args {
 void cpt_cuda_adamw(cpt_cuda_ctx *ctx, cpt_tensor param, cpt_tensor param_bf16, cpt_tensor grad, cpt_tensor m,
                     cpt_tensor v, const cpt_cuda_adamw_args *a);
 
+/* AdamW with the state in pinned host memory (kernels/cuda/adamw_offload.cu): each segment's fp32 master weights
+ * and moments stream through two device staging buffers of chunk_floats floats per array (uploads, updates and
+ * downloads of successive chunks overlap), are updated with cpt_cuda_adamw's arithmetic (bitwise the same) and
+ * written back; the bf16 copy is written on the device. The update runs on ctx's stream after the work queued
+ * there (the backward); the call returns once the host state is written. a->no_decay is taken from each segment. */
+typedef struct cpt_cuda_offload_seg {
+    float *w, *m, *v;  /* host (pinned for the copies to overlap), n floats each, updated in place */
+    const float *grad; /* device fp32 */
+    void *w_bf16;      /* device bf16 receiving the updated weights, or NULL */
+    size_t n;
+    int no_decay;
+} cpt_cuda_offload_seg;
+typedef struct cpt_cuda_offload cpt_cuda_offload;
+cpt_cuda_offload *cpt_cuda_offload_new(cpt_cuda_ctx *ctx, size_t chunk_floats, cpt_err *err);
+void cpt_cuda_offload_free(cpt_cuda_offload *o);
+int cpt_cuda_adamw_offload(cpt_cuda_offload *o, const cpt_cuda_offload_seg *segs, size_t n_segs,
+                           const cpt_cuda_adamw_args *a, cpt_err *err);
+
 /* ---- attention (kernels/cuda/attention.cu) ---------------------------------------------------------------- */
 
 /* The head sizes every attention kernel here takes (training forward and backward, paged decode v1 falls back to

@@ -14,9 +14,12 @@
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
 # decodeprof decodeprof15 grpo
-# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero exportcheck learn.
+# grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck
+# learn.
 # decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
-# GPU (test_zero_cuda); exportcheck: transformers loads the committed export fixtures, plain and sharded
+# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda);
+# offloadbench: a train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench);
+# exportcheck: transformers loads the committed export fixtures, plain and sharded
 # (tests/fixtures/make_export_check.py; its output comes back as $OUT/export_logits.safetensors to commit).
 # learn: the learning benchmark of issue 22 (bench/rl_learning.sh run: SFT of a ~136M model, GRPO at LR and at lr 0
 # over 3 seeds, held-out accuracy before/after; its knobs as env, LEARN_BUDGET_S its budget); learn_summary.md and
@@ -30,7 +33,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 PROGS="tests/gpu/test_cuda_ops.c tests/gpu/test_cuda_model.c tests/gpu/test_cuda_attention.c tests/gpu/test_cuda_decode.c
-tests/gpu/test_nccl_dp.c tests/gpu/test_weight_transports.c tests/gpu/test_zero_cuda.c bench/cuda_train_bench.c
+tests/gpu/test_nccl_dp.c tests/gpu/test_weight_transports.c tests/gpu/test_zero_cuda.c tests/gpu/test_offload_cuda.c
+bench/cuda_train_bench.c
 bench/decode_bench.c"
 
 build() {
@@ -105,6 +109,10 @@ run() {
         xport) stage xport 180 "$d/test_weight_transports" ;;
         decodetest) stage decodetest 180 "$d/test_cuda_decode" ;;
         zero) stage zero 120 "$d/test_zero_cuda" ;;
+        offload) stage offload 120 "$d/test_offload_cuda" ;;
+        offloadbench) # a train step of the 3B shape plain and offloaded, and of the 7B shape offloaded
+            stage offloadbench 420 bash -c "for a in '3b' '3b --offload' '7b --offload'; do \
+                \"$d/cuda_train_bench\" --shape \$a --recompute --steps 3 --warmup 1 || echo \"rc=\$? for \$a\"; done" ;;
         exportcheck) stage exportcheck 120 python3 tests/fixtures/make_export_check.py tests/fixtures/adamw/export \
             "$OUT/export_logits.safetensors" tests/fixtures/adamw/export_sharded ;;
         # the generate fixture through `cpt generate --device cuda`; OLD_DIR=another build folder (unpacked): the
