@@ -27,6 +27,10 @@ cd "$(dirname "$0")/../.."
 PMIX_PREFIX=/usr/lib/x86_64-linux-gnu/pmix2
 GLIBC='/(libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libnsl|libnss_[a-z]*|libBrokenLocale)\.so|ld-linux|linux-vdso'
 
+# the machine's CPUs: nproc alone honours OMP_NUM_THREADS (grpo_slurm_run.sh sets 1, and a 1-CPU node never
+# started the 3-task GRPO job)
+cpus_here() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
+
 carried() { # CARRY: the carried Slurm's folder, checked
   local s
   s=$(cd "$1" && pwd)/slurm
@@ -64,7 +68,7 @@ start() {
   if [ "${MODE:-gpu}" != cpu ]; then
     local file=/dev/nvidia0
     [ -e "$file" ] || file=/dev/null
-    gres=gpu:1 gres_conf=$'AutoDetect=off\n'"Name=gpu File=$file" cpus=${CLUSTER_CPUS:-$(nproc)}
+    gres=gpu:1 gres_conf=$'AutoDetect=off\n'"Name=gpu File=$file" cpus=${CLUSTER_CPUS:-$(cpus_here)}
   fi
   # slurmd initialises a cgroup plugin even with proctrack/linuxproc and task/none. Autodetect picks cgroup/v2 on a
   # cgroup2 mount, whose plugin asks systemd (dbus) for a scope: the lent GPU machine (gVisor) has cgroup2 and no

@@ -37,7 +37,9 @@ if [ "$cmd" = stop ]; then stop; exit 0; fi
 mkdir -p "$dir"/{spool,state,log,munge}
 node=$(hostname -s 2>/dev/null || uname -n | cut -d. -f1)
 # More CPUs than the machine has (config_overrides keeps the node up) so role steps can run side by side.
-cpus=${CLUSTER_CPUS:-$(( $(nproc) > 8 ? $(nproc) : 8 ))}
+# (nproc without OMP_NUM_THREADS, which it would honour)
+here=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+cpus=${CLUSTER_CPUS:-$(( here > 8 ? here : 8 ))}
 bin=${CLUSTER_BIN:+$CLUSTER_BIN/}
 
 # munge: our own key and socket, so the test never depends on a system daemon.

@@ -24,8 +24,13 @@ tests/gpu/slurm_carry.sh "$T/carry"
 if tests/gpu/hide_system_slurm.sh /usr/bin/sbatch --version > /dev/null 2>&1; then
   echo "FAIL: the system's sbatch still runs under hide_system_slurm.sh"; exit 1
 fi
-tests/gpu/hide_system_slurm.sh tests/gpu/slurm_device.sh check "$T/cluster" "$T/carry" | tee "$T/check.log"
+# OMP_NUM_THREADS=1 as grpo_slurm_run.sh sets it: the node still gets the machine's CPUs (nproc honours it)
+tests/gpu/hide_system_slurm.sh env OMP_NUM_THREADS=1 tests/gpu/slurm_device.sh check "$T/cluster" "$T/carry" |
+  tee "$T/check.log"
 grep -q "slurm_device.sh check: ok" "$T/check.log" || { echo "FAIL: the carried Slurm's check"; exit 1; }
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+grep -q "cluster up in .*(CPUs=$cpus " "$T/check.log" ||
+  { echo "FAIL: the node's CPUs are not the machine's $cpus: $(grep -o 'CPUs=[0-9]*' "$T/check.log")"; exit 1; }
 grep -q "^ok: srun --mpi=pmix -n 2 cpt check-bootstrap" "$T/check.log" || { echo "FAIL: no cpt check-bootstrap"; exit 1; }
 
 # the device's GRPO stage on the CPUs: sbatch sbatch/grpo_4gpu.sh, a requeue, COMPLETED, every group once
