@@ -53,8 +53,8 @@ static void check_fixture(void) {
     printf("exported model: logits rel L2 vs transformers %.3g (|ref| %.4f)\n", rel, sqrt(den));
     CHECK_MSG(rel <= 1e-4, "logits rel L2 %.3g", rel);
     CHECK(den > 0);
-    /* the sharded copy: cpt's forward gives exactly the single file's logits; transformers' (when the fixture was
-     * made with SHARDED_DIR) equal its own on the single file, so they match cpt's as closely as above */
+    /* the sharded copy: cpt's forward gives exactly the single file's logits; transformers' (the fixture was made
+     * with SHARDED_DIR) equal its own on the single file, so they match cpt's as closely as above */
     cpt_model *sm = cpt_model_load(SHARDED_DIR, &err);
     CHECK_MSG(sm != NULL, "loading " SHARDED_DIR ": %s", err.msg);
     if (sm) {
@@ -62,16 +62,15 @@ static void check_fixture(void) {
         cpt_forward_out so = {.logits = sg};
         CHECK_EQ_INT(cpt_model_forward(sm, &b, &so, 0, &err), 0);
         CHECK(memcmp(sg, got, (size_t)B * T * V * 4) == 0);
+        /* transformers loaded the sharded folder through its index (make_export_check.py on the GPU machine) */
         const cpt_st_tensor *ls = cpt_st_find(fx, "logits_sharded");
+        CHECK_MSG(ls != NULL, "%s: no logits_sharded (make_export_check.py ... " SHARDED_DIR ")", LOGITS);
         if (ls) {
             CHECK(cpt_st_read_f32(ls, ref, (size_t)B * T * V, &err) == 0);
             double n2 = 0;
             for (size_t i = 0; i < (size_t)B * T * V; i++) n2 += ((double)sg[i] - ref[i]) * ((double)sg[i] - ref[i]);
             printf("sharded export: logits rel L2 vs transformers %.3g\n", sqrt(n2 / (den > 0 ? den : 1)));
             CHECK(sqrt(n2 / (den > 0 ? den : 1)) <= 1e-4);
-        } else {
-            printf("sharded export: not yet loaded by transformers (make_export_check.py ... " SHARDED_DIR
-                   " on the GPU machine)\n");
         }
         free(sg);
         cpt_model_free(sm);
