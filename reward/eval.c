@@ -311,6 +311,14 @@ int cpt_eval_run(cpt_model *m, const cpt_tokenizer *tok, const cpt_dataset *reco
     int n_stops;
     stop_ids(tok, stops, &n_stops);
     for (size_t first = 0; first < n; first += EVAL_CHUNK) {
+        if (o->stop && *o->stop) {
+            cpt_turns_free(turns);
+            cpt_engine_free(e);
+            cpt_eval_results_free(res);
+            res->interrupted = 1;
+            res->seconds = cpt_now() - t0;
+            return 0;
+        }
         int count = (int)(n - first < EVAL_CHUNK ? n - first : EVAL_CHUNK);
         if (eval_chunk(e, turns, tok, records, first, count, reward, o, stops, n_stops, res, err)) {
             cpt_turns_free(turns);

@@ -21,6 +21,7 @@
 #ifndef CPT_REWARD_EVAL_H
 #define CPT_REWARD_EVAL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,9 @@ typedef struct cpt_eval_opts {
     int slots;            /* engine slots; 0: 16 */
     int verbose;          /* log the first few generations */
     cpt_eval_tools *tools; /* NULL or not enabled: single-turn generation */
+    /* NULL, or a stop request (a trainer's SIGTERM flag): checked before each chunk of prompts, so a preempted
+     * trainer leaves a long validation within a chunk's time and still checkpoints in its grace */
+    volatile sig_atomic_t *stop;
 } cpt_eval_opts;
 
 typedef struct cpt_eval_results {
@@ -73,6 +77,7 @@ typedef struct cpt_eval_results {
     int k[CPT_EVAL_MAX_K];
     double pass_at_k[CPT_EVAL_MAX_K];
     double seconds;
+    int interrupted;      /* the stop request came first: nothing above is filled */
     double *rewards;      /* [n_prompts * samples], row per prompt (malloc'd) */
     int *n_tokens;        /* [n_prompts * samples] */
 } cpt_eval_results;
@@ -81,6 +86,7 @@ void cpt_eval_opts_default(cpt_eval_opts *o);
 /* validation.samples, .max_new_tokens, .temperature, .max_records and run.seed. */
 void cpt_eval_opts_from_config(const cpt_config *cfg, cpt_eval_opts *o);
 
+/* Returns 0 with res->interrupted set when o->stop was raised before the last chunk (the results are then empty). */
 int cpt_eval_run(cpt_model *m, const cpt_tokenizer *tok, const cpt_dataset *records, cpt_reward *reward,
                  const cpt_eval_opts *o, cpt_eval_results *res, cpt_err *err);
 void cpt_eval_results_free(cpt_eval_results *r);

@@ -605,10 +605,15 @@ static int validate(online_ctx *c, cpt_err *err) {
     cpt_eval_opts_from_config(c->cfg, &o);
     o.tpl = c->have_tpl ? &c->tpl : NULL;
     o.tools = &c->val_tools;
+    o.stop = c->stop;
     cpt_eval_results r;
     memset(&r, 0, sizeof r);
     if (cpt_model_sync_to_host(c->policy, err)) return -1; /* generation reads the host weights */
     if (cpt_eval_run(c->policy, c->tok, c->val, c->val_reward, &o, &r, err)) return cpt_err_prefix(err, "validation");
+    if (r.interrupted) { /* the checkpoint goes first; this step's validation is not logged */
+        cpt_warn("online: validation at step %" PRId64 " left after %.1f s: stop requested", c->st.step, r.seconds);
+        return 0;
+    }
     char tools[64] = "";
     if (r.with_tools) snprintf(tools, sizeof tools, " | tool use %.3f", r.tool_use);
     fprintf(stderr, "%s validation at step %" PRId64 ": accuracy %.3f | reward %.3f | len %.1f%s | %zu prompts x %d (%.1fs)\n",

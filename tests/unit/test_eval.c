@@ -119,7 +119,24 @@ int main(void) {
     CHECK_EQ_INT(res.k[0], 1);
     CHECK_NEAR(res.pass_at_k[0], 0.5, 1e-12);
     for (int i = 0; i < 4; i++) CHECK_NEAR(res.rewards[i], i < 2 ? 1 : 0, 0);
+    CHECK_EQ_INT(res.interrupted, 0);
     cpt_eval_results_free(&res);
+
+    /* a stop request (a trainer's SIGTERM flag) before the first chunk: no error, nothing evaluated, so a
+     * preempted trainer goes on to its checkpoint instead of finishing a long validation */
+    volatile sig_atomic_t stop = 1;
+    o.stop = &stop;
+    CHECK_MSG(cpt_eval_run(m, tok, ds, want, &o, &res, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(res.interrupted, 1);
+    CHECK_EQ_INT((int)res.n_prompts, 0);
+    CHECK(res.rewards == NULL);
+    cpt_eval_results_free(&res);
+    stop = 0; /* lowered: the same call runs to the end */
+    CHECK_EQ_INT(cpt_eval_run(m, tok, ds, want, &o, &res, &err), 0);
+    CHECK_EQ_INT(res.interrupted, 0);
+    CHECK_NEAR(res.accuracy, 0.5, 1e-12);
+    cpt_eval_results_free(&res);
+    o.stop = NULL;
 
     /* greedy with K = 4: four identical samples, so pass@k = accuracy for every k */
     o.samples = 4;
