@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "tests/check.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/tiny_qwen2.h"
 #include "trainer/optim.h"
 
 #define LR 1e-3
@@ -28,12 +29,7 @@
 
 static cpt_model *tiny(int host_master) {
     cpt_model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = CPT_ARCH_QWEN2;
-    c.vocab_size = 64, c.hidden_size = 64, c.intermediate_size = 128, c.num_layers = 2;
-    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
-    c.rms_norm_eps = 1e-6f, c.rope_theta = 10000.0f, c.tie_word_embeddings = 1, c.qkv_bias = 1;
-    c.max_position_embeddings = 64, c.bos_token_id = -1, c.eos_token_id = -1;
+    tiny_qwen2_config(&c);
     cpt_model *m = cpt_model_new_random(&c, 7, &err);
     OK(m == NULL);
     OK(cpt_model_set_host_master(m, host_master, &err));
