@@ -29,7 +29,10 @@
 # LR (2e-5; 1e-4), STEPS (fitted to BUDGET_S at RATE steps/s per run: RATE 3; 2), SEEDS ("1 2 3"; "1 2"), PAR (6; 2),
 # MODEL_SHAPE ("HIDDEN INTERMEDIATE LAYERS HEADS KV_HEADS"; "1024 2816 12 16 4"; "128 384 2 4 2"),
 # G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
-# tokens), WARMUP (0), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_TIMEOUT (240), TRL_PATH
+# tokens), WARMUP (0), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_SEEDS (1: the seeds TRL runs,
+# one after the other, after the cpt runs; PAR=1 puts every run alone on the GPU for a wall-time ratio), VAL_EVERY
+# (STEPS/8; 0: no validation inside the runs, the before and after still scored by cpt eval), TRL_TIMEOUT (240, a
+# seed), TRL_PATH
 # (.carry-trl: TRL's carried sources, bench/trl_carry.sh), OUT (/tmp/cpt-learn;
 # /tmp/cpt-learn-smoke).
 # Extras, in the same pool of PAR runs (seed 1 at LR each; SEEDS= leaves out the main runs):
@@ -49,7 +52,7 @@ say() { echo "[rl_learning $(($(date +%s) - T_START))s] $*"; }
 knobs() {
   local gpu=$1
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
-  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240}
+  M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} TRL_SEEDS=${TRL_SEEDS:-1}
   ALGOS=${ALGOS:-} ASYNC=${ASYNC:-} LRS=${LRS:-}
   WARMUP=${WARMUP:-0} # GRPO warmup steps; 0 as the main job and bench/trl_grpo.py's recipe
   if [ "$gpu" = 1 ]; then
@@ -215,7 +218,8 @@ grpo_one() {
   OMP_NUM_THREADS=$threads timeout -s TERM -k 90 "$allowance" "$BIN/cpt" run examples/grpo_gpu.toml \
     run.dir="$OUT/runs/$name" run.name="learn-$name" run.seed="$seed" run.progress_every_s=60 \
     model.path="$OUT/export" tokenizer.path=examples/tiny-tokenizer data.train="$OUT/data/rl.jsonl" \
-    validation.data="$OUT/data/eval.jsonl" validation.before_training=true validation.every_steps="$VAL_EVERY" \
+    validation.data="$OUT/data/eval.jsonl" validation.before_training="$([ "$VAL_EVERY" -gt 0 ] && echo true || echo false)" \
+    validation.every_steps="$VAL_EVERY" \
     validation.max_new_tokens="$K" optim.lr="$lr" optim.warmup_steps="$WARMUP" train.steps="$STEPS" \
     train.groups_per_step="$P" train.mini_batches="$M" rollout.group_size="$G" sampling.temperature="$TEMP" \
     sampling.max_new_tokens="$K" checkpoint.every=0 "${DEV[@]}" "${ov[@]}" > "$OUT/runs/$name.log" 2>&1 || rc=$?
@@ -255,14 +259,14 @@ grpo_all() {
   waves=$(((n + PAR - 1) / PAR))
   # what is left of the budget, less the TRL run and the summary, shared by the waves
   grpo_s=$((BUDGET_S - ($(date +%s) - T_START) - 15))
-  [ "$TRL" != 1 ] || [ ! -f bench/trl_grpo.py ] || grpo_s=$((grpo_s - TRL_TIMEOUT))
+  [ "$TRL" != 1 ] || [ ! -f bench/trl_grpo.py ] || grpo_s=$((grpo_s - TRL_TIMEOUT * $(echo $TRL_SEEDS | wc -w)))
   allowance=$((grpo_s / waves))
   if [ "$allowance" -lt $((STARTUP_S + 10)) ]; then
     echo "rl_learning: BUDGET_S $BUDGET_S leaves ${allowance}s per GRPO run: too little" >&2
     return 1
   fi
   STEPS=${STEPS:-$(( (allowance - STARTUP_S) * RATE ))}
-  VAL_EVERY=$(( STEPS / 8 > 0 ? STEPS / 8 : 1 ))
+  VAL_EVERY=${VAL_EVERY:-$(( STEPS / 8 > 0 ? STEPS / 8 : 1 ))} # 0: no validation inside the runs (cpt eval after)
   say "GRPO: $n runs, $PAR at a time, ${allowance}s each, train.steps $STEPS (lr $LR; G $G, P $P, M $M)"
   mkdir -p "$OUT/runs"
   : > "$OUT/runs/timing.txt"
@@ -286,25 +290,29 @@ trl() {
     say "TRL=1 but bench/trl_grpo.py is not here: no TRL run"
     return 0
   fi
-  local steps
-  steps=$(python3 -c '
+  : > "$OUT/trl_timing.txt"
+  local seed steps t0 rc
+  for seed in $TRL_SEEDS; do
+    # the steps cpt's run of the same seed made (its budget may have cut it short), else STEPS
+    steps=$(python3 -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(max([r["step"] for r in rows if "reward/mean" in r] or [int(sys.argv[2])]))' \
-    "$OUT/runs/lr-s1/metrics.jsonl" "$STEPS" 2>/dev/null ||
-    echo "$STEPS")
-  say "TRL: $steps steps on seed 1 (timeout ${TRL_TIMEOUT}s)"
-  local t0 rc=0
-  t0=$(date +%s.%N)
-  # TRL's sources are carried in .carry-trl (bench/trl_carry.sh; TRL_PATH elsewhere)
-  PYTHONPATH="${TRL_PATH:-$SRC/.carry-trl}${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$TRL_TIMEOUT" \
-    python3 bench/trl_grpo.py --cpt "$BIN/cpt" --model "$OUT/export" --prompts "$OUT/data/rl.jsonl" \
-    --eval "$OUT/data/eval.jsonl" --group-size "$G" --prompts-per-step "$P" --steps "$steps" --lr "$LR" \
-    --mini-batches "$M" --clip-low 0.2 --clip-high 0.28 --temperature "$TEMP" --max-new-tokens "$K" --seed 1 \
-    --out "$OUT/trl" > "$OUT/trl.log" 2>&1 || rc=$?
-  echo "trl $LR 1 $t0 $(date +%s.%N) $rc" > "$OUT/trl_timing.txt"
-  say "TRL: rc $rc"
-  tail -5 "$OUT/trl.log"
+      "$OUT/runs/lr-s$seed/metrics.jsonl" "$STEPS" 2>/dev/null ||
+      echo "$STEPS")
+    say "TRL: $steps steps on seed $seed (timeout ${TRL_TIMEOUT}s)"
+    rc=0
+    t0=$(date +%s.%N)
+    # TRL's sources are carried in .carry-trl (bench/trl_carry.sh; TRL_PATH elsewhere)
+    PYTHONPATH="${TRL_PATH:-$SRC/.carry-trl}${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$TRL_TIMEOUT" \
+      python3 bench/trl_grpo.py --cpt "$BIN/cpt" --model "$OUT/export" --prompts "$OUT/data/rl.jsonl" \
+      --eval "$OUT/data/eval.jsonl" --group-size "$G" --prompts-per-step "$P" --steps "$steps" --lr "$LR" \
+      --mini-batches "$M" --clip-low 0.2 --clip-high 0.28 --temperature "$TEMP" --max-new-tokens "$K" \
+      --seed "$seed" --out "$OUT/trl-s$seed" > "$OUT/trl-s$seed.log" 2>&1 || rc=$?
+    echo "trl-s$seed $LR $seed $t0 $(date +%s.%N) $rc" >> "$OUT/trl_timing.txt"
+    say "TRL seed $seed: rc $rc"
+    tail -3 "$OUT/trl-s$seed.log"
+  done
 }
 
 summary() {
@@ -403,16 +411,25 @@ if asyn:
         res["async"]["runs"][k] = {"steps": r["steps"], "wall_s": r["wall_s"], "steps_per_s": r["steps_per_s"],
                                    "acc_after": r["acc_after"], "time_to_goal_s": reach,
                                    "val_curve": r["val_curve"], "val_time_s": r["val_time_s"]}
-trl = rows(os.path.join(out, "trl", "metrics.jsonl"))
-if os.path.isdir(os.path.join(out, "trl")) or os.path.exists(os.path.join(out, "trl_timing.txt")):
-    ts = [r for r in trl if "reward/mean" in r]
-    tv = [[r["step"], r["val/accuracy"]] for r in trl if "val/accuracy" in r]
-    tt = open(os.path.join(out, "trl_timing.txt")).read().split() if os.path.exists(os.path.join(out, "trl_timing.txt")) else None
-    res["trl"] = {"summary": load(os.path.join(out, "trl", "summary.json")), "steps": len(ts),
-                  "wall_s": round(float(tt[4]) - float(tt[3]), 1) if tt else None, "rc": int(tt[5]) if tt else None,
-                  "acc_before": tv[0][1] if tv else None, "acc_after": tv[-1][1] if len(tv) > 1 else None,
-                  "val_curve": tv, "reward_first_tenth": tenth(ts, False), "reward_last_tenth": tenth(ts, True),
-                  "reward_curve": curve(ts)}
+trl_runs = []
+tpath = os.path.join(out, "trl_timing.txt")
+for line in (open(tpath) if os.path.exists(tpath) else []):
+    tname, _, tseed, t0, t1, trc = line.split()
+    tm = rows(os.path.join(out, tname, "metrics.jsonl"))
+    ts = [r for r in tm if "reward/mean" in r]
+    tv = [[r["step"], r["val/accuracy"]] for r in tm if "val/accuracy" in r]
+    tsum = load(os.path.join(out, tname, "summary.json"))
+    train_s = tsum.get("train_s") if tsum else None
+    cpt_run = next((r for r in runs if r["name"] == "lr-s" + tseed), None)
+    trl_runs.append({"name": tname, "seed": int(tseed), "rc": int(trc), "summary": tsum, "steps": len(ts),
+                     "wall_s": round(float(t1) - float(t0), 1), "train_s": train_s,
+                     "steps_per_s_train": round(len(ts) / train_s, 3) if train_s and ts else None,
+                     "cpt_steps_per_s_steady": cpt_run["steps_per_s_steady"] if cpt_run else None,
+                     "acc_before": tv[0][1] if tv else None, "acc_after": tv[-1][1] if len(tv) > 1 else None,
+                     "val_curve": tv, "reward_first_tenth": tenth(ts, False), "reward_last_tenth": tenth(ts, True),
+                     "reward_curve": curve(ts)})
+if trl_runs:
+    res["trl"] = trl_runs
 json.dump(res, open(os.path.join(out, "learn_summary.json"), "w"), indent=1)
 
 f = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"
@@ -428,9 +445,9 @@ for r in runs:
               f"{r['wall_s']:.0f} | {f(r['steps_per_s'], 2)} | {f(r['acc_before'])} | {f(r['acc_after'])} | "
               f"{f(r['reward_first_tenth'])} | {f(r['reward_last_tenth'])} | "
               + " ".join(f"{s}:{a:.3f}" for s, a in r["val_curve"]) + " |")
-if "trl" in res:
-    t = res["trl"]
-    md.append(f"| TRL seed 1 (rc {t['rc']}) | {lr} | {t['steps']} | {f(t['wall_s'], 0)} | - | {f(t['acc_before'])} | "
+for t in res.get("trl", []):
+    md.append(f"| TRL seed {t['seed']} (rc {t['rc']}) | {lr} | {t['steps']} | {f(t['wall_s'], 0)} | "
+              f"{f(t['steps_per_s_train'], 2)} | {f(t['acc_before'])} | "
               f"{f(t['acc_after'])} | {f(t['reward_first_tenth'])} | {f(t['reward_last_tenth'])} | "
               + " ".join(f"{s}:{a:.3f}" for s, a in t["val_curve"]) + " |")
 md += ["", f"held-out gain (after - start), mean (sd, [min, max]) over seeds: RL {ms(arms['rl'].get('gain'))}; "
@@ -459,9 +476,15 @@ if asyn:
     for k, r in a["runs"].items():
         md.append(f"| {'sync' if k == '0' else k} | {r['steps']} | {r['wall_s']:.0f} | {f(r['steps_per_s'], 2)} | "
                   f"{f(r['acc_after'])} | {f(r['time_to_goal_s'], 0)} |")
-md.append("")
-md.append("reward/mean curves (mean over tenths of each run):")
-for r in runs + ([dict(res["trl"], name="trl")] if "trl" in res else []):
+if res.get("trl"):
+    md += ["", "cpt against TRL, training steps/s (cpt: steady, first to last step of its run; TRL: steps over its "
+           "train_s, evaluations excluded); a fair ratio needs each alone on the GPU (PAR=1):"]
+    for t in res["trl"]:
+        c, tr = t["cpt_steps_per_s_steady"], t["steps_per_s_train"]
+        md.append(f"- seed {t['seed']}: cpt {f(c, 2)}, TRL {f(tr, 2)}"
+                  + (f", cpt/TRL {c / tr:.2f}x" if c and tr else ""))
+md += ["", "reward/mean curves (mean over tenths of each run):"]
+for r in runs + res.get("trl", []):
     md.append(f"- {r['name']}: " + " ".join(f"{s}:{v:.3f}" for s, v in r["reward_curve"]))
 open(os.path.join(out, "learn_summary.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -150,7 +150,7 @@ run() {
             mkdir -p "$SUB/learn"
             cp /tmp/cpt-learn/learn_summary.* /tmp/cpt-learn/sft_stages.txt /tmp/cpt-learn/*.log /tmp/cpt-learn/*.json \
                /tmp/cpt-learn/runs/*.log /tmp/cpt-learn/runs/*.json /tmp/cpt-learn/runs/timing.txt "$SUB/learn/" 2>/dev/null
-            for m in /tmp/cpt-learn/runs/*/metrics.jsonl /tmp/cpt-learn/trl/metrics.jsonl; do
+            for m in /tmp/cpt-learn/runs/*/metrics.jsonl /tmp/cpt-learn/trl-s*/metrics.jsonl; do
                 [ -f "$m" ] && cp "$m" "$SUB/learn/$(basename "$(dirname "$m")").jsonl"
             done
             for r in /tmp/cpt-learn/runs/*/logs; do # each run's role logs (trainer, rollout, reward)
@@ -158,7 +158,9 @@ run() {
                 to=$SUB/learn/logs-$(basename "$(dirname "$r")")
                 mkdir -p "$to" && cp "$r"/*.log "$to/" 2>/dev/null
             done
-            cp /tmp/cpt-learn/trl/summary.json "$SUB/learn/trl_summary.json" 2>/dev/null
+            for t in /tmp/cpt-learn/trl-s*/summary.json; do
+                [ -f "$t" ] && cp "$t" "$SUB/learn/$(basename "$(dirname "$t")")_summary.json"
+            done
             cp /tmp/cpt-learn/learn_summary.* "$OUT/" 2>/dev/null ;;
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
