@@ -12,8 +12,9 @@
 # Knobs (env): OUT (/tmp/cpt-grpo3b; emptied), BUDGET_S (400: seconds for the whole script; the GRPO run is ended
 # when its steps are done or when it would pass BUDGET_S), GRPO_STEPS (40), PROMPTS (P, 16), GROUP_SIZE (G, 16),
 # MAX_NEW (128), MICRO_TOKENS (8192), MEM_FRACTION (0.9), OFFLOAD=1 (train.optimizer_offload: the second case),
-# TOKENIZER (a tokenizer.json folder; default CARRY/tokenizer-qwen3, else .deps/tokenizer-qwen3/models, else the
-# example tiny tokenizer, 709 ids: the summary says which).
+# MODE=cpu (run: the carried binaries at the smoke's shape, without a GPU), TOKENIZER (a tokenizer.json folder;
+# default CARRY/tokenizer-qwen3, else .deps/tokenizer-qwen3/models, else the example tiny tokenizer, 709 ids: the
+# summary says which).
 #
 # The model: cpt-train makes it (model.init = random with the model.* shape keys, one SFT step at lr 0, so the
 # weights are the init drawn from run.seed), `cpt export --bf16` writes the HF folder, the run loads it
@@ -153,8 +154,8 @@ t3, t4, group_size = float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 rows = [json.loads(l) for l in open(path) if l.strip()]
 steps = [r for r in rows if "reward/mean" in r]
 n = len(steps)
-print(f"GRPO (cpt run start to its last step): {t4 - t3:.1f} s, {n} steps")
-# steady state: from the first step's metric line to the last (no start-up, no first-step warm-up)
+print(f"GRPO (cpt run start to its end: steps done or the budget; no final checkpoint): {t4 - t3:.1f} s, {n} steps")
+# steady state: from the first step's metric line to the last, N - 1 steps (no start-up, no first-step warm-up)
 span = steps[-1]["time"] - steps[0]["time"]
 gen = sum(r["response_len/mean"] * (r["groups/trained"] - p["groups/trained"]) * group_size
           for p, r in zip(steps, steps[1:]))
@@ -226,10 +227,10 @@ run)
   eval "$(tests/gpu/run_on_device.sh env)"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
   df -h /tmp | tail -1
-  flow "$D/bin" "${OUT:-/tmp/cpt-grpo3b}" gpu "$(pick_tokenizer "$D")"
+  flow "$D/bin" "${OUT:-/tmp/cpt-grpo3b}" "${MODE:-gpu}" "$(pick_tokenizer "$D")" # MODE=cpu: the carry without a GPU
   ;;
 *)
-  sed -n '2,17p' "$0"
+  sed -n '2,18p' "$0"
   exit 2
   ;;
 esac
