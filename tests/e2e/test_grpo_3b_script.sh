@@ -24,6 +24,10 @@ assert steps[-1]["version"] == 3, steps[-1]["version"]
 assert all(r["response_len/mean"] == 16 for r in steps), [r["response_len/mean"] for r in steps]
 assert all(r["reward/std"] > 0 for r in steps), [r["reward/std"] for r in steps]
 assert all(r["grad_norm"] > 0 for r in steps), [r["grad_norm"] for r in steps]
+# the learner's split of time/train: each part measured, together within it
+for r in steps:
+    parts = [r["time/logprob"], r["time/backward"], r["time/optimizer"]]
+    assert all(p > 0 for p in parts) and sum(parts) <= r["time/train"], (parts, r["time/train"])
 assert cfg["num_key_value_heads"] == 2 and cfg["tie_word_embeddings"] is True, cfg
 # a random model samples near-uniformly: the entropy is within 0.1 nat of log(vocab)
 assert abs(steps[-1]["entropy"] - math.log(cfg["vocab_size"])) < 0.1, (steps[-1]["entropy"], cfg["vocab_size"])
@@ -31,8 +35,8 @@ PY
 S="$T/run/grpo3b_summary.txt"
 grep -q "^GRPO, cpu, tokenizer .*; G 4 x P 4, max_new_tokens 16, steps done" "$S" || fail "no header line"
 grep -q "^steady state (steps 2..3): [0-9.]* steps/s" "$S" || fail "no steady-state line"
-for part in "time/wait_scored" "time/train" "time/weight_sync"; do
-  grep -E -q "^\| [a-z +]+ \($part\) \| [0-9.]+ \| [0-9.]+% \|" "$S" || fail "no table row for $part"
+for part in "time/wait_scored" "time/train" "time/logprob" "time/backward" "time/optimizer" "time/weight_sync"; do
+  grep -E -q "^\| [-a-zA-Z +,]+ \($part\) \| [0-9.]+ \| [0-9.]+% \|" "$S" || fail "no table row for $part"
 done
 grep -q "^random model: cpt-train" "$S" || fail "no model timing line"
 echo "test_grpo_3b_script: ok ($(grep '^steady state' "$S"))"

@@ -162,17 +162,22 @@ gen = sum(r["response_len/mean"] * (r["groups/trained"] - p["groups/trained"]) *
 print(f"steady state (steps 2..{n}): {(n - 1) / span:.4f} steps/s, {span / (n - 1):.2f} s a step, "
       f"{gen / span:.0f} completion tokens/s (end to end), trainer {sum(r['perf/train_tok_s'] for r in steps[1:]) / (n - 1):.0f} "
       f"tokens/s in time/train, response_len/mean {sum(r['response_len/mean'] for r in steps) / n:.1f}")
-print("where a step's time goes (means over steps 2..N; time/wait_scored = the trainer waiting for scored groups:")
-print("generation + reward, sync mode; time/train = logprob pass + forward/backward with recomputation + AdamW):")
+print("where a step's time goes (means over steps 2..N; time/wait_scored: the trainer waiting for scored groups,")
+print("generation + reward in sync mode; time/train: its three parts below and the objective; docs/online.md):")
 print("| part | s a step | share |")
 print("| --- | ---: | ---: |")
-parts = [("generation + reward (time/wait_scored)", "time/wait_scored"), ("train (time/train)", "time/train"),
-         ("weight sync (time/weight_sync)", "time/weight_sync")]
+parts = [("generation + reward (time/wait_scored)", "time/wait_scored", 1), ("train (time/train)", "time/train", 1),
+         ("- logprob forwards (time/logprob)", "time/logprob", 0),
+         ("- backward with recomputation, clip (time/backward)", "time/backward", 0),
+         ("- AdamW (time/optimizer)", "time/optimizer", 0),
+         ("weight sync (time/weight_sync)", "time/weight_sync", 1)]
 per = span / (n - 1)
 known = 0.0
-for name, key in parts:
+for name, key, top in parts:
+    if not any(key in r for r in steps):
+        continue
     v = sum(r.get(key, 0.0) for r in steps[1:]) / (n - 1)
-    known += v
+    known += v if top else 0.0
     print(f"| {name} | {v:.3f} | {100 * v / per:.1f}% |")
 print(f"| other (batching, acks, metrics) | {per - known:.3f} | {100 * (per - known) / per:.1f}% |")
 print(f"| step (metrics line to line) | {per:.3f} | 100% |")
