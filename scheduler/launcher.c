@@ -376,6 +376,11 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
     return cpt_sup_start(&L->sup, i, err) == 0 ? i : -1;
 }
 
+/* A worker the supervisor gave up on (it failed right after starting, or past roles.max_restarts) keeps its place:
+ * a new worker of the same program and config would fail the same way, and replacing it on every scaling pass
+ * was an endless loop of starts. */
+static int given_up(const cpt_proc *p) { return p->state == CPT_PROC_FAILED && !p->stop_requested; }
+
 static int count_role(const cpt_launcher *L, int role, int *highest) {
     int n = 0;
     *highest = -1;
@@ -385,9 +390,32 @@ static int count_role(const cpt_launcher *L, int role, int *highest) {
         if ((p->state == CPT_PROC_RUNNING && !p->stop_requested) || p->state == CPT_PROC_BACKOFF) {
             n++;
             *highest = i;
+        } else if (given_up(p)) {
+            n++;
         }
     }
     return n;
+}
+
+/* The run cannot go on when a role it needs has workers and every one of them was given up on (and no satellite
+ * serves it): -1 with the first such worker and its log named. */
+static int check_workers_alive(const cpt_launcher *L, cpt_err *err) {
+    for (int role = 0; role < CPT_N_WORKER_ROLES; role++) {
+        if (L->want[role] <= 0 || (L->satellites_on && cpt_sat_live(&L->sats, role) > 0)) continue;
+        int alive = 0;
+        const cpt_proc *failed = NULL;
+        for (int i = 0; i < L->sup.n; i++) {
+            const cpt_proc *p = &L->sup.procs[i];
+            if (cpt_role_of_worker(p->name) != role) continue;
+            if (p->state == CPT_PROC_RUNNING || p->state == CPT_PROC_BACKOFF) alive = 1;
+            else if (given_up(p) && !failed) failed = p;
+        }
+        if (!alive && failed)
+            return cpt_errf(err, "every %s worker failed (%s: exit status %d after %d restarts); see %s/logs/%s.log",
+                            cpt_role_name(role), failed->name, failed->exit_status, failed->restarts, L->run_dir,
+                            failed->name);
+    }
+    return 0;
 }
 
 static int role_cpus(const cpt_launcher *L, int role) { return cpt_role_cpus(L->cfg, role); }
@@ -812,6 +840,11 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
             }
             if (apply_scale(L, err) != 0) cpt_errf(err, "scaling: %s", err->msg);
             write_counts(L, control);
+        }
+        if (check_workers_alive(L, err)) {
+            fprintf(stderr, "cpt: %s; stopping the run\n", err->msg);
+            status = 1;
+            break;
         }
         if (progress_every > 0 && now - L->last_progress >= progress_every) {
             L->last_progress = now;

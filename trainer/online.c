@@ -27,6 +27,7 @@
 #include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
+#include "trainer/val_gpu.h"
 #include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_pub.h"
@@ -80,6 +81,9 @@ typedef struct online_ctx {
     cpt_dataset *val;
     cpt_reward *val_reward;
     cpt_eval_tools val_tools; /* env.type: validation with the tool */
+    cpt_val_gpu *val_gpu; /* validation.device = "cuda": the inference copy on the policy's GPU (lazily) */
+    int val_gpu_off;      /* it could not be placed: the host validates */
+    int cuda_device;      /* the policy's CUDA device */
     /* trainer ranks (trainer/online_ranks.h): rank 0 is this trainer, the others follow its headers */
     cpt_dp *dp;
     int rank, world;
@@ -152,6 +156,7 @@ static int place(online_ctx *c, cpt_model *m, const char *what, cpt_err *err) {
         cpt_model_use_cuda(m, d, err))
         return cpt_err_prefix(err, "%s, trainer rank %d", what, c->rank);
     cpt_model_set_recompute(m, cpt_cfg_bool(c->cfg, "train.recompute"));
+    c->cuda_device = d;
     cpt_info("%s: trainer rank %d/%d on CUDA device %d", what, c->rank, c->world, d);
     return 0;
 }
@@ -599,6 +604,25 @@ static int setup_validation(online_ctx *c, cpt_err *err) {
     return cpt_eval_tools_open(c->cfg, c->tok_path, &c->val_tools, err) ? cpt_err_prefix(err, "validation") : 0;
 }
 
+/* The model validation generates with: the GPU inference copy (validation.device = "cuda", a policy on the GPU),
+ * else the policy itself, whose host mirror generation reads. A copy that cannot be placed is warned about once and
+ * the host is used from then on. */
+static cpt_model *val_model(online_ctx *c, cpt_err *err) {
+    if (!strcmp(cpt_cfg_str(c->cfg, "validation.device"), "cuda") && cpt_model_on_cuda(c->policy) && !c->val_gpu_off) {
+        if (!c->val_gpu) {
+            cpt_err e;
+            cpt_err_clear(&e);
+            c->val_gpu = cpt_val_gpu_new(c->policy, c->cuda_device, &e);
+            if (!c->val_gpu) {
+                cpt_warn("online: validation.device = \"cuda\": %s; validating on the host", e.msg);
+                c->val_gpu_off = 1;
+            }
+        }
+        if (c->val_gpu) return cpt_val_gpu_refresh(c->val_gpu, err);
+    }
+    return cpt_model_sync_to_host(c->policy, err) ? NULL : c->policy; /* generation reads the host weights */
+}
+
 static int validate(online_ctx *c, cpt_err *err) {
     if (!c->val) return 0;
     cpt_eval_opts o;
@@ -608,8 +632,9 @@ static int validate(online_ctx *c, cpt_err *err) {
     o.stop = c->stop;
     cpt_eval_results r;
     memset(&r, 0, sizeof r);
-    if (cpt_model_sync_to_host(c->policy, err)) return -1; /* generation reads the host weights */
-    if (cpt_eval_run(c->policy, c->tok, c->val, c->val_reward, &o, &r, err)) return cpt_err_prefix(err, "validation");
+    cpt_model *gen = val_model(c, err);
+    if (!gen) return -1;
+    if (cpt_eval_run(gen, c->tok, c->val, c->val_reward, &o, &r, err)) return cpt_err_prefix(err, "validation");
     if (r.interrupted) { /* the checkpoint goes first; this step's validation is not logged */
         cpt_warn("online: validation at step %" PRId64 " left after %.1f s: stop requested", c->st.step, r.seconds);
         return 0;
@@ -795,6 +820,7 @@ static void ctx_free(online_ctx *c) {
     free(c->config_text);
     if (c->val) cpt_dataset_free(c->val);
     if (c->val_reward) cpt_reward_free(c->val_reward);
+    cpt_val_gpu_free(c->val_gpu);
     cpt_eval_tools_close(&c->val_tools);
     cpt_dp_free(c->dp);
 }
