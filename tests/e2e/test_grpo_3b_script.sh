@@ -33,7 +33,7 @@ assert cfg["num_key_value_heads"] == 2 and cfg["tie_word_embeddings"] is True, c
 assert abs(steps[-1]["entropy"] - math.log(cfg["vocab_size"])) < 0.1, (steps[-1]["entropy"], cfg["vocab_size"])
 PY
 S="$T/run/grpo3b_summary.txt"
-grep -q "^GRPO, cpu, tokenizer .*; G 4 x P 4, max_new_tokens 16, steps done" "$S" || fail "no header line"
+grep -q "^GRPO, cpu, tokenizer .*; G 4 x P 2, max_new_tokens 16, steps done" "$S" || fail "no header line"
 grep -q "^steady state (steps 2..3): [0-9.]* steps/s" "$S" || fail "no steady-state line"
 for part in "time/wait_scored" "time/train" "time/logprob" "time/backward" "time/optimizer" "time/weight_sync"; do
   grep -E -q "^\| [-a-zA-Z +,]+ \($part\) \| [0-9.]+ \| [0-9.]+% \|" "$S" || fail "no table row for $part"

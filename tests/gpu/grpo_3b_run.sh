@@ -68,7 +68,7 @@ flow() {
     init=(train.device=cpu train.threads=1)
     grpo=(train.device=cpu rollout.device=cpu weights.transport=file rollout.threads=1 train.threads=1
           train.tokens_per_micro_batch=2048)
-    g=${GROUP_SIZE:-4} p=${PROMPTS:-4} max_new=${MAX_NEW:-16} steps=${GRPO_STEPS:-3}
+    g=${GROUP_SIZE:-4} p=${PROMPTS:-2} max_new=${MAX_NEW:-16} steps=${GRPO_STEPS:-3}
   fi
   # the random model: one SFT step at lr 0 (the init itself), then its export
   local t0 t1 t2
