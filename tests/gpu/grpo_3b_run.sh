@@ -127,6 +127,11 @@ cpt export --bf16 %.1f s\n", b - a, c - b }' | tee -a "$out/model.txt"
   if kill -0 "$pid" 2> /dev/null; then
     kill -9 "$pid" 2> /dev/null || true # every process of the run dies with the launcher (PR_SET_PDEATHSIG)
     wait "$pid" 2> /dev/null || true
+    # the next stage wants the GPU empty: wait (at most 30 s) until no process holds GPU memory
+    for _ in $(seq 30); do
+      [ -n "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] || break
+      sleep 1
+    done
   else
     wait "$pid" || rc=$?
   fi
