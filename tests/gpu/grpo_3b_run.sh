@@ -53,7 +53,9 @@ flow() {
   rm -rf "$out"
   mkdir -p "$out/data"
   "$bin/cpt" data gen arithmetic --format rl --split sft --n 64 --seed 1 > "$out/data/init.jsonl"
-  "$bin/cpt" data gen arithmetic --format rl --split rl --n 20000 --seed 3 > "$out/data/grpo.jsonl"
+  # GRPO's prompts: the rl split; steps x P of them are used (the CPU needs few: the trainer tokenizes them all)
+  "$bin/cpt" data gen arithmetic --format rl --split rl --n "$([ "$mode" = gpu ] && echo 20000 || echo 200)" --seed 3 \
+    > "$out/data/grpo.jsonl"
   local shape=() init=() grpo=()
   if [ "$mode" = gpu ]; then
     shape=(model.hidden_size=2048 model.num_layers=36 model.num_heads=16 model.num_kv_heads=2
