@@ -770,6 +770,9 @@ static int train_step(online_ctx *c, double t_start, int64_t first_step, cpt_err
     cpt_metrics_add(c->metrics, "time/train", t_train);
     cpt_metrics_add(c->metrics, "time/wait_scored", c->wait_s);
     cpt_metrics_add(c->metrics, "time/weight_sync", t_sync);
+    cpt_metrics_add(c->metrics, "time/logprob", ss.t_logprob);
+    cpt_metrics_add(c->metrics, "time/backward", ss.t_backward);
+    cpt_metrics_add(c->metrics, "time/optimizer", ss.t_optimizer);
     cpt_metrics_add_int(c->metrics, "version", c->st.weight_version);
     for (int i = 0; i < N_TOTALS; i++) cpt_metrics_add_int(c->metrics, total_names[i], tot[i]);
     cpt_metrics_add_int(c->metrics, "train/truncated", c->batch.n_truncated);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "trainer/dp.h"
 
 static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *s, cpt_err *err) {
@@ -295,6 +296,7 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
     shard sh = shard_of(L, v);
     float *logp = L->logp + t0, *ent = L->ent + t0, *values = L->values + t0;
     int n_micro = 0;
+    double t = cpt_now();
     if (forward_all(L, L->policy, v, &sh, logp, ent, NULL, 1, &n_micro, err)) return cpt_err_prefix(err, "policy forward");
     int single = n_micro == 1, csingle = 0;
     if (ppo) {
@@ -302,6 +304,7 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
         csingle = n_micro == 1;
     }
     st->n_micro = n_micro;
+    st->t_logprob += cpt_now() - t; /* the logprobs are on the host: the forwards are done */
     if (first) {
         memcpy(L->old_logp, L->logp, (size_t)b->n_tokens * sizeof(float));
         if (ppo) memcpy(L->old_values, L->values, (size_t)b->n_tokens * sizeof(float));
@@ -329,18 +332,28 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
     /* The critic first: the policy's kept activations would not survive a forward of the same model, and the
      * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
     if (ppo) {
+        t = cpt_now();
         if (backward_all(L, L->critic, v, &sh, L->zeros, NULL, g.d_values, csingle, err)) return cpt_err_prefix(err, "critic backward");
-        st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
+        st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip); /* the norm is on the host */
+        st->t_backward += cpt_now() - t;
+        t = cpt_now();
         st->critic_lr = cpt_lr_at(&L->csched, step);
         cpt_adamw_step(L->copt, st->critic_lr);
+        if (cpt_model_wait(L->critic, err)) return cpt_err_prefix(err, "critic optimizer");
+        st->t_optimizer += cpt_now() - t;
     }
+    t = cpt_now();
     if (backward_all(L, L->policy, v, &sh, g.d_logprobs, oc->entropy_coef != 0 ? g.d_entropy : NULL, NULL, single, err))
         return cpt_err_prefix(err, "policy backward");
     st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
+    st->t_backward += cpt_now() - t;
     if (!isfinite(st->grad_norm))
         return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
+    t = cpt_now();
     st->lr = cpt_lr_at(&L->sched, step);
     cpt_adamw_step(L->opt, st->lr);
+    if (cpt_model_wait(L->policy, err)) return cpt_err_prefix(err, "policy optimizer");
+    st->t_optimizer += cpt_now() - t;
     return 0;
 }
 
@@ -375,6 +388,7 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
 
     shard sh = shard_of(L, b);
     st->shard_tokens = sh.t1 - sh.t0;
+    double t = cpt_now();
     if (L->ref && oc->kl_beta > 0 && forward_all(L, L->ref, b, &sh, L->ref_logp, NULL, NULL, 0, NULL, err))
         return cpt_err_prefix(err, "reference forward");
 
@@ -393,6 +407,7 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
                                   L->task_adv, err))
             return -1;
     }
+    st->t_logprob = cpt_now() - t;
     int32_t *mb_ss = NULL;
     if (mbs > 1 && !(mb_ss = malloc((size_t)(b->n_seqs + 1) * sizeof *mb_ss)))
         return cpt_errf(err, "out of memory for %d sequences", b->n_seqs);

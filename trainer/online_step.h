@@ -78,6 +78,11 @@ typedef struct cpt_online_step_stats {
     long tokens, loss_tokens; /* the whole batch's */
     long shard_tokens;        /* the tokens this rank forwarded (its shard; the batch's with one rank) */
     int n_micro;
+    /* where time/train goes, seconds summed over the step's updates (every model: policy, reference, critic):
+     * forwards that only give logprobs or values (the training pass itself when the batch is one micro-batch),
+     * backward (its recomputing forwards included) with the gradient clip, and AdamW waited for (the GPU runs it
+     * asynchronously) */
+    double t_logprob, t_backward, t_optimizer;
     int64_t optimizer_steps; /* the policy optimizer's updates so far (updates_per_step per trainer step) */
 } cpt_online_step_stats;
 

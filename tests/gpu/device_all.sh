@@ -13,9 +13,11 @@
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
 # Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
-# decodeprof decodeprof15 grpo
+# decodeprof decodeprof15 grpo grpo3b
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck
 # learn.
+# grpo3b: GRPO of the Qwen2.5-3B shape (random weights) on the GPU, colocated (tests/gpu/grpo_3b_run.sh run);
+# grpo3b_summary.txt comes back in $OUT, its logs, metrics and nvidia-smi samples in extra.tgz.
 # decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
 # GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda);
 # offloadbench: a train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench);
@@ -44,6 +46,10 @@ build() {
     CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} tests/gpu/run_on_device.sh build "$b" "$d" $PROGS > /dev/null
     tests/gpu/grpo_gpu_run.sh build "$b" "$d" > /dev/null
     tests/gpu/slurm_carry.sh "$d"
+    # the Qwen tokenizer (git-ignored .deps) for the grpo3b stage's 151,669-id vocabulary
+    if [ -f .deps/tokenizer-qwen3/models/tokenizer.json ]; then
+        mkdir -p "$d/tokenizer-qwen3" && cp .deps/tokenizer-qwen3/models/tokenizer*.json "$d/tokenizer-qwen3/"
+    fi
     for p in "$d"/test_* "$d"/*_bench; do strip "$p"; done
     # the device tool carries at most 64 MiB with the working tree: send the folder packed, xz with a dictionary
     # larger than the folder (the cpt binaries each hold the same CUDA fatbin: 152 MB -> 11 MB; gzip: 57 MB)
@@ -162,6 +168,21 @@ run() {
                 [ -f "$t" ] && cp "$t" "$SUB/learn/$(basename "$(dirname "$t")")_summary.json"
             done
             cp /tmp/cpt-learn/learn_summary.* "$OUT/" 2>/dev/null ;;
+        grpo3b) # GRPO of the Qwen2.5-3B shape, colocated (tests/gpu/grpo_3b_run.sh): its own OUT (the model, 6 GB)
+            # its BUDGET_S is its own (GRPO3B_BUDGET_S, default 400 s, less when this call's BUDGET_S leaves less):
+            # it ends the GRPO run in time to write its summary
+            local gb=${GRPO3B_BUDGET_S:-400} gleft
+            if [ -n "${BUDGET_S:-}" ]; then
+                gleft=$((BUDGET_S - ($(date +%s) - RUN_T0) - 10))
+                [ "$gb" -le "$gleft" ] || gb=$gleft
+            fi
+            stage grpo3b 420 env OUT=/tmp/cpt-grpo3b BUDGET_S="$gb" tests/gpu/grpo_3b_run.sh run "$d"
+            mkdir -p "$SUB/grpo3b"
+            cp /tmp/cpt-grpo3b/grpo3b_summary.txt "$OUT/" 2>/dev/null
+            cp /tmp/cpt-grpo3b/grpo3b_summary.txt /tmp/cpt-grpo3b/*.log /tmp/cpt-grpo3b/*.txt /tmp/cpt-grpo3b/gpu_mem.csv \
+               /tmp/cpt-grpo3b/grpo/metrics.jsonl /tmp/cpt-grpo3b/grpo/config.toml /tmp/cpt-grpo3b/grpo/logs/*.log \
+               "$SUB/grpo3b/" 2>/dev/null
+            rm -rf /tmp/cpt-grpo3b/export ;; # 6 GB: the disk is shared with the later stages
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
             # put the rollout or the trainer on the CPU). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
