@@ -236,21 +236,15 @@ def _parse_decimal(s, x):
         while j < n and _isdigit(s[j]) and ed < 5:
             e, j, ed = e * 10 + (s[j] - 48), j + 1, ed + 1
         if 0 < ed <= 4 and not (j < n and _isdigit(s[j])):
+            # a negative exponent scales the exact denominator, a positive one the numerator
+            part, step = ("d", _LD.divide) if neg else ("n", _LD.multiply)
             for _ in range(e):
-                if neg:
-                    if x.exact:
-                        if _fits(x.d * 10):
-                            x.d *= 10
-                        else:
-                            x.exact = False
-                    x.v = _LD.divide(x.v, 10)
-                else:
-                    if x.exact:
-                        if _fits(x.n * 10):
-                            x.n *= 10
-                        else:
-                            x.exact = False
-                    x.v = _LD.multiply(x.v, 10)
+                if x.exact:
+                    if _fits(getattr(x, part) * 10):
+                        setattr(x, part, getattr(x, part) * 10)
+                    else:
+                        x.exact = False
+                x.v = step(x.v, 10)
                 if x.v == 0 or x.v.is_infinite() or abs(x.v) > _LD_MAX:
                     break
             i = j

@@ -60,16 +60,16 @@ def module_file(root, mod):
 
 def closure(root, known):
     """Missing top-level modules reached from ENTRY through unconditional imports: {module: [importing files]}."""
-    seen, todo, missing = set(), list(ENTRY), {}
-    while todo:
-        mod = todo.pop()
+    seen, pending, missing = set(), list(ENTRY), {}
+    while pending:
+        mod = pending.pop()
         if mod in seen:
             continue
         seen.add(mod)
         # importing a.b.c runs a/__init__ and a/b/__init__ too
         parts = mod.split(".")
         for k in range(1, len(parts)):
-            todo.append(".".join(parts[:k]))
+            pending.append(".".join(parts[:k]))
         mf = module_file(root, mod)
         if not mf:
             continue
@@ -77,7 +77,7 @@ def closure(root, known):
         for m in unconditional_imports(tree, mod, mf[1]):
             top = m.split(".")[0]
             if top in CARRIED:
-                todo.append(m)
+                pending.append(m)
             elif top not in known:
                 missing.setdefault(top, []).append(os.path.relpath(mf[0], root))
     return missing, sum(1 for m in seen if module_file(root, m))
