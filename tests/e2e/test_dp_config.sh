@@ -9,25 +9,8 @@ SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
 T=$(mktemp -d /tmp/cpt-dp-XXXXXX)
 trap 'rm -rf "$T"' EXIT
-for i in $(seq 0 15); do printf '{"prompt": "%d+1=", "completion": "%d"}\n' "$i" $((i + 1)); done > "$T/t.jsonl"
-cat > "$T/j.toml" <<TOML
-[model]
-init = "random"
-hidden_size = 32
-intermediate_size = 64
-num_layers = 1
-num_heads = 4
-[tokenizer]
-path = "$SRC/examples/tiny-tokenizer"
-[data]
-train = "$T/t.jsonl"
-chat_template = "none"
-[train]
-steps = 3
-tokens_per_micro_batch = 64
-max_seq_len = 32
-threads = 1
-TOML
+source "$SRC/tests/e2e/tiny_sft.sh"
+tiny_sft_config "$T" 16 3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # NAME CONFIG [k=v ...]: one explicit rank gives the same weights as no variables and never mentions NCCL; two

@@ -19,27 +19,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 export OMP_NUM_THREADS=1
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun -n 2 --oversubscribe --bind-to none)
-for i in $(seq 0 63); do printf '{"prompt": "%d+1=", "completion": "%d"}\n' "$i" $((i + 1)); done > "$T/t.jsonl"
-cat > "$T/j.toml" <<TOML
-[model]
-init = "random"
-hidden_size = 32
-intermediate_size = 64
-num_layers = 1
-num_heads = 4
-[tokenizer]
-path = "$SRC/examples/tiny-tokenizer"
-[data]
-train = "$T/t.jsonl"
-chat_template = "none"
-[optim]
-lr = 1e-3
-[train]
-steps = 4
-tokens_per_micro_batch = 64
-max_seq_len = 32
-threads = 1
-TOML
+source "$SRC/tests/e2e/tiny_sft.sh"
+tiny_sft_config "$T" 64 4 $'[optim]\nlr = 1e-3'
 model() { echo "$1/checkpoints/step-$2/model/model.safetensors"; }
 # max |a - b| over the F32 tensors of two safetensors files
 maxdiff() {
