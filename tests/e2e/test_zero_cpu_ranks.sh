@@ -13,25 +13,8 @@ T=$(mktemp -d /tmp/cpt-zero-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export OMP_NUM_THREADS=1
-[ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(mpirun -n 2 --oversubscribe --bind-to none)
 source "$SRC/tests/e2e/tiny_sft.sh"
 tiny_sft_config "$T" 64 4 $'[optim]\nlr = 1e-3\ngrad_clip = 0.5'
-model() { echo "$1/checkpoints/step-$2/model/model.safetensors"; }
-maxdiff() {
-  python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def load(p):
-    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
-    for k, v in h.items():
-        if k == '__metadata__': continue
-        s, e = v['data_offsets']; assert v['dtype'] == 'F32', v['dtype']
-        out[k] = struct.unpack('<%df' % ((e - s) // 4), b[8 + n + s:8 + n + e])
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-print(max(abs(x - y) for k in a for x, y in zip(a[k], b[k])))
-PY
-}
 train1() { local d=$1; shift; "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/$d" "$@" 2> "$T/$d.log" || { cat "$T/$d.log"; fail "$d"; }; }
 train2() { local d=$1; shift; "${mpi[@]}" "$BUILD/cpt-train" "$T/j.toml" run.dir="$T/$d" "$@" > "$T/$d.log" 2>&1 || { cat "$T/$d.log"; fail "$d"; }; }
 
