@@ -522,9 +522,8 @@ case "${1:-}" in
 run)
   D=$(cd "${2:?run needs the carry folder}" && pwd)
   BIN=$D/bin OUT=${OUT:-/tmp/cpt-learn}
-  export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CPT_REDIS_SERVER="$D/bin/redis-server" OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-  eval "$(tests/gpu/run_on_device.sh env)"
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+  eval "$(tests/gpu/run_on_device.sh carry-env "$D")"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
   flow "$([ "${MODE:-gpu}" = cpu ] && echo 0 || echo 1)" # MODE=cpu: the carried binaries, checked without a GPU
   ;;

@@ -234,9 +234,7 @@ case "${1:-}" in
   ;;
 run)
   D=$(cd "$2" && pwd)
-  export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CPT_REDIS_SERVER="$D/bin/redis-server"
-  eval "$(tests/gpu/run_on_device.sh env)"
+  eval "$(tests/gpu/run_on_device.sh carry-env "$D")"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
   df -h /tmp | tail -1
   flow "$D/bin" "${OUT:-/tmp/cpt-grpo3b}" "${MODE:-gpu}" "$(pick_tokenizer "$D")" # MODE=cpu: the carry without a GPU

@@ -112,9 +112,7 @@ build)
   ;;
 run)
   D=$(cd "$2" && pwd)
-  export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CPT_REDIS_SERVER="$D/bin/redis-server"
-  eval "$(tests/gpu/run_on_device.sh env)"
+  eval "$(tests/gpu/run_on_device.sh carry-env "$D")"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
   flow "$D/bin" "${OUT:-$SRC/runs/gpu-grpo}" "${MODE:-gpu}" # MODE=cpu: check the carried binaries without a GPU
   ;;

@@ -128,9 +128,7 @@ build)
   ;;
 run)
   D=$(cd "$2" && pwd)
-  export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CPT_REDIS_SERVER="$D/bin/redis-server"
-  eval "$(tests/gpu/run_on_device.sh env)"
+  eval "$(tests/gpu/run_on_device.sh carry-env "$D")"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
   # shellcheck disable=SC2086
   flow "$D/bin" "${OUT:-$SRC/runs/logprob-agreement}" ${CASES:-63m:cuda:cuda 63m:cpu:cuda 63m:cuda:cpu 0.5b:cuda:cuda}

@@ -6,6 +6,8 @@
 #                                                        the shared libraries they need to DIR/lib
 #   tests/gpu/run_on_device.sh env                       on the GPU machine: prints the exports that find cuBLASLt
 #                                                        and NCCL there (eval it)
+#   tests/gpu/run_on_device.sh carry-env DIR             the same, and those that run the cpt programs of a device
+#                                                        folder DIR (its lib/ and bin/redis-server) (eval it)
 #   tests/gpu/run_on_device.sh run [DIR]                 on the GPU machine: the op checks and timings (test_cuda_ops)
 #
 # Defaults: BUILD=build-cuda, DIR=.carry-gpu, SRC=tests/gpu/test_cuda_ops.c. DIR should be git-ignored (.carry-*)
@@ -60,6 +62,10 @@ run() {
 case "${1:-}" in
 build) shift; b=${1:-build-cuda}; d=${2:-.carry-gpu}; shift $(( $# < 2 ? $# : 2 )); build "$b" "$d" "$@" ;;
 env) device_env ;;
+carry-env)
+    d=$(cd "${2:?carry-env needs the device folder}" && pwd)
+    echo "export LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} CPT_REDIS_SERVER=$d/bin/redis-server"
+    device_env ;;
 run) run "${2:-.carry-gpu}" ;;
-*) echo "usage: $0 build [BUILD] [DIR] [SRC.c...] | env | run [DIR]" >&2; exit 2 ;;
+*) echo "usage: $0 build [BUILD] [DIR] [SRC.c...] | env | carry-env DIR | run [DIR]" >&2; exit 2 ;;
 esac
