@@ -16,6 +16,7 @@
 #   CLUSTER_MUNGE_USER  the user munged runs as (default: munge where that user exists, else root)
 #   CLUSTER_CGROUP_CONF the lines of cgroup.conf (beside slurm.conf), e.g. "CgroupPlugin=cgroup/v1" (default: none,
 #                       Slurm's autodetect)
+#   CLUSTER_CONF        more lines of slurm.conf, e.g. "SlurmctldDebug=debug" (default: none)
 set -euo pipefail
 cmd=$1 dir=$(realpath -m "$2") gpus=${3:-0}
 
@@ -127,6 +128,7 @@ $gres_types
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus $gres_node State=UNKNOWN
 PartitionName=low Nodes=$node Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10 OverSubscribe=NO
 PartitionName=high Nodes=$node Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+${CLUSTER_CONF:-}
 CONF
 }
 

@@ -15,6 +15,7 @@ set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
 source tests/e2e/grpo_small.sh
+CLUSTER_CONF="SlurmctldDebug=debug" # preemption decisions in slurmctld.log (diag below)
 source tests/slurm/lib.sh
 make_tiny_model "$T" || fail "tiny model"
 BASE_STEPS=${BACKFILL_STEPS:-300} G=4
@@ -49,8 +50,26 @@ wait_run_step "$R" 1 120
 "$BUILD/cpt-scale" --run "$R" rollout=3 > /dev/null || fail "cpt-scale rollout=3"
 cpus=$(sinfo -h -o %c | head -1)
 sats_running() { squeue -h -p low --name="cpt-sat-$RUN-rollout" -t R -o %i | wc -l; }
-preempted=0 handback_s=()
-for round in 1 2 3; do
+# diag JOB: what the job's satellite log, Slurm's view of it and the daemons' logs say (stderr)
+diag() {
+  local log
+  log=$(grep -l "^satellite: job $1 " "$R"/logs/rollout-sat*.log 2>/dev/null | head -1) || true
+  {
+    echo "== job $1: $(scontrol show job "$1" -o 2>&1 | tr ' ' '\n' | grep -E '^(JobState|Reason|RunTime|EndTime)=' | paste -sd' ')"
+    [ -n "$log" ] && { echo "== $log"; tail -15 "$log"; }
+    echo "== slurmctld.log, slurmd.log on job $1"
+    grep -h -E "JobId=$1([^0-9]|$)|job_id $1([^0-9]|$)|StepId=$1\." "$T"/cluster/log/slurm*.log | tail -25
+    echo "== processes"
+    ps -eo pid,ppid,stat,etimes,args | grep -E "cpt-satellite|cpt-rollout .*rollout-sat|slurmstepd" | grep -v grep
+  } >&2
+}
+# Each round waits for two running satellites, then a `high` job takes their CPUs; they must be gone within 20 s.
+# A satellite whose log shows the preemption signal but still runs is a failure. One whose log shows no signal was
+# not signalled by Slurm (a preemption during Slurm's launch of the batch script, above): shown, and the round is
+# repeated, once at most.
+preempted=0 handback_s=() round=0 lost=0
+while [ "${#handback_s[@]}" -lt 3 ]; do
+  round=$((round + 1))
   for _ in $(seq 1 240); do [ "$(sats_running)" = 2 ] && break; sleep 0.25; done
   [ "$(sats_running)" = 2 ] || fail "round $round: two satellites never ran together (running: $(sats_running))"
   victims=$(squeue -h -p low --name="cpt-sat-$RUN-rollout" -t R -o %i | tr '\n' ' ')
@@ -68,12 +87,28 @@ for round in 1 2 3; do
   wait_run_step "$R" $((s0 + 3)) 120 # they take part
   # every CPU the main job does not hold: Slurm must take both satellites back
   hi=$(sbatch --parsable -p high --ntasks=1 --cpus-per-task=$((cpus - 3)) --output=/dev/null --wrap 'sleep 4')
-  t=$SECONDS
+  t=$SECONDS slow=
   for v in $victims; do
     for _ in $(seq 1 200); do case "$(job_field "$v" JobState)" in RUNNING|COMPLETING) sleep 0.1 ;; *) break ;; esac; done
-    case "$(job_field "$v" JobState)" in RUNNING|COMPLETING) fail "satellite $v still running 20 s after preemption" ;; esac
-    preempted=$((preempted + 1))
+    case "$(job_field "$v" JobState)" in RUNNING|COMPLETING) slow="$slow $v" ;; esac
   done
+  for v in $slow; do
+    diag "$v"
+    log=$(grep -l "^satellite: job $v " "$R"/logs/rollout-sat*.log | head -1)
+    grep -q "^satellite: the job ends (preempted" "$log" &&
+      fail "round $round: satellite $v got the preemption signal and still runs 20 s later"
+  done
+  if [ -n "$slow" ]; then
+    lost=$((lost + 1))
+    [ "$lost" -le 1 ] || fail "round $round: Slurm sent satellites$slow no preemption signal, the second such round"
+    echo "round $round: Slurm sent satellites$slow no preemption signal (their logs: none received); repeated"
+    for v in $slow; do # GraceTime, then Slurm's kill or requeue
+      for _ in $(seq 1 600); do case "$(job_field "$v" JobState)" in RUNNING|COMPLETING) sleep 0.1 ;; *) break ;; esac; done
+    done
+    wait_job_done "$hi" 120
+    continue
+  fi
+  preempted=$((preempted + 2))
   handback_s+=($((SECONDS - t)))
   wait_job_done "$hi" 120
   echo "round $round: satellites $victims preempted at step $(run_step "$R"), gone in ${handback_s[-1]} s"
