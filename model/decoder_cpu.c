@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "model/backend.h"
 #include "model/model_internal.h"
 
@@ -111,36 +112,36 @@ static void paged_attention(const cpu_decoder *c, int layer, int N, int H, int K
     const int group = H / KV;
     long work = 0; /* multiply-adds, to keep small steps off the thread pool */
     for (int i = 0; i < N; i++) work += (long)(io->pos[i] + 1) * H * D * 2;
-#pragma omp parallel for schedule(dynamic, 4) if(work >= (1L << 18))
-    for (int ih = 0; ih < N * H; ih++) {
-        int i = ih / H, h = ih % H, kvh = h / group;
-        const float *q = c->qkv + (size_t)i * QKV + (size_t)h * D;
-        float *o = c->att + (size_t)i * H * D + (size_t)h * D;
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
-        float mx = -INFINITY, l = 0.0f;
-        const int32_t *tb = io->tables + (size_t)io->tab[i] * c->base.max_blocks;
-        for (int j0 = 0; j0 <= io->pos[i]; j0 += bs) { /* a block at a time: positions j0 .. j0 + n - 1 */
-            int n = io->pos[i] + 1 - j0 < bs ? io->pos[i] + 1 - j0 : bs;
-            const float *k = k_at(c, tb[j0 / bs], layer, 0) + (size_t)kvh * D;
-            const float *v = v_at(c, tb[j0 / bs], layer, 0) + (size_t)kvh * D;
-            for (int jj = 0; jj < n; jj++, k += kv_dim, v += kv_dim) {
-                float s = 0.0f;
-                for (int d = 0; d < D; d++) s += q[d] * k[d];
-                s *= scale;
-                if (s > mx) {
-                    float r = expf(mx - s); /* 0 on the first key */
-                    l *= r;
-                    for (int d = 0; d < D; d++) o[d] *= r;
-                    mx = s;
+    CPT_PAR_FOR_WITH(cpt_par(work, 1L << 18), "omp parallel for schedule(dynamic, 4)",
+        for (int ih = 0; ih < N * H; ih++) {
+            int i = ih / H, h = ih % H, kvh = h / group;
+            const float *q = c->qkv + (size_t)i * QKV + (size_t)h * D;
+            float *o = c->att + (size_t)i * H * D + (size_t)h * D;
+            for (int d = 0; d < D; d++) o[d] = 0.0f;
+            float mx = -INFINITY, l = 0.0f;
+            const int32_t *tb = io->tables + (size_t)io->tab[i] * c->base.max_blocks;
+            for (int j0 = 0; j0 <= io->pos[i]; j0 += bs) { /* a block at a time: positions j0 .. j0 + n - 1 */
+                int n = io->pos[i] + 1 - j0 < bs ? io->pos[i] + 1 - j0 : bs;
+                const float *k = k_at(c, tb[j0 / bs], layer, 0) + (size_t)kvh * D;
+                const float *v = v_at(c, tb[j0 / bs], layer, 0) + (size_t)kvh * D;
+                for (int jj = 0; jj < n; jj++, k += kv_dim, v += kv_dim) {
+                    float s = 0.0f;
+                    for (int d = 0; d < D; d++) s += q[d] * k[d];
+                    s *= scale;
+                    if (s > mx) {
+                        float r = expf(mx - s); /* 0 on the first key */
+                        l *= r;
+                        for (int d = 0; d < D; d++) o[d] *= r;
+                        mx = s;
+                    }
+                    float p = expf(s - mx);
+                    l += p;
+                    for (int d = 0; d < D; d++) o[d] += p * v[d];
                 }
-                float p = expf(s - mx);
-                l += p;
-                for (int d = 0; d < D; d++) o[d] += p * v[d];
             }
-        }
-        float inv = 1.0f / l;
-        for (int d = 0; d < D; d++) o[d] *= inv;
-    }
+            float inv = 1.0f / l;
+            for (int d = 0; d < D; d++) o[d] *= inv;
+        });
 }
 
 /* Rows [0, n) through every layer: c->x holds the final residual stream of each row afterwards. */
@@ -188,13 +189,13 @@ static int draw(cpu_decoder *c, int n, const float *base, cpt_err *err) {
     if (ensure_samplers(c, err)) return -1;
     cpt_decoder_io *io = &c->base.io;
     const size_t V = (size_t)c->base.m->cfg.vocab_size;
-#pragma omp parallel for schedule(dynamic, 1) if(n > 1 && (size_t)n * V >= 65536)
-    for (int k = 0; k < n; k++) {
-        const cpt_sample_row *r = &io->rows[k];
-        cpt_sample_params sp = {r->temperature, r->top_k, r->top_p, r->min_p};
-        io->out_tok[k] = cpt_k_sample(base + (size_t)r->logits_row * V, &sp, r->seed, r->sample, r->step,
-                                      &c->sw[omp_get_thread_num()], &io->out_lp[k]);
-    }
+    CPT_PAR_FOR_WITH(n > 1 && cpt_par((int64_t)n * (int64_t)V, 65536), "omp parallel for schedule(dynamic, 1)",
+        for (int k = 0; k < n; k++) {
+            const cpt_sample_row *r = &io->rows[k];
+            cpt_sample_params sp = {r->temperature, r->top_k, r->top_p, r->min_p};
+            io->out_tok[k] = cpt_k_sample(base + (size_t)r->logits_row * V, &sp, r->seed, r->sample, r->step,
+                                          &c->sw[omp_get_thread_num()], &io->out_lp[k]);
+        });
     return 0;
 }
 

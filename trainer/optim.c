@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "core/par.h"
 #include "core/safetensors.h"
 #include "model/cuda_model.h"
 #include "weights/devices.h"
@@ -358,14 +359,14 @@ void cpt_adamw_step(cpt_adamw *o, double lr) {
         const float decay = p->no_decay ? 1.0f : (float)(1 - lr * o->hp.weight_decay);
         const long long numel = (long long)p->numel;
         /* Elementwise, so the result does not depend on the thread count. */
-#pragma omp parallel for schedule(static) if (numel > 65536)
-        for (long long j = 0; j < numel; j++) {
-            w[j] *= decay;
-            m[j] = fb1 * m[j] + one_b1 * g[j];
-            v[j] = fb2 * v[j] + one_b2 * g[j] * g[j];
-            float denom = sqrtf(v[j]) / bc2_sqrt + eps;
-            w[j] -= step_size * m[j] / denom;
-        }
+        CPT_PAR_FOR(cpt_par(numel, 65537),
+            for (long long j = 0; j < numel; j++) {
+                w[j] *= decay;
+                m[j] = fb1 * m[j] + one_b1 * g[j];
+                v[j] = fb2 * v[j] + one_b2 * g[j] * g[j];
+                float denom = sqrtf(v[j]) / bc2_sqrt + eps;
+                w[j] -= step_size * m[j] / denom;
+            });
     }
 }
 

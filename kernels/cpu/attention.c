@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #define BQ 128 /* queries per block */
@@ -39,6 +40,54 @@ static int64_t check_attn(const char *op, cpt_tensor qkv, cpt_tensor cu, cpt_att
     return maxlen;
 }
 
+/* What every task of one call reads: the packed rows and their layout. */
+typedef struct {
+    const int32_t *cu;
+    const float *x, *dO, *O, *L;
+    float *o, *lse, *dx;
+    int H, KV, D, group;
+    int64_t row, HD, nblk;
+    float scale;
+} attn_args;
+
+/* Forward task t: one block of up to BQ queries of one head of one sequence; P is this thread's scratch. */
+static void fwd_task(const attn_args *A, int64_t t, float *P) {
+    const int32_t *cu = A->cu;
+    const float *x = A->x;
+    float *o = A->o, *L = A->lse;
+    const int H = A->H, KV = A->KV, D = A->D, group = A->group;
+    const int64_t row = A->row, HD = A->HD, nblk = A->nblk;
+    const float scale = A->scale;
+
+    int64_t sq = t / (H * nblk), j0 = cu[sq], len = cu[sq + 1] - j0;
+    int h = (int)((t / nblk) % H), kh = h / group;
+    int64_t i0 = (t % nblk) * BQ;
+    if (i0 >= len) return;
+    int64_t i1 = i0 + BQ < len ? i0 + BQ : len, nq = i1 - i0, nk = i1;
+    const float *q = x + (j0 + i0) * row + (int64_t)h * D, *k = x + j0 * row + (int64_t)(H + kh) * D,
+                *v = x + j0 * row + (int64_t)(H + KV + kh) * D;
+    cpt_cpu_gemm_strided(P, nk, nq, nk, D, q, row, 0, k, row, 1, 0);
+    for (int64_t r = 0; r < nq; r++) {
+        float *pr = P + r * nk;
+        int64_t last = i0 + r; /* keys 0 .. last */
+        float m = -INFINITY;
+        for (int64_t j = 0; j <= last; j++) {
+            pr[j] *= scale;
+            m = pr[j] > m ? pr[j] : m;
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= last; j++) {
+            pr[j] = expf(pr[j] - m);
+            sum += pr[j];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t j = 0; j <= last; j++) pr[j] *= inv;
+        for (int64_t j = last + 1; j < nk; j++) pr[j] = 0.0f;
+        L[(j0 + i0 + r) * H + h] = m + logf(sum);
+    }
+    cpt_cpu_gemm_strided(o + (j0 + i0) * HD + (int64_t)h * D, HD, nq, D, nk, P, nk, 0, v, row, 0, 0);
+}
+
 void cpt_k_attention_fwd(cpt_tensor out, cpt_tensor lse, cpt_tensor qkv, cpt_tensor cu_seqlens, cpt_attn_shape s) {
     const char *op = "attention_fwd";
     int64_t maxlen = check_attn(op, qkv, cu_seqlens, s);
@@ -49,46 +98,63 @@ void cpt_k_attention_fwd(cpt_tensor out, cpt_tensor lse, cpt_tensor qkv, cpt_ten
     cpt_kcheck_f32(op, "lse", lse, 2);
     KCHECK(out.shape[0] == N && out.shape[1] == HD && lse.shape[0] == N && lse.shape[1] == H, op,
            "out or lse shape mismatch");
-    const int32_t *cu = I(cu_seqlens);
-    const float *x = F(qkv);
-    float *o = F(out), *L = F(lse);
-    float scale = 1.0f / sqrtf((float)D);
-    int64_t nblk = (maxlen + BQ - 1) / BQ, tasks = S * H * nblk;
-#pragma omp parallel if(N * H >= 64)
-    {
-        float *P = malloc(sizeof(float) * (size_t)BQ * (size_t)(maxlen > 0 ? maxlen : 1));
-        KCHECK(P != NULL, op, "out of memory");
+    attn_args A = {.cu = I(cu_seqlens), .x = F(qkv), .o = F(out), .lse = F(lse), .H = H, .KV = KV, .D = D,
+                   .group = group, .row = row, .HD = HD, .nblk = (maxlen + BQ - 1) / BQ,
+                   .scale = 1.0f / sqrtf((float)D)};
+    int64_t tasks = S * H * A.nblk;
+    size_t scratch = sizeof(float) * (size_t)BQ * (size_t)(maxlen > 0 ? maxlen : 1);
+    if (cpt_par(N * H, 64)) {
+#pragma omp parallel
+        {
+            float *P = malloc(scratch);
+            KCHECK(P != NULL, op, "out of memory");
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; t++) {
-            int64_t sq = t / (H * nblk), j0 = cu[sq], len = cu[sq + 1] - j0;
-            int h = (int)((t / nblk) % H), kh = h / group;
-            int64_t i0 = (t % nblk) * BQ;
-            if (i0 >= len) continue;
+            for (int64_t t = 0; t < tasks; t++) fwd_task(&A, t, P);
+            free(P);
+        }
+    } else {
+        float *P = malloc(scratch);
+        KCHECK(P != NULL, op, "out of memory");
+        for (int64_t t = 0; t < tasks; t++) fwd_task(&A, t, P);
+        free(P);
+    }
+}
+
+/* Backward task t: one kv head of one sequence, with its query heads; P, dP and Di are this thread's scratch. */
+static void bwd_task(const attn_args *A, int64_t t, float *P, float *dP, float *Di) {
+    const int32_t *cu = A->cu;
+    const float *x = A->x, *dO = A->dO, *O = A->O, *L = A->L;
+    float *dx = A->dx;
+    const int H = A->H, KV = A->KV, D = A->D, group = A->group;
+    const int64_t row = A->row, HD = A->HD;
+    const float scale = A->scale;
+
+    int64_t sq = t / KV, j0 = cu[sq], len = cu[sq + 1] - j0;
+    int kh = (int)(t % KV);
+    const float *k = x + j0 * row + (int64_t)(H + kh) * D, *v = x + j0 * row + (int64_t)(H + KV + kh) * D;
+    float *dk = dx + j0 * row + (int64_t)(H + kh) * D, *dv = dx + j0 * row + (int64_t)(H + KV + kh) * D;
+    for (int h = kh * group; h < (kh + 1) * group; h++) {
+        for (int64_t i0 = 0; i0 < len; i0 += BQ) {
             int64_t i1 = i0 + BQ < len ? i0 + BQ : len, nq = i1 - i0, nk = i1;
-            const float *q = x + (j0 + i0) * row + (int64_t)h * D, *k = x + j0 * row + (int64_t)(H + kh) * D,
-                        *v = x + j0 * row + (int64_t)(H + KV + kh) * D;
+            const float *q = x + (j0 + i0) * row + (int64_t)h * D;
+            const float *dob = dO + (j0 + i0) * HD + (int64_t)h * D, *ob = O + (j0 + i0) * HD + (int64_t)h * D;
+            float *dq = dx + (j0 + i0) * row + (int64_t)h * D;
+            /* P from the kept logsumexp */
             cpt_cpu_gemm_strided(P, nk, nq, nk, D, q, row, 0, k, row, 1, 0);
             for (int64_t r = 0; r < nq; r++) {
-                float *pr = P + r * nk;
-                int64_t last = i0 + r; /* keys 0 .. last */
-                float m = -INFINITY;
-                for (int64_t j = 0; j <= last; j++) {
-                    pr[j] *= scale;
-                    m = pr[j] > m ? pr[j] : m;
-                }
-                float sum = 0.0f;
-                for (int64_t j = 0; j <= last; j++) {
-                    pr[j] = expf(pr[j] - m);
-                    sum += pr[j];
-                }
-                float inv = 1.0f / sum;
-                for (int64_t j = 0; j <= last; j++) pr[j] *= inv;
+                float *pr = P + r * nk, l = L[(j0 + i0 + r) * H + h];
+                int64_t last = i0 + r;
+                for (int64_t j = 0; j <= last; j++) pr[j] = expf(pr[j] * scale - l);
                 for (int64_t j = last + 1; j < nk; j++) pr[j] = 0.0f;
-                L[(j0 + i0 + r) * H + h] = m + logf(sum);
+                Di[r] = dot(dob + r * HD, ob + r * HD, D);
             }
-            cpt_cpu_gemm_strided(o + (j0 + i0) * HD + (int64_t)h * D, HD, nq, D, nk, P, nk, 0, v, row, 0, 0);
+            cpt_cpu_gemm_strided(dv, row, nk, D, nq, P, nk, 1, dob, HD, 0, 1);       /* dV += P^T dO */
+            cpt_cpu_gemm_strided(dP, nk, nq, nk, D, dob, HD, 0, v, row, 1, 0);       /* dP = dO V^T */
+            for (int64_t r = 0; r < nq; r++)
+                for (int64_t j = 0; j < nk; j++) dP[r * nk + j] = P[r * nk + j] * (dP[r * nk + j] - Di[r]) * scale;
+            cpt_cpu_gemm_strided(dq, row, nq, D, nk, dP, nk, 0, k, row, 0, 1);       /* dQ += dS K */
+            cpt_cpu_gemm_strided(dk, row, nk, D, nq, dP, nk, 1, q, row, 0, 1);       /* dK += dS^T Q */
         }
-        free(P);
     }
 }
 
@@ -106,45 +172,23 @@ void cpt_k_attention_bwd(cpt_tensor dqkv, cpt_tensor dout, cpt_tensor out, cpt_t
     KCHECK(dqkv.shape[0] == N && dqkv.shape[1] == row && dout.shape[0] == N && dout.shape[1] == HD &&
                out.shape[0] == N && out.shape[1] == HD && lse.shape[0] == N && lse.shape[1] == H,
            op, "shape mismatch");
-    const int32_t *cu = I(cu_seqlens);
-    const float *x = F(qkv), *dO = F(dout), *O = F(out), *L = F(lse);
-    float *dx = F(dqkv);
-    float scale = 1.0f / sqrtf((float)D);
-#pragma omp parallel if(N * H >= 64)
-    {
-        size_t scratch = (size_t)BQ * (size_t)(maxlen > 0 ? maxlen : 1);
-        float *P = malloc(sizeof(float) * scratch * 2 + sizeof(float) * BQ), *dP = P + scratch, *Di = dP + scratch;
-        KCHECK(P != NULL, op, "out of memory");
+    attn_args A = {.cu = I(cu_seqlens), .x = F(qkv), .dO = F(dout), .O = F(out), .L = F(lse), .dx = F(dqkv),
+                   .H = H, .KV = KV, .D = D, .group = group, .row = row, .HD = HD,
+                   .scale = 1.0f / sqrtf((float)D)};
+    size_t scratch = (size_t)BQ * (size_t)(maxlen > 0 ? maxlen : 1), bytes = sizeof(float) * (scratch * 2 + BQ);
+    if (cpt_par(N * H, 64)) {
+#pragma omp parallel
+        {
+            float *P = malloc(bytes);
+            KCHECK(P != NULL, op, "out of memory");
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < S * KV; t++) {
-            int64_t sq = t / KV, j0 = cu[sq], len = cu[sq + 1] - j0;
-            int kh = (int)(t % KV);
-            const float *k = x + j0 * row + (int64_t)(H + kh) * D, *v = x + j0 * row + (int64_t)(H + KV + kh) * D;
-            float *dk = dx + j0 * row + (int64_t)(H + kh) * D, *dv = dx + j0 * row + (int64_t)(H + KV + kh) * D;
-            for (int h = kh * group; h < (kh + 1) * group; h++) {
-                for (int64_t i0 = 0; i0 < len; i0 += BQ) {
-                    int64_t i1 = i0 + BQ < len ? i0 + BQ : len, nq = i1 - i0, nk = i1;
-                    const float *q = x + (j0 + i0) * row + (int64_t)h * D;
-                    const float *dob = dO + (j0 + i0) * HD + (int64_t)h * D, *ob = O + (j0 + i0) * HD + (int64_t)h * D;
-                    float *dq = dx + (j0 + i0) * row + (int64_t)h * D;
-                    /* P from the kept logsumexp */
-                    cpt_cpu_gemm_strided(P, nk, nq, nk, D, q, row, 0, k, row, 1, 0);
-                    for (int64_t r = 0; r < nq; r++) {
-                        float *pr = P + r * nk, l = L[(j0 + i0 + r) * H + h];
-                        int64_t last = i0 + r;
-                        for (int64_t j = 0; j <= last; j++) pr[j] = expf(pr[j] * scale - l);
-                        for (int64_t j = last + 1; j < nk; j++) pr[j] = 0.0f;
-                        Di[r] = dot(dob + r * HD, ob + r * HD, D);
-                    }
-                    cpt_cpu_gemm_strided(dv, row, nk, D, nq, P, nk, 1, dob, HD, 0, 1);       /* dV += P^T dO */
-                    cpt_cpu_gemm_strided(dP, nk, nq, nk, D, dob, HD, 0, v, row, 1, 0);       /* dP = dO V^T */
-                    for (int64_t r = 0; r < nq; r++)
-                        for (int64_t j = 0; j < nk; j++) dP[r * nk + j] = P[r * nk + j] * (dP[r * nk + j] - Di[r]) * scale;
-                    cpt_cpu_gemm_strided(dq, row, nq, D, nk, dP, nk, 0, k, row, 0, 1);       /* dQ += dS K */
-                    cpt_cpu_gemm_strided(dk, row, nk, D, nq, dP, nk, 1, q, row, 0, 1);       /* dK += dS^T Q */
-                }
-            }
+            for (int64_t t = 0; t < S * KV; t++) bwd_task(&A, t, P, P + scratch, P + 2 * scratch);
+            free(P);
         }
+    } else {
+        float *P = malloc(bytes);
+        KCHECK(P != NULL, op, "out of memory");
+        for (int64_t t = 0; t < S * KV; t++) bwd_task(&A, t, P, P + scratch, P + 2 * scratch);
         free(P);
     }
 }

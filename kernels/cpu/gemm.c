@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -209,15 +210,52 @@ static float *cached(float **slot, size_t n) {
     return *slot;
 }
 
-/* GotoBLAS loop order: for each NC column block and KC slice, B is packed once (threads share it) and the MC row
- * tiles are split among threads, each packing its own A block. Every element of C is updated by one thread per
- * slice, slices in order (barrier between them): deterministic for any thread count. */
+/* Row tile t of an NC x KC block: A's rows packed into this thread's buffer, then multiplied by the packed B. */
+static inline void gemm_tile(float *c, int64_t ldc, int64_t M, int64_t mcb, int64_t t, operand a, int64_t j0, int nc,
+                             int64_t k0, int kc, int add, float *ap, const float *bp, micro_fn micro) {
+    int64_t i0 = t * mcb;
+    int mc = M - i0 < mcb ? (int)(M - i0) : (int)mcb;
+    pack_a(ap, a, i0, mc, k0, kc);
+    macro_kernel(micro, c, ldc, i0, mc, j0, nc, kc, ap, bp, add);
+}
+
+/* One NC x KC block of the GotoBLAS loop: B's block packed once (threads share it), then the MC row tiles, each
+ * thread packing its own A block. team: inside a parallel region (the loops are shared out, barrier after each);
+ * else the caller's thread does all of it (core/par.h). */
+static void gemm_block(float *c, int64_t ldc, int64_t M, int64_t mcb, int64_t mt, operand a, operand b, int64_t j0,
+                       int nc, int64_t k0, int kc, int add, float *ap, float *bp, micro_fn micro, int team) {
+    if (team) {
+#pragma omp for schedule(static)
+        for (int q = 0; q < nc; q += NR) pack_b(bp + (size_t)q * kc, b, k0, kc, j0 + q, nc - q < NR ? nc - q : NR);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < mt; t++) gemm_tile(c, ldc, M, mcb, t, a, j0, nc, k0, kc, add, ap, bp, micro);
+    } else {
+        for (int q = 0; q < nc; q += NR) pack_b(bp + (size_t)q * kc, b, k0, kc, j0 + q, nc - q < NR ? nc - q : NR);
+        for (int64_t t = 0; t < mt; t++) gemm_tile(c, ldc, M, mcb, t, a, j0, nc, k0, kc, add, ap, bp, micro);
+    }
+}
+
+/* The NC column blocks and KC slices in order: every element of C is updated by one thread per slice, slices in
+ * order (barrier between them), so the result is the same on any thread count. */
+static void gemm_blocks(float *c, int64_t ldc, int64_t M, int64_t N, int64_t K, int64_t mcb, int64_t mt, operand a,
+                        operand b, int accumulate, float *bp, micro_fn micro, int team) {
+    float *ap = cached(&tl_pack_a, (size_t)MC * KC);
+    for (int64_t j0 = 0; j0 < N; j0 += NC) {
+        int nc = N - j0 < NC ? (int)(N - j0) : NC;
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int kc = K - k0 < KC ? (int)(K - k0) : KC;
+            gemm_block(c, ldc, M, mcb, mt, a, b, j0, nc, k0, kc, accumulate || k0 > 0, ap, bp, micro, team);
+        }
+    }
+}
+
 static void gemm_raw(float *c, int64_t ldc, int64_t M, int64_t N, int64_t K, operand a, operand b, int accumulate) {
     micro_fn micro = pick_micro();
     float *bp = cached(&tl_pack_b, (size_t)NC * KC);
+    int par = cpt_par(M * N * K, 1 << 17);
     /* Row tiles: MC, or smaller so every thread gets at least two (the sums do not depend on the tiling: each
      * element of C is summed over the same KC slices in the same order whatever the tile height). */
-    int64_t mcb = MC, want = omp_in_parallel() ? 1 : 2 * (int64_t)omp_get_max_threads();
+    int64_t mcb = MC, want = par ? 2 * (int64_t)omp_get_max_threads() : 1;
     while (mcb > MR && (M + mcb - 1) / mcb < want) mcb -= MR;
     int64_t mt = (M + mcb - 1) / mcb;
     if (K == 0) {
@@ -225,26 +263,11 @@ static void gemm_raw(float *c, int64_t ldc, int64_t M, int64_t N, int64_t K, ope
             for (int64_t i = 0; i < M; i++) memset(c + i * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
-#pragma omp parallel if(M * N * K >= (1 << 17))
-    {
-        float *ap = cached(&tl_pack_a, (size_t)MC * KC);
-        for (int64_t j0 = 0; j0 < N; j0 += NC) {
-            int nc = N - j0 < NC ? (int)(N - j0) : NC;
-            for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                int kc = K - k0 < KC ? (int)(K - k0) : KC;
-                int add = accumulate || k0 > 0;
-#pragma omp for schedule(static)
-                for (int q = 0; q < nc; q += NR) pack_b(bp + (size_t)q * kc, b, k0, kc, j0 + q, nc - q < NR ? nc - q : NR);
-#pragma omp for schedule(dynamic, 1)
-                for (int64_t t = 0; t < mt; t++) {
-                    int64_t i0 = t * mcb;
-                    int mc = M - i0 < mcb ? (int)(M - i0) : (int)mcb;
-                    pack_a(ap, a, i0, mc, k0, kc);
-                    macro_kernel(micro, c, ldc, i0, mc, j0, nc, kc, ap, bp, add);
-                }
-            }
-        }
-    }
+    if (par) {
+#pragma omp parallel
+        gemm_blocks(c, ldc, M, N, K, mcb, mt, a, b, accumulate, bp, micro, 1);
+    } else
+        gemm_blocks(c, ldc, M, N, K, mcb, mt, a, b, accumulate, bp, micro, 0);
 }
 
 void cpt_cpu_gemm_strided(float *c, int64_t ldc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
@@ -278,9 +301,9 @@ void cpt_k_matmul_fwd(cpt_tensor out, cpt_tensor inp, cpt_tensor w, cpt_tensor b
     KCHECK(bias.shape[0] == OC, op, "bias has %lld entries, want %lld", (long long)bias.shape[0], (long long)OC);
     float *o = F(out);
     const float *bb = F(bias);
-#pragma omp parallel for if(N * OC >= PAR_MIN)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t j = 0; j < OC; j++) o[n * OC + j] += bb[j];
+    CPT_PAR_FOR(cpt_par(N * OC, PAR_MIN),
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < OC; j++) o[n * OC + j] += bb[j];);
 }
 
 void cpt_k_matmul_bwd(cpt_tensor dinp, cpt_tensor dw, cpt_tensor dbias, cpt_tensor dout, cpt_tensor inp,
@@ -297,10 +320,10 @@ void cpt_k_matmul_bwd(cpt_tensor dinp, cpt_tensor dw, cpt_tensor dbias, cpt_tens
     float *db = F(dbias);
     /* column blocks per thread, rows summed in order: deterministic */
     int64_t nb = (OC + 63) / 64;
-#pragma omp parallel for schedule(static) if(N * OC >= PAR_MIN)
-    for (int64_t blk = 0; blk < nb; blk++) {
-        int64_t j0 = blk * 64, j1 = j0 + 64 < OC ? j0 + 64 : OC;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t j = j0; j < j1; j++) db[j] += d[n * OC + j];
-    }
+    CPT_PAR_FOR(cpt_par(N * OC, PAR_MIN),
+        for (int64_t blk = 0; blk < nb; blk++) {
+            int64_t j0 = blk * 64, j1 = j0 + 64 < OC ? j0 + 64 : OC;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t j = j0; j < j1; j++) db[j] += d[n * OC + j];
+        });
 }

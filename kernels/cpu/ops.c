@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #define ROW_CHUNK 64 /* rows per partial sum in weight-gradient reductions */
@@ -21,8 +22,8 @@ void cpt_k_embedding_fwd(cpt_tensor out, cpt_tensor tokens, cpt_tensor wte) {
            (long long)N, (long long)C, (long long)tokens.shape[0], (long long)V, (long long)wte.shape[1]);
     const int32_t *tok = I(tokens);
     for (int64_t n = 0; n < N; n++) KCHECK(tok[n] >= 0 && tok[n] < V, op, "token %d at %lld outside [0, %lld)", tok[n], (long long)n, (long long)V);
-#pragma omp parallel for if(N * C >= PAR_MIN)
-    for (int64_t n = 0; n < N; n++) memcpy(F(out) + n * C, F(wte) + (int64_t)tok[n] * C, (size_t)C * sizeof(float));
+    CPT_PAR_FOR(cpt_par(N * C, PAR_MIN),
+        for (int64_t n = 0; n < N; n++) memcpy(F(out) + n * C, F(wte) + (int64_t)tok[n] * C, (size_t)C * sizeof(float)););
 }
 
 void cpt_k_embedding_bwd(cpt_tensor dwte, cpt_tensor dout, cpt_tensor tokens) {
@@ -36,15 +37,15 @@ void cpt_k_embedding_bwd(cpt_tensor dwte, cpt_tensor dout, cpt_tensor tokens) {
     for (int64_t n = 0; n < N; n++) KCHECK(tok[n] >= 0 && tok[n] < V, op, "token %d outside [0, %lld)", tok[n], (long long)V);
     /* each thread owns a block of columns and walks the tokens in order */
     int64_t nb = (C + 31) / 32;
-#pragma omp parallel for if(N * C >= PAR_MIN)
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t c0 = b * 32, c1 = c0 + 32 < C ? c0 + 32 : C;
-        for (int64_t n = 0; n < N; n++) {
-            float *dst = F(dwte) + (int64_t)tok[n] * C;
-            const float *src = F(dout) + n * C;
-            for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
-        }
-    }
+    CPT_PAR_FOR(cpt_par(N * C, PAR_MIN),
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t c0 = b * 32, c1 = c0 + 32 < C ? c0 + 32 : C;
+            for (int64_t n = 0; n < N; n++) {
+                float *dst = F(dwte) + (int64_t)tok[n] * C;
+                const float *src = F(dout) + n * C;
+                for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
+            }
+        });
 }
 
 /* ---- rmsnorm ---- */
@@ -63,16 +64,16 @@ void cpt_k_rmsnorm_fwd(cpt_tensor out, cpt_tensor rstd, cpt_tensor inp, cpt_tens
     }
     const float *x = F(inp), *wt = F(w);
     float *o = F(out), *rs = cpt_tensor_present(rstd) ? F(rstd) : NULL;
-#pragma omp parallel for if(R * C >= PAR_MIN)
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * C;
-        float ss = 0.0f;
-        for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
-        float s = 1.0f / sqrtf(ss / (float)C + eps);
-        if (rs) rs[r] = s;
-        float *orow = o + r * C;
-        for (int64_t c = 0; c < C; c++) orow[c] = wt[c] * (xr[c] * s);
-    }
+    CPT_PAR_FOR(cpt_par(R * C, PAR_MIN),
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x + r * C;
+            float ss = 0.0f;
+            for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
+            float s = 1.0f / sqrtf(ss / (float)C + eps);
+            if (rs) rs[r] = s;
+            float *orow = o + r * C;
+            for (int64_t c = 0; c < C; c++) orow[c] = wt[c] * (xr[c] * s);
+        });
 }
 
 void cpt_k_rmsnorm_bwd(cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tensor inp, cpt_tensor w,
@@ -89,15 +90,15 @@ void cpt_k_rmsnorm_bwd(cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tens
         cpt_kcheck_f32(op, "dinp", dinp, 2);
         KCHECK(dinp.shape[0] == R && dinp.shape[1] == C, op, "dinp shape mismatch");
         float *dx = F(dinp);
-#pragma omp parallel for if(R * C >= PAR_MIN)
-        for (int64_t r = 0; r < R; r++) {
-            const float *xr = x + r * C, *dyr = dy + r * C;
-            float s = rs[r], dot = 0.0f;
-            for (int64_t c = 0; c < C; c++) dot += wt[c] * dyr[c] * xr[c];
-            float k = dot * s * s * s / (float)C;
-            float *dxr = dx + r * C;
-            for (int64_t c = 0; c < C; c++) dxr[c] += s * wt[c] * dyr[c] - k * xr[c];
-        }
+        CPT_PAR_FOR(cpt_par(R * C, PAR_MIN),
+            for (int64_t r = 0; r < R; r++) {
+                const float *xr = x + r * C, *dyr = dy + r * C;
+                float s = rs[r], dot = 0.0f;
+                for (int64_t c = 0; c < C; c++) dot += wt[c] * dyr[c] * xr[c];
+                float k = dot * s * s * s / (float)C;
+                float *dxr = dx + r * C;
+                for (int64_t c = 0; c < C; c++) dxr[c] += s * wt[c] * dyr[c] - k * xr[c];
+            });
     }
     if (cpt_tensor_present(dw)) {
         cpt_kcheck_f32(op, "dw", dw, 1);
@@ -105,13 +106,13 @@ void cpt_k_rmsnorm_bwd(cpt_tensor dinp, cpt_tensor dw, cpt_tensor dout, cpt_tens
         int64_t nchunk = (R + ROW_CHUNK - 1) / ROW_CHUNK;
         float *part = calloc((size_t)(nchunk * C), sizeof(float));
         KCHECK(part != NULL, op, "out of memory");
-#pragma omp parallel for if(R * C >= PAR_MIN)
-        for (int64_t ch = 0; ch < nchunk; ch++) {
-            int64_t r0 = ch * ROW_CHUNK, r1 = r0 + ROW_CHUNK < R ? r0 + ROW_CHUNK : R;
-            float *p = part + ch * C;
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = 0; c < C; c++) p[c] += dy[r * C + c] * x[r * C + c] * rs[r];
-        }
+        CPT_PAR_FOR(cpt_par(R * C, PAR_MIN),
+            for (int64_t ch = 0; ch < nchunk; ch++) {
+                int64_t r0 = ch * ROW_CHUNK, r1 = r0 + ROW_CHUNK < R ? r0 + ROW_CHUNK : R;
+                float *p = part + ch * C;
+                for (int64_t r = r0; r < r1; r++)
+                    for (int64_t c = 0; c < C; c++) p[c] += dy[r * C + c] * x[r * C + c] * rs[r];
+            });
         float *g = F(dw);
         for (int64_t ch = 0; ch < nchunk; ch++)
             for (int64_t c = 0; c < C; c++) g[c] += part[ch * C + c];
@@ -144,6 +145,25 @@ void cpt_rope_inv_freq(const cpt_rope_cfg *cfg, float *inv_freq) {
     }
 }
 
+/* One row's heads rotated by its position's angles; cs holds 2 * half floats of scratch (cos, then sin). */
+static void rope_row(float *xr, int32_t pos, const float *fr, int half, int n_heads, int head_dim, float sign,
+                     float *cs) {
+    float *sn = cs + half;
+    for (int i = 0; i < half; i++) {
+        float ang = (float)pos * fr[i]; /* fp32 product, as transformers */
+        cs[i] = cosf(ang);
+        sn[i] = sign * sinf(ang);
+    }
+    for (int h = 0; h < n_heads; h++) {
+        float *v = xr + (int64_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
 static void rope_apply(const char *op, cpt_tensor x, int n_heads, int head_dim, cpt_tensor positions,
                        cpt_tensor inv_freq, float sign) {
     cpt_kcheck_f32(op, "x", x, 2);
@@ -157,27 +177,19 @@ static void rope_apply(const char *op, cpt_tensor x, int n_heads, int head_dim, 
            n_heads, head_dim, (long long)inv_freq.shape[0]);
     const int32_t *pos = I(positions);
     const float *fr = F(inv_freq);
-#pragma omp parallel if(N * n_heads * head_dim >= PAR_MIN)
-    {
+    if (cpt_par(N * n_heads * head_dim, PAR_MIN)) {
+#pragma omp parallel
+        {
+            float *cs = malloc(sizeof(float) * (size_t)half * 2);
+            KCHECK(cs != NULL, op, "out of memory");
+#pragma omp for
+            for (int64_t n = 0; n < N; n++) rope_row(F(x) + n * stride, pos[n], fr, half, n_heads, head_dim, sign, cs);
+            free(cs);
+        }
+    } else {
         float *cs = malloc(sizeof(float) * (size_t)half * 2);
         KCHECK(cs != NULL, op, "out of memory");
-        float *sn = cs + half;
-#pragma omp for
-        for (int64_t n = 0; n < N; n++) {
-            for (int i = 0; i < half; i++) {
-                float ang = (float)pos[n] * fr[i]; /* fp32 product, as transformers */
-                cs[i] = cosf(ang);
-                sn[i] = sign * sinf(ang);
-            }
-            for (int h = 0; h < n_heads; h++) {
-                float *v = F(x) + n * stride + (int64_t)h * head_dim;
-                for (int i = 0; i < half; i++) {
-                    float a = v[i], b = v[i + half];
-                    v[i] = a * cs[i] - b * sn[i];
-                    v[i + half] = b * cs[i] + a * sn[i];
-                }
-            }
-        }
+        for (int64_t n = 0; n < N; n++) rope_row(F(x) + n * stride, pos[n], fr, half, n_heads, head_dim, sign, cs);
         free(cs);
     }
 }
@@ -200,12 +212,12 @@ void cpt_k_swiglu_fwd(cpt_tensor out, cpt_tensor gu) {
     int64_t N = out.shape[0], H = out.shape[1];
     KCHECK(gu.shape[0] == N && gu.shape[1] == 2 * H, op, "gu is [%lld, %lld], want [%lld, %lld]",
            (long long)gu.shape[0], (long long)gu.shape[1], (long long)N, (long long)(2 * H));
-#pragma omp parallel for if(N * H >= PAR_MIN)
-    for (int64_t n = 0; n < N; n++) {
-        const float *g = F(gu) + n * 2 * H, *u = g + H;
-        float *o = F(out) + n * H;
-        for (int64_t i = 0; i < H; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    CPT_PAR_FOR(cpt_par(N * H, PAR_MIN),
+        for (int64_t n = 0; n < N; n++) {
+            const float *g = F(gu) + n * 2 * H, *u = g + H;
+            float *o = F(out) + n * H;
+            for (int64_t i = 0; i < H; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        });
 }
 
 void cpt_k_swiglu_bwd(cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
@@ -216,17 +228,17 @@ void cpt_k_swiglu_bwd(cpt_tensor dgu, cpt_tensor dout, cpt_tensor gu) {
     int64_t N = dout.shape[0], H = dout.shape[1];
     KCHECK(gu.shape[0] == N && gu.shape[1] == 2 * H && dgu.shape[0] == N && dgu.shape[1] == 2 * H, op,
            "shape mismatch");
-#pragma omp parallel for if(N * H >= PAR_MIN)
-    for (int64_t n = 0; n < N; n++) {
-        const float *g = F(gu) + n * 2 * H, *u = g + H, *d = F(dout) + n * H;
-        float *dg = F(dgu) + n * 2 * H, *du = dg + H;
-        for (int64_t i = 0; i < H; i++) {
-            float s = 1.0f / (1.0f + expf(-g[i]));
-            float silu = g[i] * s;
-            dg[i] += d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-            du[i] += d[i] * silu;
-        }
-    }
+    CPT_PAR_FOR(cpt_par(N * H, PAR_MIN),
+        for (int64_t n = 0; n < N; n++) {
+            const float *g = F(gu) + n * 2 * H, *u = g + H, *d = F(dout) + n * H;
+            float *dg = F(dgu) + n * 2 * H, *du = dg + H;
+            for (int64_t i = 0; i < H; i++) {
+                float s = 1.0f / (1.0f + expf(-g[i]));
+                float silu = g[i] * s;
+                dg[i] += d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+                du[i] += d[i] * silu;
+            }
+        });
 }
 
 /* ---- elementwise ---- */
@@ -240,8 +252,8 @@ void cpt_k_add(cpt_tensor out, cpt_tensor a, cpt_tensor b) {
     KCHECK(cpt_tensor_numel(a) == n && cpt_tensor_numel(b) == n, op, "sizes differ");
     float *o = F(out);
     const float *x = F(a), *y = F(b);
-#pragma omp parallel for if(n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    CPT_PAR_FOR(cpt_par(n, PAR_MIN),
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];);
 }
 
 void cpt_k_copy_cols(cpt_tensor dst, int64_t dst_col, cpt_tensor src, int64_t src_col, int64_t width) {
@@ -254,9 +266,9 @@ void cpt_k_copy_cols(cpt_tensor dst, int64_t dst_col, cpt_tensor src, int64_t sr
            op, "columns out of range: dst [%lld, %lld] at %lld, src [%lld, %lld] at %lld, width %lld", (long long)N,
            (long long)dc, (long long)dst_col, (long long)src.shape[0], (long long)sc, (long long)src_col,
            (long long)width);
-#pragma omp parallel for if(N * width >= PAR_MIN)
-    for (int64_t n = 0; n < N; n++)
-        memcpy(F(dst) + n * dc + dst_col, F(src) + n * sc + src_col, (size_t)width * sizeof(float));
+    CPT_PAR_FOR(cpt_par(N * width, PAR_MIN),
+        for (int64_t n = 0; n < N; n++)
+            memcpy(F(dst) + n * dc + dst_col, F(src) + n * sc + src_col, (size_t)width * sizeof(float)););
 }
 
 void cpt_k_zero(cpt_tensor t) {
