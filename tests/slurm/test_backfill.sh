@@ -88,11 +88,18 @@ while [ "${#handback_s[@]}" -lt 3 ]; do
   # every CPU the main job does not hold: Slurm must take both satellites back
   hi=$(sbatch --parsable -p high --ntasks=1 --cpus-per-task=$((cpus - 3)) --output=/dev/null --wrap 'sleep 4')
   t=$SECONDS slow=
+  declare -A states=()
   for v in $victims; do
-    for _ in $(seq 1 200); do case "$(job_field "$v" JobState)" in RUNNING|COMPLETING) sleep 0.1 ;; *) break ;; esac; done
-    case "$(job_field "$v" JobState)" in RUNNING|COMPLETING) slow="$slow $v" ;; esac
+    # the states seen, in order (the decision is on the last one: a state read twice may differ)
+    for _ in $(seq 1 200); do
+      st=$(job_field "$v" JobState)
+      [ "${states[$v]:-}" != "" ] && [ "${states[$v]##* }" = "${st:-?}" ] || states[$v]+=" ${st:-?}"
+      case "$st" in RUNNING|COMPLETING|"") sleep 0.1 ;; *) break ;; esac
+    done
+    case "$st" in RUNNING|COMPLETING|"") slow="$slow $v" ;; esac
   done
   for v in $slow; do
+    echo "job $v: states seen after the high job came:${states[$v]}" >&2
     diag "$v"
     log=$(grep -l "^satellite: job $v " "$R"/logs/rollout-sat*.log | head -1)
     grep -q "^satellite: the job ends (preempted" "$log" &&
@@ -111,7 +118,8 @@ while [ "${#handback_s[@]}" -lt 3 ]; do
   preempted=$((preempted + 2))
   handback_s+=($((SECONDS - t)))
   wait_job_done "$hi" 120
-  echo "round $round: satellites $victims preempted at step $(run_step "$R"), gone in ${handback_s[-1]} s"
+  echo "round $round: satellites $victims preempted at step $(run_step "$R"), gone in ${handback_s[-1]} s" \
+       "(states: $(for v in $victims; do printf '%s:%s ' "$v" "${states[$v]# }"; done))"
 done
 # 4. A satellite whose worker dies holding groups (kill -9: no hand-back): cpt-sched releases them when it sees the job
 #    gone. The worker is frozen (SIGSTOP) until the queue shows it holding a group, so the kill finds one.
