@@ -165,23 +165,29 @@ static int train_step(dpo_ctx *c, step_stats *ss, cpt_err *err) {
         tokens += t;
     }
     c->mb_start[n_mb] = P;
-    int rc = 0, world = c->o.world;
-    cpt_dp_set_sync(c->o.dp, c->o.rank >= n_mb); /* a rank without a micro-batch still joins the all-reduce */
+    int rc = 0, world = c->o.world, zero = c->o.zero != NULL;
+    /* a rank without a micro-batch still joins the all-reduce; ZeRO-1 reduce-scatters in its own step instead */
+    cpt_dp_set_sync(c->o.dp, !zero && c->o.rank >= n_mb);
     for (int k = c->o.rank; k < n_mb && !rc; k += world) {
         cpt_dpo_batch_reset(&c->mb);
         for (int i = c->mb_start[k]; i < c->mb_start[k + 1] && !rc; i++)
             rc = cpt_dpo_batch_add(&c->mb, &c->train.pairs[idx[i]], err);
-        cpt_dp_set_sync(c->o.dp, k + world >= n_mb); /* all-reduce during the last micro-batch's backward only */
+        cpt_dp_set_sync(c->o.dp, !zero && k + world >= n_mb); /* all-reduce during the last backward only */
         if (!rc) rc = run_mb(c, 1, (double)world * (c->mb_start[k + 1] - c->mb_start[k]) / P, &ss->s, err);
     }
     free(idx);
-    if (rc || cpt_dp_finish(c->o.dp, err) || agree(c, &ss->s, err)) return -1;
+    if (rc || (!zero && cpt_dp_finish(c->o.dp, err)) || agree(c, &ss->s, err)) return -1;
     double loss = ss->s.loss / ss->s.pairs;
     if (!isfinite(loss))
         return cpt_errf(err, "step %" PRId64 ": the loss is not finite (%g); lower optim.lr?", c->o.st.step, loss);
-    ss->grad_norm = cpt_clip_grad_norm(c->o.params, c->o.n_params, cpt_cfg_float(c->o.cfg, "optim.grad_clip"));
+    double clip = cpt_cfg_float(c->o.cfg, "optim.grad_clip");
     ss->lr = cpt_lr_at(&c->o.sched, c->o.st.step);
-    cpt_adamw_step(c->o.opt, ss->lr);
+    if (zero) {
+        if (cpt_zero_step(c->o.zero, ss->lr, clip, &ss->grad_norm, err)) return -1;
+    } else {
+        ss->grad_norm = cpt_clip_grad_norm(c->o.params, c->o.n_params, clip);
+        cpt_adamw_step(c->o.opt, ss->lr);
+    }
     c->o.st.step++;
     c->o.st.weight_version = c->o.st.step;
     cpt_data_cursor cur = cpt_data_order_tell(&c->order);

@@ -51,9 +51,6 @@ int cpt_offline_optimizer(cpt_offline *o, cpt_err *err) {
         .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay"),
     };
     if (cpt_cfg_int(cfg, "train.zero")) {
-        if (strcmp(o->name, "sft"))
-            return cpt_errf(err, "train.zero = 1: %s does not shard its optimizer yet (SFT does); set train.zero = 0",
-                            o->name);
         o->zero = cpt_zero_new(o->model, o->dp, &hp, err);
         if (!o->zero) return -1;
         cpt_info("%s: ZeRO-1 rank %d/%d: optimizer state %zu bytes (floats [%zu, %zu) of %zu)", o->name, o->rank,
@@ -84,8 +81,20 @@ int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err
                     : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
+        int shards = cpt_zero_shards_world(ckpt);
+        if (!o->zero && shards)
+            return cpt_errf(err, "resume %s: written with train.zero = 1 by %d ranks (optimizer-rank-*-of-%d, no "
+                            "optimizer.safetensors): resume with train.zero = 1, at any number of ranks", ckpt, shards,
+                            shards);
         if (cpt_ckpt_load(ckpt, o->model, o->opt, &o->st, err)) return -1;
-        if (o->zero && cpt_zero_load(o->zero, ckpt, err)) return cpt_err_prefix(err, "resume: ");
+        int from = 0;
+        if (o->zero && cpt_zero_load(o->zero, ckpt, &from, err)) return cpt_err_prefix(err, "resume: ");
+        if (o->zero && from != o->world) {
+            char what[96];
+            cpt_zero_source_name(from, what, sizeof what);
+            cpt_info("%s: rank %d re-sharded the optimizer state of %s (%s) for %d ranks", o->name, o->rank, ckpt,
+                     what, o->world);
+        }
         if (o->zero && o->zero->step != o->st.step)
             return cpt_errf(err, "resume %s: the optimizer shard of rank %d is at step %" PRId64 ", the trainer state at "
                             "%" PRId64, ckpt, o->rank, o->zero->step, o->st.step);
@@ -175,27 +184,10 @@ int cpt_offline_agree(cpt_offline *o, float *vals, int n, int signal, cpt_err *e
 
 int cpt_offline_stopping(const cpt_offline *o, int signal) { return o->world > 1 ? o->stop_all : signal != 0; }
 
-/* ZeRO: every rank writes its optimizer slice into dir, then all learn whether every rank did. */
-static int save_zero_shard(cpt_offline *o, const char *dir, cpt_err *err) {
-    char name[96], path[CPT_CKPT_PATH_MAX + 192];
-    cpt_zero_shard_name(name, sizeof name, o->rank, o->world);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    cpt_err mine = {0};
-    int ok = cpt_mkdir_p(dir, 0700, &mine) == 0 && cpt_zero_save(o->zero, path, &mine) == 0;
-    float failed = ok ? 0.0f : 1.0f;
-    if (cpt_dp_sum_floats(o->dp, &failed, 1, err)) return -1;
-    if (!ok) {
-        *err = mine;
-        return -1;
-    }
-    if (failed > 0) return cpt_errf(err, "%s: %g other rank(s) could not write their optimizer shard", dir, failed);
-    return 0;
-}
-
 int cpt_offline_save(cpt_offline *o, cpt_err *err) {
     char staging[CPT_CKPT_PATH_MAX + 64];
     snprintf(staging, sizeof staging, "%s/checkpoints/.zero-step-%" PRId64, cpt_cfg_str(o->cfg, "run.dir"), o->st.step);
-    if (o->zero && save_zero_shard(o, staging, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ",
+    if (o->zero && cpt_zero_save_all(o->zero, staging, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ",
                                                                           o->st.step);
     if (o->rank != 0) {
         o->last_saved_step = o->st.step;

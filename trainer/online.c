@@ -28,6 +28,7 @@
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
 #include "trainer/val_gpu.h"
+#include "trainer/zero.h"
 #include "weights/devices.h"
 #include "weights/model_init.h"
 #include "weights/weights_pub.h"
@@ -191,6 +192,12 @@ static int setup_models(online_ctx *c, cpt_err *err) {
     /* the group's collectives run on the policy's device (NCCL); gradients are averaged whole after the backward */
     if (c->world > 1 && cpt_dp_attach_model(c->dp, c->policy, err))
         return cpt_err_prefix(err, "trainer rank %d", c->rank);
+    if (cpt_cfg_int(cfg, "train.zero")) {
+        if (cpt_online_learner_shard(&c->L, c->dp, err)) return cpt_err_prefix(err, "trainer rank %d", c->rank);
+        cpt_info("online: ZeRO-1 rank %d/%d: policy optimizer state %zu bytes (floats [%zu, %zu) of %zu)%s", c->rank,
+                 c->world, cpt_zero_state_bytes(c->L.zero), c->L.zero->lo, c->L.zero->lo + c->L.zero->shard,
+                 c->L.zero->numel, c->L.czero ? ", the critic's sharded too" : "");
+    }
     return 0;
 }
 
@@ -287,6 +294,24 @@ static int totals_to_state(online_ctx *c, cpt_err *err) {
 
 static void critic_run_dir(online_ctx *c, char *out, size_t cap) { snprintf(out, cap, "%s/critic", c->run_dir); }
 
+/* Where the ZeRO ranks put their optimizer shards of step `step` before rank 0 moves them into the step folder. */
+static void zero_staging(online_ctx *c, int critic, int64_t step, char *out, size_t cap) {
+    snprintf(out, cap, "%s%s/checkpoints/.zero-step-%" PRId64, c->run_dir, critic ? "/critic" : "", step);
+}
+
+/* train.zero = 1: every rank writes its optimizer shards of the current step (the policy's, the critic's) for the
+ * checkpoint rank 0 is about to write. Collective: every rank at the same point. */
+static int zero_stage(online_ctx *c, int64_t step, cpt_err *err) {
+    char dir[CPT_CKPT_PATH_MAX + 64];
+    struct cpt_zero *z[2] = {c->L.zero, c->L.czero};
+    for (int k = 0; k < 2; k++) {
+        if (!z[k]) continue;
+        zero_staging(c, k, step, dir, sizeof dir);
+        if (cpt_zero_save_all(z[k], dir, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ", rank %d", step, c->rank);
+    }
+    return 0;
+}
+
 static int save_checkpoint(online_ctx *c, cpt_err *err) {
     free(c->st.outstanding);
     c->st.outstanding = NULL;
@@ -301,14 +326,17 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     int keep = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last");
     uint64_t shard_bytes;
     if (cpt_ckpt_max_shard_bytes(c->cfg, &shard_bytes, err)) return -1;
-    char dir[CPT_CKPT_PATH_MAX + 64];
+    char dir[CPT_CKPT_PATH_MAX + 64], staging[2][CPT_CKPT_PATH_MAX + 64];
+    /* with other ranks they wrote their shards at the step (after_step, or FINISH); alone, here */
+    if (c->L.zero && c->world == 1 && zero_stage(c, c->st.step, err)) return -1;
+    for (int k = 0; k < 2; k++) zero_staging(c, k, c->st.step, staging[k], sizeof staging[k]);
     if (c->critic) {
         /* The critic first: the policy's `latest` is the commit point, and resume loads the critic of that step. */
         char cdir[CPT_CKPT_PATH_MAX];
         critic_run_dir(c, cdir, sizeof cdir);
         cpt_ckpt_save_args a = {.run_dir = cdir, .model = c->critic, .opt = c->L.copt, .state = &c->st,
                                 .keep_last = keep, .max_shard_bytes = shard_bytes, .before_commit = check_fence,
-                                .commit_arg = c};
+                                .commit_arg = c, .extra_dir = c->L.czero ? staging[1] : NULL};
         if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return cpt_err_prefix(err, "critic checkpoint");
     }
     cpt_ckpt_save_args a = {
@@ -322,6 +350,7 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
         .max_shard_bytes = shard_bytes,
         .before_commit = check_fence,
         .commit_arg = c,
+        .extra_dir = c->L.zero ? staging[0] : NULL,
     };
     if (cpt_ckpt_save(&a, dir, sizeof dir, err)) return -1;
     c->last_saved_step = c->st.step;
@@ -330,16 +359,47 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     return 0;
 }
 
-static int load_critic(online_ctx *c, int64_t step, cpt_err *err) {
+/* The optimizer state of step folder dir for z (ZeRO-1: any number of ranks, or a whole optimizer file; logged
+ * when re-sharded), or for a plain AdamW run a clear refusal of a folder that holds only ZeRO shards. */
+static int load_sharded(online_ctx *c, struct cpt_zero *z, const char *dir, int64_t step, const char *what,
+                        cpt_err *err) {
+    int shards = cpt_zero_shards_world(dir);
+    if (!z)
+        return shards ? cpt_errf(err, "%s: written with train.zero = 1 by %d ranks (optimizer-rank-*-of-%d, no "
+                                 "optimizer.safetensors): resume with train.zero = 1, at any number of ranks", dir,
+                                 shards, shards)
+                      : 0;
+    int from = 0;
+    if (cpt_zero_load(z, dir, &from, err)) return -1;
+    if (z->step != step * c->L.updates_per_step)
+        return cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64 " x %d optimizer "
+                        "updates per step", dir, z->step, step, c->L.updates_per_step);
+    if (from != c->world) {
+        char src[96];
+        cpt_zero_source_name(from, src, sizeof src);
+        cpt_info("online: trainer rank %d re-sharded the %s optimizer state of %s (%s) for %d ranks", c->rank, what,
+                 dir, src, c->world);
+    }
+    return 0;
+}
+
+/* The policy's checkpoint ckpt (model, state, optimizer), then the critic's of the same step. */
+static int load_checkpoint(online_ctx *c, const char *ckpt, cpt_err *err) {
+    if (!c->L.zero && load_sharded(c, NULL, ckpt, 0, "policy", err)) return -1;
+    if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err)) return -1;
+    if (c->L.zero && load_sharded(c, c->L.zero, ckpt, c->st.step, "policy", err))
+        return cpt_err_prefix(err, "loading checkpoint %s", ckpt);
     if (!c->critic) return 0;
     char cdir[CPT_CKPT_PATH_MAX], cstep[CPT_CKPT_PATH_MAX + 64];
     critic_run_dir(c, cdir, sizeof cdir);
-    snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, step);
+    snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, c->st.step);
     cpt_train_state cst;
     memset(&cst, 0, sizeof cst);
-    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.updates_per_step, &cst, err);
+    int rc = (!c->L.czero && load_sharded(c, NULL, cstep, 0, "critic", err)) ||
+             cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.updates_per_step, &cst, err) ||
+             (c->L.czero && load_sharded(c, c->L.czero, cstep, c->st.step, "critic", err));
     cpt_train_state_free(&cst);
-    return rc ? cpt_err_prefix(err, "resume: the critic of step %" PRId64, step) : 0;
+    return rc ? cpt_err_prefix(err, "resume: the critic of step %" PRId64, c->st.step) : 0;
 }
 
 static int resume(online_ctx *c, cpt_err *err) {
@@ -349,8 +409,7 @@ static int resume(online_ctx *c, cpt_err *err) {
     int found = cpt_cfg_bool(c->cfg, "train.resume") ? cpt_ckpt_find_latest(c->run_dir, ckpt, sizeof ckpt, err) : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
-        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err)) return -1;
-        if (load_critic(c, c->st.step, err)) return -1;
+        if (load_checkpoint(c, ckpt, err)) return -1;
         if (c->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
         c->last_saved_step = c->st.step;
@@ -687,7 +746,8 @@ static int check_replicas(online_ctx *c, int64_t step, cpt_err *err) {
 static int after_step(online_ctx *c, int64_t step_done, cpt_err *err) {
     if (c->world <= 1) return 0;
     if (cpt_ranks_agree_stop(c->dp, c->stop && *c->stop, &c->stop_all, err)) return -1;
-    return is_checkpoint_step(c, step_done) ? check_replicas(c, step_done, err) : 0;
+    if (!is_checkpoint_step(c, step_done)) return 0;
+    return check_replicas(c, step_done, err) || (c->L.zero && zero_stage(c, step_done, err)) ? -1 : 0;
 }
 
 /* Rank 0 with other ranks: the step's groups go to every rank first, and every rank builds its batch from them. */
@@ -858,8 +918,7 @@ static int follow(online_ctx *c, cpt_err *err) {
         /* read only: rank 0 holds the checkpoint folder, and writes nothing before the first step's exchange */
         char ckpt[CPT_CKPT_PATH_MAX + 64];
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints/step-%" PRId64, c->run_dir, h.step);
-        if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err) || load_critic(c, h.step, err))
-            return cpt_err_prefix(err, "trainer rank %d", c->rank);
+        if (load_checkpoint(c, ckpt, err)) return cpt_err_prefix(err, "trainer rank %d", c->rank);
         cpt_info("online: trainer rank %d resumed from %s", c->rank, ckpt);
     }
     c->st.step = h.step >= 0 ? h.step : 0;
@@ -875,8 +934,8 @@ static int follow(online_ctx *c, cpt_err *err) {
             if (after_step(c, c->st.step, err)) return -1;
             break;
         }
-        case CPT_RANKS_FINISH:
-            if (check_replicas(c, h.step, err)) return -1;
+        case CPT_RANKS_FINISH: /* status 1: rank 0 writes a checkpoint of this step */
+            if (check_replicas(c, h.step, err) || (h.status && c->L.zero && zero_stage(c, h.step, err))) return -1;
             break;
         case CPT_RANKS_EXIT:
             cpt_info("online: trainer rank %d ends at step %" PRId64 " with rank 0 (status %" PRId64 ")", c->rank,
@@ -966,7 +1025,9 @@ static int run(online_ctx *c, cpt_err *err) {
     if (stopped) cpt_warn("online: stopping at step %" PRId64 " on request", c->st.step);
     if (c->world > 1) {
         c->peers_at_header = 0;
-        if (cpt_ranks_send(c->dp, CPT_RANKS_FINISH, c->st.step, 0, err) || check_replicas(c, c->st.step, err))
+        int saving = c->last_saved_step != c->st.step; /* finish() writes a checkpoint */
+        if (cpt_ranks_send(c->dp, CPT_RANKS_FINISH, c->st.step, saving, err) || check_replicas(c, c->st.step, err) ||
+            (saving && c->L.zero && zero_stage(c, c->st.step, err)))
             return -1;
         c->peers_at_header = 1;
     }

@@ -7,6 +7,7 @@
 
 #include "core/fs.h"
 #include "trainer/dp.h"
+#include "trainer/zero.h"
 
 static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *s, cpt_err *err) {
     if (cpt_lr_kind_parse(cpt_cfg_str(cfg, "optim.schedule"), &s->kind, err)) return -1;
@@ -72,9 +73,26 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
     return 0;
 }
 
+int cpt_online_learner_shard(cpt_online_learner *L, cpt_dp *dp, cpt_err *err) {
+    cpt_adamw_hparams hp = L->opt->hp;
+    if (!(L->zero = cpt_zero_new(L->policy, dp, &hp, err))) return cpt_err_prefix(err, "train.zero = 1, policy");
+    cpt_adamw_free(L->opt);
+    L->opt = NULL;
+    if (L->copt) {
+        if (!(L->czero = cpt_zero_new(L->critic, dp, &hp, err))) return cpt_err_prefix(err, "train.zero = 1, critic");
+        cpt_adamw_free(L->copt);
+        L->copt = NULL;
+    }
+    return 0;
+}
+
+int64_t cpt_online_learner_updates(const cpt_online_learner *L) { return L->zero ? L->zero->step : L->opt->step; }
+
 void cpt_online_learner_free(cpt_online_learner *L) {
     cpt_adamw_free(L->opt);
     cpt_adamw_free(L->copt);
+    cpt_zero_free(L->zero);
+    cpt_zero_free(L->czero);
     free(L->params);
     free(L->cparams);
     float **bufs[] = {&L->logp, &L->old_logp, &L->ref_logp, &L->ent, &L->adv, &L->task_adv, &L->values,
@@ -259,7 +277,7 @@ static int forward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *
  * size here: the ranks' gradients are then averaged); kept: the single micro-batch's activations are still there
  * from forward_all. */
 static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, const shard *sh, float *d_logp,
-                        float *d_ent, float *d_val, int kept, cpt_err *err) {
+                        float *d_ent, float *d_val, int kept, int sharded, cpt_err *err) {
     cpt_model_zero_grad(m);
     if (sh->world > 1) {
         float w = (float)sh->world;
@@ -281,7 +299,8 @@ static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch 
             return -1;
         s0 = s1;
     }
-    if (L->dp && cpt_dp_allreduce_model_grads(L->dp, m, err))
+    /* ZeRO-1 reduce-scatters the gradients in its own step instead */
+    if (L->dp && !sharded && cpt_dp_allreduce_model_grads(L->dp, m, err))
         return cpt_err_prefix(err, "averaging gradients over %d ranks", sh->world);
     return 0;
 }
@@ -333,25 +352,40 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
      * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
     if (ppo) {
         t = cpt_now();
-        if (backward_all(L, L->critic, v, &sh, L->zeros, NULL, g.d_values, csingle, err)) return cpt_err_prefix(err, "critic backward");
-        st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip); /* the norm is on the host */
+        if (backward_all(L, L->critic, v, &sh, L->zeros, NULL, g.d_values, csingle, L->czero != NULL, err))
+            return cpt_err_prefix(err, "critic backward");
+        if (!L->czero) /* the norm is on the host */
+            st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
         st->t_backward += cpt_now() - t;
         t = cpt_now();
         st->critic_lr = cpt_lr_at(&L->csched, step);
-        cpt_adamw_step(L->copt, st->critic_lr);
+        if (L->czero) {
+            if (cpt_zero_step(L->czero, st->critic_lr, L->grad_clip, &st->critic_grad_norm, err))
+                return cpt_err_prefix(err, "critic optimizer");
+        } else {
+            cpt_adamw_step(L->copt, st->critic_lr);
+        }
         if (cpt_model_wait(L->critic, err)) return cpt_err_prefix(err, "critic optimizer");
         st->t_optimizer += cpt_now() - t;
     }
     t = cpt_now();
-    if (backward_all(L, L->policy, v, &sh, g.d_logprobs, oc->entropy_coef != 0 ? g.d_entropy : NULL, NULL, single, err))
+    if (backward_all(L, L->policy, v, &sh, g.d_logprobs, oc->entropy_coef != 0 ? g.d_entropy : NULL, NULL, single,
+                     L->zero != NULL, err))
         return cpt_err_prefix(err, "policy backward");
-    st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
+    if (!L->zero) st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
     st->t_backward += cpt_now() - t;
-    if (!isfinite(st->grad_norm))
+    if (!L->zero && !isfinite(st->grad_norm))
         return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
     t = cpt_now();
     st->lr = cpt_lr_at(&L->sched, step);
-    cpt_adamw_step(L->opt, st->lr);
+    if (L->zero) {
+        /* the norm comes from the reduce-scattered slices: a non-finite one fails the run after the update */
+        if (cpt_zero_step(L->zero, st->lr, L->grad_clip, &st->grad_norm, err)) return cpt_err_prefix(err, "policy optimizer");
+        if (!isfinite(st->grad_norm))
+            return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
+    } else {
+        cpt_adamw_step(L->opt, st->lr);
+    }
     if (cpt_model_wait(L->policy, err)) return cpt_err_prefix(err, "policy optimizer");
     st->t_optimizer += cpt_now() - t;
     return 0;
@@ -420,6 +454,6 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
             rc = update(L, b, &v, t0, epoch == 0 && mbs == 1, step, st, err);
         }
     free(mb_ss);
-    if (!rc) st->optimizer_steps = L->opt->step;
+    if (!rc) st->optimizer_steps = cpt_online_learner_updates(L);
     return rc;
 }

@@ -54,6 +54,9 @@ typedef struct cpt_online_learner {
     int updates_per_step; /* ppo_epochs x mini_batches: the optimizer's steps per trainer step */
     int micro_tokens;
     struct cpt_dp *dp; /* not owned; NULL or one rank: the whole batch here */
+    /* train.zero = 1 (cpt_online_learner_shard): the optimizers are ZeRO-1 slices over dp's ranks (trainer/zero.h)
+     * and opt / copt are NULL; each update reduce-scatters the gradients instead of all-reducing them */
+    struct cpt_zero *zero, *czero;
     /* scratch, grown to the batch; after a step, old_logp holds the proximal logprobs of the whole batch (every
      * rank's range, gathered), which trainer/online_agree.h compares with the rollout's */
     int cap;
@@ -70,6 +73,11 @@ typedef struct cpt_online_learner {
 int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const cpt_objective_config *oc,
                             cpt_model *policy, cpt_model *ref, cpt_model *critic, cpt_err *err);
 void cpt_online_learner_free(cpt_online_learner *L);
+/* train.zero = 1: replaces the policy's (and the critic's) AdamW by ZeRO-1 slices over dp's ranks, before any step
+ * and with the models in place (on their device). Every rank, collective order. */
+int cpt_online_learner_shard(cpt_online_learner *L, struct cpt_dp *dp, cpt_err *err);
+/* The policy optimizer's updates so far, whichever optimizer holds them. */
+int64_t cpt_online_learner_updates(const cpt_online_learner *L);
 
 typedef struct cpt_online_step_stats {
     cpt_obj_metrics m;  /* of the step's last update */

@@ -323,65 +323,146 @@ static long long meta_num(const cpt_st_file *f, const char *key) {
     return s && *s && !*end ? x : -1;
 }
 
-/* The world size the ZeRO shards of a step folder were written with, 0 when it holds none. */
-static int shards_world(const char *dir) {
+int cpt_zero_shards_world(const char *dir) {
     DIR *d = opendir(dir);
     int w = 0, r;
     if (!d) return 0;
     for (struct dirent *e; (e = readdir(d));)
-        if (sscanf(e->d_name, "optimizer-rank-%d-of-%d.safetensors", &r, &w) == 2) break;
+        if (sscanf(e->d_name, "optimizer-rank-%d-of-%d.safetensors", &r, &w) == 2 && w > 0) break;
         else w = 0;
     closedir(d);
     return w;
 }
 
-int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, cpt_err *err) {
-    char name[96], path[4096];
+int cpt_zero_save_all(const cpt_zero *z, const char *dir, cpt_err *err) {
+    char name[96], path[4096 + 128];
     cpt_zero_shard_name(name, sizeof name, z->rank, z->world);
-    snprintf(path, sizeof path, "%s/%s", ckpt_dir, name);
-    if (!cpt_path_exists(path)) {
-        int had = shards_world(ckpt_dir);
-        if (had)
-            return cpt_errf(err, "%s was written by %d ranks with train.zero = 1 (optimizer-rank-*-of-%d), this run has "
-                            "%d: resume with %d ranks", ckpt_dir, had, had, z->world, had);
-        return cpt_errf(err, "%s has no ZeRO optimizer shard %s (written with train.zero = 0?): resume with the "
-                        "train.zero it was written with", ckpt_dir, name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cpt_err mine = {0};
+    int ok = cpt_mkdir_p(dir, 0700, &mine) == 0 && cpt_zero_save(z, path, &mine) == 0;
+    float failed = ok ? 0.0f : 1.0f;
+    if (cpt_dp_sum_floats(z->dp, &failed, 1, err)) return -1;
+    if (!ok) {
+        *err = mine;
+        return -1;
     }
-    cpt_st_file *f = cpt_st_open(path, err);
-    if (!f) return cpt_err_prefix(err, "loading the optimizer shard: ");
-    int rc = -1;
-    const cpt_st_tensor *m = cpt_st_find(f, "exp_avg"), *v = cpt_st_find(f, "exp_avg_sq");
-    const char *fmt = cpt_st_metadata(f, "format");
-    long long step = meta_num(f, "step");
-    if (!fmt || strcmp(fmt, ZERO_FORMAT) || step < 0)
-        cpt_errf(err, "%s: not a ZeRO optimizer shard (format %s)", path, fmt ? fmt : "missing");
-    else if (meta_num(f, "world_size") != z->world || meta_num(f, "rank") != z->rank)
-        cpt_errf(err, "%s: written by rank %lld of %lld, this is rank %d of %d", path, meta_num(f, "rank"),
-                 meta_num(f, "world_size"), z->rank, z->world);
-    else if (meta_num(f, "numel") != (long long)z->numel)
-        cpt_errf(err, "%s: written for a model of %lld floats, this one has %zu", path, meta_num(f, "numel"), z->numel);
-    else if (!m || !v || m->dtype != CPT_DT_F32 || v->dtype != CPT_DT_F32 || m->nbytes != z->shard * sizeof(float) ||
-             v->nbytes != z->shard * sizeof(float))
-        cpt_errf(err, "%s: exp_avg / exp_avg_sq missing or not %zu F32 floats", path, z->shard);
-    else {
-        z->step = step;
-        rc = 0;
-#ifdef CPT_HAVE_CUDA
-        if (z->cuda_ctx) {
-            if (host_copies(z, err) == 0) {
-                memcpy(z->host_m, m->data, m->nbytes);
-                memcpy(z->host_v, v->data, v->nbytes);
-                rc = device_moments(z, 0, err);
-            } else {
-                rc = -1;
+    if (failed > 0) return cpt_errf(err, "%s: %g other rank(s) could not write their optimizer shard", dir, failed);
+    return 0;
+}
+
+/* The floats [a, b) of the flat moments from the shards of `world` ranks in dir (a re-shard when world is not this
+ * run's): each file that holds some of them is opened and checked; dm / dv start at float a. With a == b (a slice of
+ * padding only) rank 0's file gives the step. */
+static int read_shards(const cpt_zero *z, const char *dir, int world, size_t a, size_t b, float *dm, float *dv,
+                       int64_t *step, cpt_err *err) {
+    size_t oshard = (z->numel + (size_t)world - 1) / (size_t)world;
+    *step = -1;
+    for (int r = 0; r < world; r++) {
+        size_t ra = (size_t)r * oshard, rb = ra + oshard;
+        if (a < b ? (rb <= a || ra >= b) : r > 0) continue;
+        char name[96], path[4096 + 128];
+        cpt_zero_shard_name(name, sizeof name, r, world);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (!cpt_path_exists(path))
+            return cpt_errf(err, "%s: the optimizer shard %s of %d ranks is missing", dir, name, world);
+        cpt_st_file *f = cpt_st_open(path, err);
+        if (!f) return cpt_err_prefix(err, "loading the optimizer shard: ");
+        const cpt_st_tensor *m = cpt_st_find(f, "exp_avg"), *v = cpt_st_find(f, "exp_avg_sq");
+        const char *fmt = cpt_st_metadata(f, "format");
+        long long s = meta_num(f, "step");
+        int rc = -1;
+        if (!fmt || strcmp(fmt, ZERO_FORMAT) || s < 0)
+            cpt_errf(err, "%s: not a ZeRO optimizer shard (format %s)", path, fmt ? fmt : "missing");
+        else if (meta_num(f, "world_size") != world || meta_num(f, "rank") != r)
+            cpt_errf(err, "%s: says rank %lld of %lld, its name rank %d of %d", path, meta_num(f, "rank"),
+                     meta_num(f, "world_size"), r, world);
+        else if (meta_num(f, "numel") != (long long)z->numel)
+            cpt_errf(err, "%s: written for a model of %lld floats, this one has %zu", path, meta_num(f, "numel"),
+                     z->numel);
+        else if (!m || !v || m->dtype != CPT_DT_F32 || v->dtype != CPT_DT_F32 || m->nbytes != oshard * sizeof(float) ||
+                 v->nbytes != oshard * sizeof(float))
+            cpt_errf(err, "%s: exp_avg / exp_avg_sq missing or not %zu F32 floats", path, oshard);
+        else if (*step >= 0 && s != *step)
+            cpt_errf(err, "%s: at step %lld, another shard of the folder at %" PRId64, path, s, *step);
+        else {
+            *step = s;
+            size_t s0 = ra > a ? ra : a, s1 = rb < b ? rb : b;
+            if (s0 < s1) {
+                memcpy(dm + (s0 - a), (const float *)m->data + (s0 - ra), (s1 - s0) * sizeof(float));
+                memcpy(dv + (s0 - a), (const float *)v->data + (s0 - ra), (s1 - s0) * sizeof(float));
             }
-        } else
-#endif
-        {
-            memcpy(z->m, m->data, m->nbytes);
-            memcpy(z->v, v->data, v->nbytes);
+            rc = 0;
+        }
+        cpt_st_close(f);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* The floats [a, b) of the flat moments from a whole optimizer file (train.zero = 0: one tensor per parameter). */
+static int read_whole(const cpt_zero *z, const char *path, size_t a, size_t b, float *dm, float *dv, int64_t *step,
+                      cpt_err *err) {
+    cpt_st_file *f = cpt_st_open(path, err);
+    if (!f) return cpt_err_prefix(err, "loading the optimizer state: ");
+    int rc = 0;
+    long long s = meta_num(f, "step");
+    if (s < 0) rc = cpt_errf(err, "%s: metadata 'step' missing or not a count", path);
+    *step = s;
+    const float *base = cpt_model_data(z->model);
+    for (size_t i = 0; i < cpt_model_num_params(z->model) && !rc; i++) {
+        const cpt_param *p = cpt_model_param(z->model, i);
+        size_t pa = (size_t)(p->data - base), pb = pa + p->numel;
+        size_t s0 = pa > a ? pa : a, s1 = pb < b ? pb : b;
+        if (s0 >= s1) continue;
+        for (int k = 0; k < 2 && !rc; k++) {
+            char name[512];
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", p->name);
+            const cpt_st_tensor *t = cpt_st_find(f, name);
+            if (!t || t->dtype != CPT_DT_F32 || t->nbytes != p->numel * sizeof(float))
+                rc = cpt_errf(err, "%s: tensor '%s' missing or not %zu F32 floats", path, name, p->numel);
+            else
+                memcpy((k ? dv : dm) + (s0 - a), (const float *)t->data + (s0 - pa), (s1 - s0) * sizeof(float));
         }
     }
     cpt_st_close(f);
     return rc;
+}
+
+int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, int *from_world, cpt_err *err) {
+    char whole[4096 + 32];
+    snprintf(whole, sizeof whole, "%s/optimizer.safetensors", ckpt_dir);
+    int world = cpt_zero_shards_world(ckpt_dir);
+    if (!world && !cpt_path_exists(whole))
+        return cpt_errf(err, "%s holds no optimizer state (neither optimizer-rank-*-of-*.safetensors nor "
+                        "optimizer.safetensors)", ckpt_dir);
+    float *dm = z->m, *dv = z->v;
+#ifdef CPT_HAVE_CUDA
+    if (z->cuda_ctx) {
+        if (host_copies(z, err)) return -1;
+        dm = z->host_m, dv = z->host_v;
+    }
+#endif
+    /* into zeroed scratch first: a bad file leaves the optimizer as it was */
+    float *m = calloc(z->shard ? z->shard : 1, sizeof *m), *v = calloc(z->shard ? z->shard : 1, sizeof *v);
+    int64_t step = -1;
+    int rc = !m || !v ? cpt_errf(err, "zero: out of memory loading the optimizer shard")
+             : world  ? read_shards(z, ckpt_dir, world, z->lo, z->lo + z->valid, m, v, &step, err)
+                      : read_whole(z, whole, z->lo, z->lo + z->valid, m, v, &step, err);
+    if (!rc) {
+        memcpy(dm, m, z->shard * sizeof(float));
+        memcpy(dv, v, z->shard * sizeof(float));
+        z->step = step;
+#ifdef CPT_HAVE_CUDA
+        if (z->cuda_ctx) rc = device_moments(z, 0, err);
+#endif
+    }
+    free(m);
+    free(v);
+    if (!rc && from_world) *from_world = world;
+    return rc;
+}
+
+void cpt_zero_source_name(int from_world, char *buf, size_t cap) {
+    if (from_world > 0) snprintf(buf, cap, "the shards of %d rank%s", from_world, from_world == 1 ? "" : "s");
+    else snprintf(buf, cap, "optimizer.safetensors (train.zero = 0)");
 }

@@ -11,8 +11,9 @@
  * The all-reduce of plain data parallel is not used (cpt_dp_finish must not be called on a ZeRO step).
  *
  * Checkpoints: each rank writes its slice as "optimizer-rank-R-of-W.safetensors" (tensors exp_avg and exp_avg_sq,
- * shard floats each; metadata step, rank, world_size, numel) into the step folder. Resuming needs the same world
- * size: another one, or a checkpoint written without ZeRO, is refused with an error that says which.
+ * shard floats each; metadata step, rank, world_size, numel) into the step folder. Resuming re-shards: each rank
+ * reads the floats of its slice from whichever files hold them, so a checkpoint of W ranks resumes at any number of
+ * ranks, and one written with train.zero = 0 (a whole optimizer.safetensors) resumes with train.zero = 1.
  *
  * Host buffers for a CPU model (CPU ranks over MPI, or one rank). A model on the GPU (train.device = cuda, ranks over
  * NCCL) runs the same step on the device: the moments and the gradient slice live there, the norm and clipping use
@@ -59,7 +60,16 @@ int cpt_zero_step(cpt_zero *z, double lr, double max_norm, double *norm, cpt_err
 /* This rank's file name in a step folder. */
 void cpt_zero_shard_name(char *buf, size_t cap, int rank, int world);
 int cpt_zero_save(const cpt_zero *z, const char *path, cpt_err *err);
-/* From the step folder ckpt_dir: this rank's shard, checked against the world size, rank and numel. */
-int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, cpt_err *err);
+/* Every rank writes its slice into dir (made when missing) under cpt_zero_shard_name, then all learn whether every
+ * rank did: -1 on every rank when one failed. Collective. */
+int cpt_zero_save_all(const cpt_zero *z, const char *dir, cpt_err *err);
+/* The number of ranks whose shards the step folder dir holds, 0 when it holds none. */
+int cpt_zero_shards_world(const char *dir);
+/* This rank's slice of the moments and the step from the step folder ckpt_dir: from the shards of any number of
+ * ranks, or from a whole optimizer.safetensors (train.zero = 0). *from_world (may be NULL) gets the number of ranks
+ * that wrote the shards, 0 for the whole file. A bad or missing file leaves the optimizer as it was. */
+int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, int *from_world, cpt_err *err);
+/* What cpt_zero_load's from_world names, for logs: "the shards of 2 ranks", "optimizer.safetensors (train.zero = 0)". */
+void cpt_zero_source_name(int from_world, char *buf, size_t cap);
 
 #endif

@@ -89,7 +89,7 @@ static void run(const char *what, int force_nccl) {
     OK(cpt_zero_save(z, path, &err));
     cpt_zero *z2 = cpt_zero_new(zm, dp, &hp, &err);
     OK(z2 == NULL);
-    OK(cpt_zero_load(z2, dir, &err));
+    OK(cpt_zero_load(z2, dir, NULL, &err));
     CHECK_EQ_INT(z2->step, 3);
     backward(ref, 3);
     backward(zm, 3);
