@@ -303,6 +303,23 @@ int cpt_ckpt_max_shard_bytes(const cpt_config *cfg, uint64_t *out, cpt_err *err)
     return 0;
 }
 
+/* Staging folders left by an interrupted save (this save's own was moved and removed): only one trainer writes a
+ * run's checkpoints, and its ranks stage the next step's files only after this save (a collective with rank 0). */
+static void remove_stale_staging(const char *ckdir) {
+    DIR *d = opendir(ckdir);
+    if (!d) return;
+    const size_t k = strlen(CPT_CKPT_STAGING_PREFIX);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, CPT_CKPT_STAGING_PREFIX, k)) continue;
+        char p[CPT_CKPT_PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", ckdir, e->d_name);
+        cpt_err e2;
+        if (cpt_remove_tree(p, &e2)) cpt_warn("checkpoint: removing a leftover staging folder: %s", e2.msg);
+        else cpt_warn("checkpoint: removed %s, left by an interrupted checkpoint", p);
+    }
+    closedir(d);
+}
+
 int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cpt_err *err) {
     char ckdir[CPT_CKPT_PATH_MAX], tmp[CPT_CKPT_PATH_MAX + 64], fin[CPT_CKPT_PATH_MAX + 64];
     char p[CPT_CKPT_PATH_MAX + 128];
@@ -375,6 +392,7 @@ int cpt_ckpt_save(const cpt_ckpt_save_args *a, char *out_dir, size_t out_cap, cp
         if (cpt_remove_tree(p, &e2)) cpt_warn("checkpoint retention: %s", e2.msg);
     }
     free(steps);
+    remove_stale_staging(ckdir);
     return 0;
 fail:
     {

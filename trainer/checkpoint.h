@@ -67,6 +67,8 @@ int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err);
 /* The same over bytes in memory (name used in messages): the fuzzed entry point. */
 int cpt_train_state_parse(const char *text, size_t len, const char *name, cpt_train_state *st, cpt_err *err);
 
+#define CPT_CKPT_STAGING_PREFIX ".zero-step-"
+
 typedef struct cpt_ckpt_save_args {
     const char *run_dir;
     const cpt_model *model;
@@ -76,7 +78,9 @@ typedef struct cpt_ckpt_save_args {
     const char *config_text;      /* resolved config (TOML), NULL: none */
     int keep_last;                /* >= 1 */
     /* NULL, or a folder whose files are moved into the step folder (and covered by its manifest), the folder then
-     * removed: files other processes wrote (the optimizer shards of ZeRO ranks, trainer/zero.h). */
+     * removed: files other processes wrote (the optimizer shards of ZeRO ranks, trainer/zero.h), in
+     * RUN_DIR/checkpoints/CPT_CKPT_STAGING_PREFIX<step>. A save that succeeds removes any other folder of that
+     * prefix: the leftover of a save that was interrupted. */
     const char *extra_dir;
     uint64_t max_shard_bytes;     /* model weights past it are sharded (export.max_shard_size); 0: one file */
     /* Optional: called right before the step folder is put in place and again right before `latest` switches;

@@ -186,7 +186,8 @@ int cpt_offline_stopping(const cpt_offline *o, int signal) { return o->world > 1
 
 int cpt_offline_save(cpt_offline *o, cpt_err *err) {
     char staging[CPT_CKPT_PATH_MAX + 64];
-    snprintf(staging, sizeof staging, "%s/checkpoints/.zero-step-%" PRId64, cpt_cfg_str(o->cfg, "run.dir"), o->st.step);
+    snprintf(staging, sizeof staging, "%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "%" PRId64, cpt_cfg_str(o->cfg, "run.dir"),
+             o->st.step);
     if (o->zero && cpt_zero_save_all(o->zero, staging, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ",
                                                                           o->st.step);
     if (o->rank != 0) {

@@ -296,7 +296,8 @@ static void critic_run_dir(online_ctx *c, char *out, size_t cap) { snprintf(out,
 
 /* Where the ZeRO ranks put their optimizer shards of step `step` before rank 0 moves them into the step folder. */
 static void zero_staging(online_ctx *c, int critic, int64_t step, char *out, size_t cap) {
-    snprintf(out, cap, "%s%s/checkpoints/.zero-step-%" PRId64, c->run_dir, critic ? "/critic" : "", step);
+    snprintf(out, cap, "%s%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "%" PRId64, c->run_dir, critic ? "/critic" : "",
+             step);
 }
 
 /* train.zero = 1: every rank writes its optimizer shards of the current step (the policy's, the critic's) for the

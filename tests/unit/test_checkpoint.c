@@ -324,10 +324,17 @@ int main(void) {
     /* a leftover uncommitted folder past the new checkpoint is removed by retention */
     snprintf(p, sizeof p, "%s/checkpoints/step-9/model", run2);
     CHECK_EQ_INT(cpt_mkdir_p(p, 0755, &err), 0);
+    /* and so is a ZeRO staging folder of an interrupted save (with a shard in it) */
+    snprintf(p, sizeof p, "%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "3", run2);
+    CHECK_EQ_INT(cpt_mkdir_p(p, 0755, &err), 0);
+    snprintf(p, sizeof p, "%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "3/optimizer-rank-1-of-2.safetensors", run2);
+    CHECK_EQ_INT(cpt_write_file_atomic(p, "x", 1, &err), 0);
     st.step = 6;
     char dir6[CPT_CKPT_PATH_MAX + 64];
     CHECK_EQ_INT(cpt_ckpt_save(&a, dir6, sizeof dir6, &err), 0);
     snprintf(p, sizeof p, "%s/checkpoints/step-9", run2);
+    CHECK(!cpt_path_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "3", run2);
     CHECK(!cpt_path_exists(p));
     CHECK(cpt_path_exists(dir)); /* step-5 kept (keep_last 2) */
     st.step = 5;
