@@ -175,15 +175,17 @@ check() {
     echo "FAIL: sbatch --wrap hostname: job $job ${st:-not done}, printed '$(cat "$dir/hostname.out" 2>/dev/null)'"; rc=1
   fi
 
-  out=$(timeout 60 srun --mpi=pmix -n 2 bash -c 'echo "rank $PMIX_RANK of $SLURM_NTASKS"' 2>&1 | sort) || true
+  # --quiet: no "srun: job N queued and waiting for resources" when the last job's CPUs are not free yet
+  out=$(timeout 60 srun --quiet --mpi=pmix -n 2 bash -c 'echo "rank $PMIX_RANK of $SLURM_NTASKS"' 2>&1 | sort) || true
   if [ "$out" = $'rank 0 of 2\nrank 1 of 2' ]; then
     echo "ok: srun --mpi=pmix -n 2: $(echo "$out" | paste -sd';')"
   else
     echo "FAIL: srun --mpi=pmix -n 2 printed: $out"; rc=1
   fi
   if [ -x "$carry/bin/cpt" ]; then
-    out=$(timeout 60 srun --mpi=pmix -n 2 "$carry/bin/cpt" check-bootstrap --kind pmix 2>&1) || true
-    if [ "$(echo "$out" | grep -c 'transport pmix')" -eq 2 ] && [ "$(echo "$out" | awk '{print $5}' | sort -u | wc -l)" -eq 1 ]; then
+    out=$(timeout 60 srun --quiet --mpi=pmix -n 2 "$carry/bin/cpt" check-bootstrap --kind pmix 2>&1) || true
+    if [ "$(echo "$out" | grep -c 'transport pmix')" -eq 2 ] &&
+       [ "$(echo "$out" | awk '/transport pmix/ {print $5}' | sort -u | wc -l)" -eq 1 ]; then
       echo "ok: srun --mpi=pmix -n 2 cpt check-bootstrap: $(echo "$out" | paste -sd';')"
     else
       echo "FAIL: srun --mpi=pmix -n 2 cpt check-bootstrap printed: $out"; rc=1

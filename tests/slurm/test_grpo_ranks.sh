@@ -4,7 +4,8 @@
 # through Open MPI (trainer/dp.h's MPI backend, PMIx from Slurm); rank 1 follows rank 0 (trainer/online_ranks.h).
 # `scontrol requeue` mid-run stops both ranks at the same step with a checkpoint; the job reruns, both resume from
 # it, and the run finishes with every group trained once and the final weights of the same two ranks run locally by
-# `cpt run` (mpirun), bitwise.
+# `cpt run` (mpirun), bitwise. The ranks shard their optimizer (train.zero = 1, ZeRO-1): each writes its shard at the
+# requeue's checkpoint and reads it back on the rerun.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -16,7 +17,7 @@ make_tiny_model "$T" || fail "tiny model"
 STEPS=40 G=4
 roles=(roles.rollout=1 roles.reward=1 slurm.trainer_tasks=2 slurm.trainer_gpus=0 slurm.rollout_gpus=0
        slurm.trainer_cpus=1 slurm.rollout_cpus=1 slurm.reward_cpus=1 train.steps=$STEPS train.groups_per_step=$G
-       train.threads=1 train.device=cpu rollout.device=cpu weights.transport=file)
+       train.threads=1 train.device=cpu rollout.device=cpu weights.transport=file train.zero=1)
 
 t0=$SECONDS
 "$BUILD/cpt" run "${GRPO_ARGS[@]}" "${roles[@]}" run.dir="$T/ref" 2> "$T/ref.log" || fail "local two-rank reference run"
@@ -34,6 +35,7 @@ t_job=$((SECONDS - t0))
 
 [ "$(job_field "$job" Restarts)" -ge 1 ] || fail "job $job was not restarted by the requeue"
 grep -qh "trainer rank 1 of 2 (bootstrap mpi)" "$T/job/logs/"trainer*.log || fail "no second trainer rank over MPI"
+grep -qh "ZeRO-1 rank 1/2" "$T/job/logs/"trainer*.log || fail "rank 1 did not shard its optimizer"
 s0=$(grep -o 'stopping at step [0-9]*' "$T/job/logs/trainer.log" | awk '{print $4}' | head -1)
 s1=$(grep -ho 'trainer rank 1 ends at step [0-9]*' "$T/job/logs/"trainer*.log | awk '{print $7}' | head -1)
 [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "on the requeue rank 0 stopped at step '$s0', rank 1 at '$s1'"
@@ -42,7 +44,10 @@ grep -qh "trainer rank 1 resumed from .*step-$s0" "$T/job/logs/"trainer*.log || 
 grep -qh "trainer rank 1 ends at step $STEPS with rank 0 (status 0)" "$T/job/logs/"trainer*.log ||
   fail "rank 1 did not end at step $STEPS with rank 0"
 summary=$(check_groups "$T/job" $STEPS $G) || fail "exactly-once: $summary"
+for r in 0 1; do
+  [ -f "$T/job/checkpoints/step-$STEPS/optimizer-rank-$r-of-2.safetensors" ] || fail "no optimizer shard $r at step $STEPS"
+done
 cmp "$T/ref/checkpoints/step-$STEPS/model/model.safetensors" "$T/job/checkpoints/step-$STEPS/model/model.safetensors" ||
   fail "the requeued two-rank job's final weights differ from the local two-rank run's"
-echo "test_grpo_ranks (slurm): ok (2 trainer ranks under srun --mpi=pmix; reference ${t_ref}s; job $job requeued," \
+echo "test_grpo_ranks (slurm): ok (2 ZeRO-1 trainer ranks under srun --mpi=pmix; reference ${t_ref}s; job $job requeued," \
      "both ranks stopped at step $s0, resumed, $STEPS steps in ${t_job}s; final weights equal (cmp); $summary)"
