@@ -184,7 +184,7 @@ run() {
                "$SUB/grpo3b/" 2>/dev/null
             rm -rf /tmp/cpt-grpo3b/export ;; # 6 GB: the disk is shared with the later stages
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
-            # put the rollout or the trainer on the CPU). Its own
+            # put the rollout or the trainer on the CPU; _zero: train.zero=1, the sharded optimizer's GPU step). Its own
             # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
             local kv=() part
             for part in $(echo "${s#grpo}" | tr '_' ' '); do
@@ -194,6 +194,7 @@ run() {
                 file) kv+=(TRANSPORT=file) ;;
                 cpuroll) kv+=(TRANSPORT=file ROLLOUT_DEVICE=cpu) ;;   # splits a GPU-engine fault from the rest
                 cputrain) kv+=(TRANSPORT=file TRAIN_DEVICE=cpu) ;;
+                zero) kv+=(GRPO_EXTRA=train.zero=1) ;;
                 esac
             done
             stage "$s" 400 env OUT="/tmp/cpt-$s" "${kv[@]}" tests/gpu/grpo_gpu_run.sh run "$d"

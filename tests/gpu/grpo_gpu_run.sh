@@ -10,8 +10,8 @@
 #   tests/gpu/grpo_gpu_run.sh run DIR               on the device machine (no -dev packages, no redis-server there)
 #
 # Knobs (env): SFT_STEPS (300: short of memorising, so GRPO has room), SFT_LR (1e-3), GRPO_STEPS (300), GRPO_LR (2e-5),
-# TRANSPORT (cuda_ipc; file works too), ROLLOUT_DEVICE / TRAIN_DEVICE (cuda; cpu needs TRANSPORT=file), OUT
-# (runs/gpu-grpo).
+# TRANSPORT (cuda_ipc; file works too), ROLLOUT_DEVICE / TRAIN_DEVICE (cuda; cpu needs TRANSPORT=file), GRPO_EXTRA
+# (more key=value overrides of the GRPO run, e.g. train.zero=1), OUT (runs/gpu-grpo).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$(pwd)
@@ -51,7 +51,7 @@ flow() {
   "$bin/cpt" export "$out/sft" "$out/export" > /dev/null
   t1=$(date +%s.%N)
   "$bin/cpt" run examples/grpo_gpu.toml run.dir="$out/grpo" model.path="$out/export" data.train="$out/data/grpo.jsonl" \
-    "${grpo[@]}" > "$out/grpo.log" 2>&1 || {
+    "${grpo[@]}" ${GRPO_EXTRA:-} > "$out/grpo.log" 2>&1 || {
     tail -40 "$out/grpo.log"; tail -n 30 "$out/grpo/logs/"*.log 2>/dev/null; return 1; }
   t2=$(date +%s.%N)
   summary "$out" "$t0" "$t1" "$t2" "$([ "$mode" = gpu ] && echo 16 || echo 4)"
