@@ -95,6 +95,7 @@ int cpt_train_state_write(const cpt_train_state *st, const char *path, cpt_err *
     for (int i = 0; i < st->n_totals; i++) json_object_set_new(totals, st->total_names[i], json_integer(st->totals[i]));
     json_object_set_new(o, "totals", totals);
     json_object_set_new(o, "lease_token", json_integer(st->lease_token));
+    if (st->world_size > 0) json_object_set_new(o, "world_size", json_integer(st->world_size));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
     if (!text) return cpt_errf(err, "%s: out of memory", path);
@@ -141,6 +142,10 @@ static int read_optional_fields(json_t *o, cpt_train_state *st, const char *path
     json_t *tok = json_object_get(o, "lease_token");
     if (tok && !json_is_integer(tok)) return cpt_errf(err, "%s: field 'lease_token' is not an integer", path);
     st->lease_token = tok ? json_integer_value(tok) : 0;
+    json_t *ws = json_object_get(o, "world_size");
+    if (ws && (!json_is_integer(ws) || json_integer_value(ws) < 1))
+        return cpt_errf(err, "%s: field 'world_size' is not a positive integer", path);
+    st->world_size = ws ? json_integer_value(ws) : 0;
     return 0;
 }
 

@@ -49,6 +49,7 @@ typedef struct cpt_train_state {
     char total_names[CPT_CKPT_MAX_TOTALS][32];
     int64_t totals[CPT_CKPT_MAX_TOTALS];
     int64_t lease_token; /* the trainer lease token (queue/lease.h) of the trainer that wrote it; 0: none */
+    int64_t world_size;  /* the data-parallel ranks of the trainer that wrote it; 0: not recorded (older states) */
 } cpt_train_state;
 
 void cpt_train_state_free(cpt_train_state *st); /* frees outstanding; the struct itself is the caller's */

@@ -196,6 +196,7 @@ int cpt_offline_save(cpt_offline *o, cpt_err *err) {
     }
     uint64_t shard_bytes;
     if (cpt_ckpt_max_shard_bytes(o->cfg, &shard_bytes, err)) return -1;
+    o->st.world_size = o->world;
     cpt_ckpt_save_args a = {
         .run_dir = cpt_cfg_str(o->cfg, "run.dir"),
         .max_shard_bytes = shard_bytes,

@@ -324,6 +324,7 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     c->st.data_index = (int64_t)cur.index;
     c->st.lease_token = cpt_lease_token(c->lease);
     if (totals_to_state(c, err)) return -1;
+    c->st.world_size = c->world;
     int keep = (int)cpt_cfg_int(c->cfg, "checkpoint.keep_last");
     uint64_t shard_bytes;
     if (cpt_ckpt_max_shard_bytes(c->cfg, &shard_bytes, err)) return -1;

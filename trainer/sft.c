@@ -256,6 +256,11 @@ static int run(sft_ctx *c, cpt_sft_result *res, cpt_err *err) {
     if (found)
         cpt_info("sft: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", example %" PRId64 ")", ckpt,
                  c->o.st.step, c->o.st.data_epoch, c->o.st.data_index);
+    if (found && c->o.rank == 0 && c->o.st.world_size > 0 && c->o.st.world_size != c->o.world)
+        cpt_warn("sft: %s was written by %" PRId64 " ranks, this run has %d: a step trains on train.grad_accum x ranks "
+                 "micro-batches, now %d x %d = %d; to keep the batch the run had, train.grad_accum x %d must equal its "
+                 "train.grad_accum x %" PRId64, ckpt, c->o.st.world_size, c->o.world, c->accum, c->o.world,
+                 c->accum * c->o.world, c->o.world, c->o.st.world_size);
     if (cpt_sft_cursor_init(&c->cur, &c->train, (uint64_t)cpt_cfg_int(cfg, "run.seed"), cpt_cfg_bool(cfg, "data.shuffle"),
                             c->o.st.data_epoch, c->o.st.data_index, err))
         return -1;

@@ -68,6 +68,7 @@ static void totals_fence_lock(cpt_model *m) {
     CHECK_EQ_INT(cpt_train_state_set_total(&st, "groups/dropped_stale", 3, &err), 0);
     CHECK_EQ_INT(cpt_train_state_set_total(&st, "groups/trained", 41, &err), 0);
     st.lease_token = 7;
+    st.world_size = 3;
     char p[512], dir[CPT_CKPT_PATH_MAX + 64];
     snprintf(p, sizeof p, "%s/state.json", run);
     CHECK_EQ_INT(cpt_train_state_write(&st, p, &err), 0);
@@ -76,6 +77,7 @@ static void totals_fence_lock(cpt_model *m) {
     CHECK_EQ_INT(cpt_train_state_total(&back, "groups/dropped_stale"), 3);
     CHECK_EQ_INT(cpt_train_state_total(&back, "groups/unknown"), 0);
     CHECK_EQ_INT(back.lease_token, 7);
+    CHECK_EQ_INT(back.world_size, 3);
     cpt_train_state_free(&back);
     const char *old = "{\"format\": \"cpt-trainer-state-1\", \"step\": 3, \"weight_version\": 3, "
                       "\"data_cursor\": {\"epoch\": 0, \"index\": 5}, \"outstanding_group_ids\": [], \"rng\": {}, "
@@ -84,6 +86,13 @@ static void totals_fence_lock(cpt_model *m) {
     CHECK_EQ_INT(back.n_totals, 0);
     CHECK_EQ_INT(cpt_train_state_total(&back, "groups/trained"), 0);
     CHECK_EQ_INT(back.lease_token, 0);
+    CHECK_EQ_INT(back.world_size, 0);
+    cpt_train_state_free(&back);
+    const char *bad_ws = "{\"format\": \"cpt-trainer-state-1\", \"step\": 3, \"weight_version\": 3, "
+                         "\"data_cursor\": {\"epoch\": 0, \"index\": 5}, \"outstanding_group_ids\": [], "
+                         "\"rng\": {}, \"config_hash\": \"0000000000000001\", \"world_size\": 0}";
+    CHECK_EQ_INT(cpt_train_state_parse(bad_ws, strlen(bad_ws), "bad.json", &back, &err), -1);
+    CHECK(strstr(err.msg, "bad.json: field 'world_size' is not a positive integer") != NULL);
     cpt_train_state_free(&back);
 
     cpt_ckpt_save_args a = {.run_dir = run, .model = m, .state = &st, .keep_last = 3, .before_commit = fake_fence};
