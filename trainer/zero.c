@@ -357,11 +357,12 @@ static int read_shards(const cpt_zero *z, const char *dir, int world, size_t a, 
                        int64_t *step, cpt_err *err) {
     size_t oshard = (z->numel + (size_t)world - 1) / (size_t)world;
     *step = -1;
-    for (int r = 0; r < world; r++) {
-        size_t ra = (size_t)r * oshard, rb = ra + oshard;
-        if (a < b ? (rb <= a || ra >= b) : r > 0) continue;
+    /* only the files that hold [a, b): a folder's file names say `world`, which may be anything */
+    size_t r0 = a < b ? a / oshard : 0, r1 = a < b ? (b - 1) / oshard : 0;
+    for (size_t r = r0; r <= r1 && r < (size_t)world; r++) {
+        size_t ra = r * oshard, rb = ra + oshard;
         char name[96], path[4096 + 128];
-        cpt_zero_shard_name(name, sizeof name, r, world);
+        cpt_zero_shard_name(name, sizeof name, (int)r, world);
         snprintf(path, sizeof path, "%s/%s", dir, name);
         if (!cpt_path_exists(path))
             return cpt_errf(err, "%s: the optimizer shard %s of %d ranks is missing", dir, name, world);
@@ -373,8 +374,8 @@ static int read_shards(const cpt_zero *z, const char *dir, int world, size_t a, 
         int rc = -1;
         if (!fmt || strcmp(fmt, ZERO_FORMAT) || s < 0)
             cpt_errf(err, "%s: not a ZeRO optimizer shard (format %s)", path, fmt ? fmt : "missing");
-        else if (meta_num(f, "world_size") != world || meta_num(f, "rank") != r)
-            cpt_errf(err, "%s: says rank %lld of %lld, its name rank %d of %d", path, meta_num(f, "rank"),
+        else if (meta_num(f, "world_size") != world || meta_num(f, "rank") != (long long)r)
+            cpt_errf(err, "%s: says rank %lld of %lld, its name rank %zu of %d", path, meta_num(f, "rank"),
                      meta_num(f, "world_size"), r, world);
         else if (meta_num(f, "numel") != (long long)z->numel)
             cpt_errf(err, "%s: written for a model of %lld floats, this one has %zu", path, meta_num(f, "numel"),

@@ -144,7 +144,9 @@ int main(void) {
     } cases[] = {{"missing", "optimizer-rank-1-of-3.safetensors of 3 ranks is missing"},
                  {"steps", "another shard of the folder at"},
                  {"empty", "holds no optimizer state"},
-                 {"numel", "written for a model of"}};
+                 {"numel", "written for a model of"},
+                 /* a file name's world size is read, not trusted: only the files of the slice are looked at */
+                 {"huge", "says rank 0 of 1, its name rank 0 of 1000000000"}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         snprintf(dir, sizeof dir, "%s/bad-%s", root, cases[k].what);
         CHECK(cpt_mkdir_p(dir, 0700, &err) == 0);
@@ -155,6 +157,12 @@ int main(void) {
             unlink(path);
         } else if (!strcmp(cases[k].what, "steps")) {
             write_shards(m, tm, tv, numel, 3, dir, 2);
+        } else if (!strcmp(cases[k].what, "huge")) {
+            write_shards(m, tm, tv, numel, 1, dir, -1);
+            char from[600];
+            snprintf(from, sizeof from, "%s/optimizer-rank-0-of-1.safetensors", dir);
+            snprintf(path, sizeof path, "%s/optimizer-rank-0-of-1000000000.safetensors", dir);
+            CHECK_EQ_INT(rename(from, path), 0);
         } else if (!strcmp(cases[k].what, "numel")) {
             write_shards(m, tm, tv, numel, 2, dir, -1);
             n = numel - 1;
