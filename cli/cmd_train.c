@@ -73,7 +73,7 @@ int cmd_train(int argc, char **argv) {
             cpt_errf(&err, "algo.type \"%s\" has no training loop", algo);
             rc = 1;
         }
-        if (rc == 1) fprintf(stderr, "cpt train: %s\n", err.msg);
+        if (rc == 1 && err.msg[0]) fprintf(stderr, "cpt train: %s\n", err.msg); /* empty: logged already */
     }
     cpt_config_free(cfg);
     return rc;

@@ -1069,6 +1069,11 @@ int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile si
         cpt_err_prefix(err, "%s", config_path ? config_path : "online");
         rc = 1;
         if (c.world > 1) {
+            /* said first: once told, a rank exits, and mpirun or srun may end this one before its caller prints */
+            if (c.rank == 0) {
+                cpt_error("%s", err->msg);
+                err->msg[0] = '\0';
+            }
             /* the others wait for rank 0's next header: tell them, and every rank ends cleanly; a failure anywhere
              * else may leave ranks inside a collective, so it ends them all */
             cpt_err e2;

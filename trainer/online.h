@@ -25,7 +25,9 @@
 
 /* Runs an online job. *stop (set by the caller's SIGTERM/SIGUSR1 handler; may be NULL) ends it at the next step
  * boundary with a checkpoint. Returns the exit status: 0 finished (train.steps reached), 3 (CPT_EXIT_STOPPED)
- * stopped after a checkpoint, 1 failed (err says why). config_path names the config in messages. */
+ * stopped after a checkpoint, 1 failed (err says why; with other trainer ranks rank 0 logs it itself before it tells
+ * them, since mpirun or srun may end it as soon as one of them exits, and err is then empty). config_path names the
+ * config in messages. */
 int cpt_online_train(const cpt_config *cfg, const char *config_path, volatile sig_atomic_t *stop, cpt_err *err);
 
 /* 1 if algo.type is trained by cpt_online_train. */
