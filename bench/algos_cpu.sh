@@ -1,0 +1,72 @@
+#!/bin/bash
+# Each online algorithm on the main job, on the CPU: the README's `./run.sh` run (examples/grpo_arithmetic.toml, the
+# SFT'd 0.25M example model, 300 steps, RL prompts disjoint from the SFT data and from the 100 held-out questions)
+# with the algorithm's documented settings (bench/rl_learning.sh's algo_overrides), over SEEDS, beside the same run
+# at optim.lr = 0. Prints a markdown table: held-out greedy accuracy at step 0 and at the end (mean over seeds and
+# each seed), the mean training reward of the first and last 30 steps, and wall time.
+#
+#   bench/algos_cpu.sh [BUILD]     (BUILD: a build folder with cpt, default build-cpu, else build)
+#
+# Knobs (env): ALGOS ("main dr_grpo dapo gspo ppo"; main is the job as shipped: GRPO with clip-higher and
+# token-mean), SEEDS ("1 2"), STEPS (300), PAR (2: runs at a time, each trainer, rollout and reward on one thread),
+# OUT (/tmp/cpt-algos). OPD is left out: it needs a teacher stronger than the example model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-$([ -x build-cpu/cpt ] && echo build-cpu || echo build)}
+ALGOS=${ALGOS:-"main dr_grpo dapo gspo ppo"} SEEDS=${SEEDS:-"1 2"} STEPS=${STEPS:-300} PAR=${PAR:-2}
+OUT=${OUT:-/tmp/cpt-algos} K=12 LR=1e-4
+[ -x "$BUILD/cpt" ] || { echo "algos_cpu: no $BUILD/cpt (scripts/build.sh cpu)" >&2; exit 2; }
+rm -rf "$OUT" && mkdir -p "$OUT"
+
+overrides() { # the settings of docs/online.md for each, as bench/rl_learning.sh runs them
+  case $1 in
+  main | lr0) echo "" ;;
+  grpo) echo "algo.variant=grpo algo.clip_eps_high=0.2 algo.kl_beta=-1 algo.loss_agg=seq-mean-token-mean" ;;
+  dr_grpo) echo "algo.variant=dr_grpo algo.clip_eps_high=0.2 algo.kl_beta=0 algo.loss_agg_norm=$K" ;;
+  dapo) echo "algo.dynamic_sampling=true algo.overlong_max_len=$K algo.overlong_buffer_len=$((K / 3))" ;;
+  gspo) echo "algo.variant=gspo algo.kl_beta=0 algo.loss_agg=seq-mean-token-mean" ;;
+  ppo) echo "algo.type=ppo algo.clip_eps_high=0.2 algo.kl_beta=0 critic.lr=1e-3" ;;
+  *) echo "algos_cpu: unknown algorithm '$1'" >&2; return 1 ;;
+  esac
+}
+
+runs=()
+for a in $ALGOS lr0; do for s in $SEEDS; do runs+=("$a:$s"); done; done
+one() { # ALGO:SEED
+  local a=${1%%:*} s=${1##*:} t0
+  local extra
+  read -r -a extra <<< "$(overrides "$a")"
+  [ "$a" = lr0 ] && extra+=(optim.lr=0)
+  t0=$(date +%s.%N)
+  "$BUILD/cpt" run examples/grpo_arithmetic.toml run.dir="$OUT/$a-$s" run.seed="$s" train.steps="$STEPS" \
+    "${extra[@]}" > "$OUT/$a-$s.log" 2>&1 || { echo "algos_cpu: $a seed $s failed (see $OUT/$a-$s.log)" >&2; return 1; }
+  python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0" > "$OUT/$a-$s.wall"
+  echo "algos_cpu: $a seed $s done in $(cat "$OUT/$a-$s.wall") s" >&2
+}
+i=0
+for r in "${runs[@]}"; do
+  one "$r" &
+  i=$((i + 1))
+  [ $((i % PAR)) -eq 0 ] && wait
+done
+wait
+
+python3 - "$OUT" "$ALGOS lr0" "$SEEDS" <<'PY'
+import json, os, statistics, sys
+out, algos, seeds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+print("| algorithm | held-out accuracy, step 0 -> end (mean; per seed) | gain | reward, first 30 -> last 30 steps | wall s |")
+print("| --- | --- | ---: | --- | ---: |")
+for a in algos:
+    acc0, acc1, r0, r1, walls, per = [], [], [], [], [], []
+    for s in seeds:
+        d = os.path.join(out, f"{a}-{s}")
+        rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+        val = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
+        rew = [r["reward/mean"] for r in rows if "reward/mean" in r]
+        acc0.append(val[0]); acc1.append(val[-1]); per.append(f"{val[0]:.2f} -> {val[-1]:.2f}")
+        r0.append(statistics.mean(rew[:30])); r1.append(statistics.mean(rew[-30:]))
+        walls.append(float(open(os.path.join(out, f"{a}-{s}.wall")).read()))
+    m = statistics.mean
+    print(f"| {a} | {m(acc0):.3f} -> {m(acc1):.3f} ({'; '.join(per)}) | {m(acc1) - m(acc0):+.3f} | "
+          f"{m(r0):.3f} -> {m(r1):.3f} | {m(walls):.0f} |")
+PY
