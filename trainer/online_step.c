@@ -39,22 +39,21 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
     if (cpt_objective_needs_ref(oc) && !ref) return cpt_errf(err, "algo.kl_beta > 0 needs a reference model");
     if (oc->type == CPT_OBJ_PPO && (!critic || !cpt_model_has_value_head(critic)))
         return cpt_errf(err, "ppo needs a critic with a value head");
-    cpt_adamw_hparams hp = {
+    L->hp = (cpt_adamw_hparams){
         .beta1 = cpt_cfg_float(cfg, "optim.beta1"),
         .beta2 = cpt_cfg_float(cfg, "optim.beta2"),
         .eps = cpt_cfg_float(cfg, "optim.eps"),
         .weight_decay = cpt_cfg_float(cfg, "optim.weight_decay"),
     };
+    int whole = !cpt_cfg_int(cfg, "train.zero"); /* else the ZeRO slices, cpt_online_learner_shard */
     L->params = cpt_model_param_list(policy, &L->n_params, err);
     if (!L->params) return -1;
-    L->opt = cpt_adamw_new(L->params, L->n_params, &hp, err);
-    if (!L->opt) return -1;
+    if (whole && !(L->opt = cpt_adamw_new(L->params, L->n_params, &L->hp, err))) return -1;
     if (sched_from_config(cfg, cpt_cfg_float(cfg, "optim.lr"), &L->sched, err)) return -1;
     if (oc->type == CPT_OBJ_PPO) {
         L->cparams = cpt_model_param_list(critic, &L->n_cparams, err);
         if (!L->cparams) return -1;
-        L->copt = cpt_adamw_new(L->cparams, L->n_cparams, &hp, err);
-        if (!L->copt) return -1;
+        if (whole && !(L->copt = cpt_adamw_new(L->cparams, L->n_cparams, &L->hp, err))) return -1;
         if (sched_from_config(cfg, cpt_cfg_float(cfg, "critic.lr"), &L->csched, err)) return -1;
     }
     L->grad_clip = cpt_cfg_float(cfg, "optim.grad_clip");
@@ -74,15 +73,10 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
 }
 
 int cpt_online_learner_shard(cpt_online_learner *L, cpt_dp *dp, cpt_err *err) {
-    cpt_adamw_hparams hp = L->opt->hp;
-    if (!(L->zero = cpt_zero_new(L->policy, dp, &hp, err))) return cpt_err_prefix(err, "train.zero = 1, policy");
-    cpt_adamw_free(L->opt);
-    L->opt = NULL;
-    if (L->copt) {
-        if (!(L->czero = cpt_zero_new(L->critic, dp, &hp, err))) return cpt_err_prefix(err, "train.zero = 1, critic");
-        cpt_adamw_free(L->copt);
-        L->copt = NULL;
-    }
+    if (L->opt) return cpt_errf(err, "online learner: train.zero = 0 made a whole optimizer; nothing to shard");
+    if (!(L->zero = cpt_zero_new(L->policy, dp, &L->hp, err))) return cpt_err_prefix(err, "train.zero = 1, policy");
+    if (L->cparams && !(L->czero = cpt_zero_new(L->critic, dp, &L->hp, err)))
+        return cpt_err_prefix(err, "train.zero = 1, critic");
     return 0;
 }
 
@@ -396,6 +390,7 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
     memset(st, 0, sizeof *st);
     const cpt_objective_config *oc = &L->oc;
     if (b->n_seqs == 0) return cpt_errf(err, "online step: empty batch");
+    if (!L->opt && !L->zero) return cpt_errf(err, "online step: train.zero = 1 but the optimizer was not sharded");
     if (grow(L, b->n_tokens, b->n_seqs, err)) return -1;
     int ppo = oc->type == CPT_OBJ_PPO;
 

@@ -40,7 +40,8 @@ typedef struct cpt_online_learner {
     cpt_model *policy; /* not owned */
     cpt_param **params;
     size_t n_params;
-    cpt_adamw *opt;
+    cpt_adamw *opt;         /* NULL with train.zero = 1 (zero below) */
+    cpt_adamw_hparams hp;   /* optim.* */
     cpt_lr_schedule sched;
     cpt_model *ref;    /* not owned; kl_beta > 0 */
     cpt_model *critic; /* not owned; ppo */
@@ -73,8 +74,9 @@ typedef struct cpt_online_learner {
 int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const cpt_objective_config *oc,
                             cpt_model *policy, cpt_model *ref, cpt_model *critic, cpt_err *err);
 void cpt_online_learner_free(cpt_online_learner *L);
-/* train.zero = 1: replaces the policy's (and the critic's) AdamW by ZeRO-1 slices over dp's ranks, before any step
- * and with the models in place (on their device). Every rank, collective order. */
+/* train.zero = 1: the policy's (and the critic's) optimizer as ZeRO-1 slices over dp's ranks (cpt_online_learner_init
+ * makes no whole AdamW then: its moments would take the memory ZeRO saves). Before any step, with the models in
+ * place (on their device); every rank. */
 int cpt_online_learner_shard(cpt_online_learner *L, struct cpt_dp *dp, cpt_err *err);
 /* The policy optimizer's updates so far, whichever optimizer holds them. */
 int64_t cpt_online_learner_updates(const cpt_online_learner *L);

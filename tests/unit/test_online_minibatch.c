@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "tests/check.h"
 #include "tests/unit/online_groups_fixture.h"
+#include "trainer/dp.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
 
@@ -64,12 +65,24 @@ static int two_steps(const char *const *extra, int n_extra, outcome *out, cpt_er
     CHECK_EQ_INT(cpt_objective_from_config(cfg, &oc, err), 0);
     cpt_model *pol = tiny_model();
     cpt_online_learner L;
+    cpt_dp *dp = NULL;
     int rc = cpt_online_learner_init(&L, cfg, &oc, pol, NULL, NULL, err);
     if (!rc) {
         groups f;
         cpt_rl_batch b;
         memset(&b, 0, sizeof b);
         make_batch(&f, pol, &b);
+        if (cpt_cfg_int(cfg, "train.zero")) {
+            /* no whole AdamW is made, and a step needs the slices first; then one rank's slices */
+            CHECK(L.opt == NULL);
+            cpt_err e2;
+            CHECK_EQ_INT(cpt_online_learner_step(&L, &b, 0, &out->st[0], &e2), -1);
+            CHECK(strstr(e2.msg, "optimizer was not sharded") != NULL);
+            cpt_dp_opts o = {0};
+            dp = cpt_dp_new(&o, &e2);
+            CHECK_MSG(dp != NULL, "%s", e2.msg);
+            rc = dp ? cpt_online_learner_shard(&L, dp, err) : -1;
+        }
         for (int s = 0; s < 2 && !rc; s++) {
             cpt_err e2;
             rc = cpt_online_learner_step(&L, &b, s, &out->st[s], &e2);
@@ -82,6 +95,7 @@ static int two_steps(const char *const *extra, int n_extra, outcome *out, cpt_er
     }
     cpt_online_learner_free(&L);
     cpt_model_free(pol);
+    cpt_dp_free(dp);
     cpt_config_free(cfg);
     return rc;
 }
@@ -104,7 +118,17 @@ static void test_updates(void) {
     CHECK_EQ_INT(two_steps(mb2lr0, 2, &two_lr0, &err), 0);
     CHECK_EQ_INT(two_steps(ep2, 1, &e2, &err), 0);
     CHECK_EQ_INT(two_steps(pp2, 1, &p2, &err), 0);
-    if (!one.weights || !two.weights || !two_lr0.weights || !e2.weights || !p2.weights) goto out;
+    /* ZeRO-1 on one rank: the slice is the whole, the same updates bit for bit */
+    outcome z2;
+    memset(&z2, 0, sizeof z2);
+    const char *mb2z[] = {"train.mini_batches=2", "train.zero=1"};
+    CHECK_EQ_INT(two_steps(mb2z, 2, &z2, &err), 0);
+    if (!one.weights || !two.weights || !two_lr0.weights || !e2.weights || !p2.weights || !z2.weights) goto out;
+    CHECK_EQ_INT(z2.st[1].optimizer_steps, 4);
+    CHECK_MSG(max_diff(&two, &z2) == 0, "ZeRO-1 on one rank differs by %g", max_diff(&two, &z2));
+    /* the norm's sum of squares runs in another order (the flat slice, not per parameter) */
+    CHECK_MSG(fabs(z2.st[1].grad_norm - two.st[1].grad_norm) <= 1e-12 * two.st[1].grad_norm && two.st[1].grad_norm > 0,
+              "ZeRO-1 grad norm %.17g, AdamW %.17g", z2.st[1].grad_norm, two.st[1].grad_norm);
     printf("one mini-batch: ratio %.6f clip %.4f | two, the second: ratio mean %.6f max %.6f clip %.4f | lr 0: "
            "ratio max %.8f\n",
            one.st[0].m.ratio_mean, one.st[0].m.clip_frac, two.st[0].m.ratio_mean, two.st[0].m.ratio_max,
@@ -131,6 +155,7 @@ static void test_updates(void) {
     CHECK_MSG(max_diff(&e2, &p2) == 0, "epochs_per_batch=2 and ppo_epochs=2 differ by %g", max_diff(&e2, &p2));
 out:
     free(one.weights), free(two.weights), free(two_lr0.weights), free(e2.weights), free(p2.weights);
+    free(z2.weights);
 }
 
 /* optim.warmup_steps (SFT's key) ramps the online learning rate by trainer step; every update of a step shares it */
