@@ -7,13 +7,16 @@
 #
 #   bench/algos_cpu.sh [BUILD]     (BUILD: a build folder with cpt, default build-cpu, else build)
 #
-# Knobs (env): ALGOS ("main dr_grpo dapo gspo ppo"; main is the job as shipped: GRPO with clip-higher and
+# Knobs (env): ALGOS ("main dr_grpo dapo gspo ppo opd"; main is the job as shipped: GRPO with clip-higher and
 # token-mean), SEEDS ("1 2"), STEPS (300), PAR (2: runs at a time, each trainer, rollout and reward on one thread),
-# OUT (/tmp/cpt-algos). OPD is left out: it needs a teacher stronger than the example model.
+# TEACHER_STEPS (1000), OUT (/tmp/cpt-algos). OPD's teacher is the example model SFT'd further on its own SFT data
+# (the task's sft split, scripts/make_example_model.sh --data-only) for TEACHER_STEPS at lr 1e-3; its held-out
+# accuracy is printed; the student is the example model and the signal the reverse KL alone (no task reward).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-$([ -x build-cpu/cpt ] && echo build-cpu || echo build)}
-ALGOS=${ALGOS:-"main dr_grpo dapo gspo ppo"} SEEDS=${SEEDS:-"1 2"} STEPS=${STEPS:-300} PAR=${PAR:-2}
+ALGOS=${ALGOS:-"main dr_grpo dapo gspo ppo opd"} SEEDS=${SEEDS:-"1 2"} STEPS=${STEPS:-300} PAR=${PAR:-2}
+TEACHER_STEPS=${TEACHER_STEPS:-1000}
 OUT=${OUT:-/tmp/cpt-algos} K=12 LR=1e-4
 [ -x "$BUILD/cpt" ] || { echo "algos_cpu: no $BUILD/cpt (scripts/build.sh cpu)" >&2; exit 2; }
 rm -rf "$OUT" && mkdir -p "$OUT"
@@ -26,9 +29,25 @@ overrides() { # the settings of docs/online.md for each, as bench/rl_learning.sh
   dapo) echo "algo.dynamic_sampling=true algo.overlong_max_len=$K algo.overlong_buffer_len=$((K / 3))" ;;
   gspo) echo "algo.variant=gspo algo.kl_beta=0 algo.loss_agg=seq-mean-token-mean" ;;
   ppo) echo "algo.type=ppo algo.clip_eps_high=0.2 algo.kl_beta=0 critic.lr=1e-3" ;;
+  opd) echo "algo.type=opd algo.kl_beta=0 algo.opd_task_weight=0 teacher.path=$OUT/teacher" ;;
   *) echo "algos_cpu: unknown algorithm '$1'" >&2; return 1 ;;
   esac
 }
+
+if [[ " $ALGOS " == *" opd "* ]]; then # the teacher: the example model trained further on its SFT data
+  scripts/make_example_model.sh --data-only "$OUT/sft-data" "$BUILD" > /dev/null
+  OMP_NUM_THREADS=2 "$BUILD/cpt-train" examples/sft_arithmetic.toml model.init=load \
+    model.path=examples/models/tiny-arith1-sft tokenizer.path=examples/models/tiny-arith1-sft run.dir="$OUT/teacher-sft" \
+    data.train="$OUT/sft-data/train.jsonl" data.eval= train.steps="$TEACHER_STEPS" optim.lr=1e-3 optim.warmup_steps=20 \
+    train.max_seq_len=32 train.tokens_per_micro_batch=1024 train.eval_every=0 train.eval_generate=0 checkpoint.every=0 \
+    2> "$OUT/teacher-sft.log" || { tail -20 "$OUT/teacher-sft.log"; exit 1; }
+  "$BUILD/cpt" export "$OUT/teacher-sft" "$OUT/teacher" > /dev/null
+  for m in examples/models/tiny-arith1-sft "$OUT/teacher"; do
+    "$BUILD/cpt" eval --model "$m" --data examples/data/arithmetic1_rl_eval.jsonl --reward math --chat-template none \
+      --max-new-tokens 12 --json > "$OUT/eval.json" 2> "$OUT/eval.log" || { cat "$OUT/eval.log"; exit 1; }
+    echo "algos_cpu: $m: held-out greedy accuracy $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["accuracy"])' "$OUT/eval.json")" >&2
+  done
+fi
 
 runs=()
 for a in $ALGOS lr0; do for s in $SEEDS; do runs+=("$a:$s"); done; done
