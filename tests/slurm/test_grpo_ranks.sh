@@ -49,5 +49,25 @@ for r in 0 1; do
 done
 cmp "$T/ref/checkpoints/step-$STEPS/model/model.safetensors" "$T/job/checkpoints/step-$STEPS/model/model.safetensors" ||
   fail "the requeued two-rank job's final weights differ from the local two-rank run's"
+# The run scancelled at two ranks and submitted again at one (the run-guide's "More trainer ranks"): the one rank
+# re-shards the two ranks' optimizer files and finishes the run, every group once.
+cut=(roles.rollout=1 roles.reward=1 slurm.trainer_gpus=0 slurm.rollout_gpus=0 slurm.trainer_cpus=1
+     slurm.rollout_cpus=1 slurm.reward_cpus=1 train.steps=$STEPS train.groups_per_step=$G train.threads=1
+     train.device=cpu rollout.device=cpu weights.transport=file train.zero=1)
+j1=$(sbatch --parsable --gres=none --ntasks=4 --cpus-per-task=1 --output="$T/cut1.log" sbatch/grpo_4gpu.sh \
+     "${GRPO_ARGS[@]}" "${cut[@]}" slurm.trainer_tasks=2 run.dir="$T/cut")
+wait_run_step "$T/cut" 8 120
+scancel "$j1"
+wait_job_state "$j1" CANCELLED 120
+c0=$(tr -dc '0-9' < "$T/cut/checkpoints/latest")
+[ -f "$T/cut/checkpoints/step-$c0/optimizer-rank-1-of-2.safetensors" ] || fail "no 2-rank shards at the scancel (step $c0)"
+j2=$(sbatch --parsable --gres=none --ntasks=3 --cpus-per-task=1 --output="$T/cut2.log" sbatch/grpo_4gpu.sh \
+     "${GRPO_ARGS[@]}" "${cut[@]}" slurm.trainer_tasks=1 run.dir="$T/cut")
+wait_job_done "$j2" 240
+[ "$(job_field "$j2" JobState)" = COMPLETED ] || fail "the one-rank resubmission ended $(job_field "$j2" JobState)"
+grep -q "re-sharded the policy optimizer state of .*step-$c0 (the shards of 2 ranks) for 1 ranks" \
+  "$T/cut/logs/trainer.log" || fail "the one-rank resubmission did not re-shard step-$c0"
+cut_summary=$(check_groups "$T/cut" $STEPS $G) || fail "exactly-once after 2 -> 1 ranks: $cut_summary"
 echo "test_grpo_ranks (slurm): ok (2 ZeRO-1 trainer ranks under srun --mpi=pmix; reference ${t_ref}s; job $job requeued," \
-     "both ranks stopped at step $s0, resumed, $STEPS steps in ${t_job}s; final weights equal (cmp); $summary)"
+     "both ranks stopped at step $s0, resumed, $STEPS steps in ${t_job}s; final weights equal (cmp); $summary; scancelled at" \
+     "2 ranks at step $c0, resubmitted at 1 rank: re-sharded, $cut_summary)"
