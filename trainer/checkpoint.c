@@ -17,6 +17,7 @@
 #include "core/fs.h"
 #include "core/json_util.h"
 #include "core/safetensors.h"
+#include "trainer/zero.h"
 
 #define STATE_FORMAT "cpt-trainer-state-1"
 
@@ -421,6 +422,12 @@ int cpt_ckpt_load_steps(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, 
     if (cpt_model_load_weights(model, p, err)) goto fail;
     if (opt) {
         snprintf(p, sizeof p, "%s/optimizer.safetensors", ckpt_dir);
+        int shards = cpt_path_exists(p) ? 0 : cpt_zero_shards_world(ckpt_dir);
+        if (shards) {
+            cpt_errf(err, "written with train.zero = 1 by %d ranks (optimizer-rank-*-of-%d, no optimizer.safetensors): "
+                     "resume with train.zero = 1, at any number of ranks", shards, shards);
+            goto fail;
+        }
         if (cpt_adamw_load(opt, p, err)) goto fail;
         if (opt->step != state->step * opt_steps_per_step) {
             cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64 " x %" PRId64

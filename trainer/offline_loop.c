@@ -81,23 +81,8 @@ int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err
                     : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
-        int shards = cpt_zero_shards_world(ckpt);
-        if (!o->zero && shards)
-            return cpt_errf(err, "resume %s: written with train.zero = 1 by %d ranks (optimizer-rank-*-of-%d, no "
-                            "optimizer.safetensors): resume with train.zero = 1, at any number of ranks", ckpt, shards,
-                            shards);
         if (cpt_ckpt_load(ckpt, o->model, o->opt, &o->st, err)) return -1;
-        int from = 0;
-        if (o->zero && cpt_zero_load(o->zero, ckpt, &from, err)) return cpt_err_prefix(err, "resume: ");
-        if (o->zero && from != o->world) {
-            char what[96];
-            cpt_zero_source_name(from, what, sizeof what);
-            cpt_info("%s: rank %d re-sharded the optimizer state of %s (%s) for %d ranks", o->name, o->rank, ckpt,
-                     what, o->world);
-        }
-        if (o->zero && o->zero->step != o->st.step)
-            return cpt_errf(err, "resume %s: the optimizer shard of rank %d is at step %" PRId64 ", the trainer state at "
-                            "%" PRId64, ckpt, o->rank, o->zero->step, o->st.step);
+        if (o->zero && cpt_zero_resume(o->zero, ckpt, o->st.step, 1, o->name, err)) return cpt_err_prefix(err, "resume: ");
         if (o->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
         o->last_saved_step = o->st.step;

@@ -361,35 +361,11 @@ static int save_checkpoint(online_ctx *c, cpt_err *err) {
     return 0;
 }
 
-/* The optimizer state of step folder dir for z (ZeRO-1: any number of ranks, or a whole optimizer file; logged
- * when re-sharded), or for a plain AdamW run a clear refusal of a folder that holds only ZeRO shards. */
-static int load_sharded(online_ctx *c, struct cpt_zero *z, const char *dir, int64_t step, const char *what,
-                        cpt_err *err) {
-    int shards = cpt_zero_shards_world(dir);
-    if (!z)
-        return shards ? cpt_errf(err, "%s: written with train.zero = 1 by %d ranks (optimizer-rank-*-of-%d, no "
-                                 "optimizer.safetensors): resume with train.zero = 1, at any number of ranks", dir,
-                                 shards, shards)
-                      : 0;
-    int from = 0;
-    if (cpt_zero_load(z, dir, &from, err)) return -1;
-    if (z->step != step * c->L.updates_per_step)
-        return cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64 " x %d optimizer "
-                        "updates per step", dir, z->step, step, c->L.updates_per_step);
-    if (from != c->world) {
-        char src[96];
-        cpt_zero_source_name(from, src, sizeof src);
-        cpt_info("online: trainer rank %d re-sharded the %s optimizer state of %s (%s) for %d ranks", c->rank, what,
-                 dir, src, c->world);
-    }
-    return 0;
-}
-
 /* The policy's checkpoint ckpt (model, state, optimizer), then the critic's of the same step. */
 static int load_checkpoint(online_ctx *c, const char *ckpt, cpt_err *err) {
-    if (!c->L.zero && load_sharded(c, NULL, ckpt, 0, "policy", err)) return -1;
-    if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, c->L.updates_per_step, &c->st, err)) return -1;
-    if (c->L.zero && load_sharded(c, c->L.zero, ckpt, c->st.step, "policy", err))
+    const int ups = c->L.updates_per_step;
+    if (cpt_ckpt_load_steps(ckpt, c->policy, c->L.opt, ups, &c->st, err)) return -1;
+    if (c->L.zero && cpt_zero_resume(c->L.zero, ckpt, c->st.step, ups, "policy", err))
         return cpt_err_prefix(err, "loading checkpoint %s", ckpt);
     if (!c->critic) return 0;
     char cdir[CPT_CKPT_PATH_MAX], cstep[CPT_CKPT_PATH_MAX + 64];
@@ -397,9 +373,8 @@ static int load_checkpoint(online_ctx *c, const char *ckpt, cpt_err *err) {
     snprintf(cstep, sizeof cstep, "%s/checkpoints/step-%" PRId64, cdir, c->st.step);
     cpt_train_state cst;
     memset(&cst, 0, sizeof cst);
-    int rc = (!c->L.czero && load_sharded(c, NULL, cstep, 0, "critic", err)) ||
-             cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, c->L.updates_per_step, &cst, err) ||
-             (c->L.czero && load_sharded(c, c->L.czero, cstep, c->st.step, "critic", err));
+    int rc = cpt_ckpt_load_steps(cstep, c->critic, c->L.copt, ups, &cst, err) ||
+             (c->L.czero && cpt_zero_resume(c->L.czero, cstep, c->st.step, ups, "critic", err));
     cpt_train_state_free(&cst);
     return rc ? cpt_err_prefix(err, "resume: the critic of step %" PRId64, c->st.step) : 0;
 }

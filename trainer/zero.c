@@ -463,7 +463,18 @@ int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, int *from_world, cpt_err *e
     return rc;
 }
 
-void cpt_zero_source_name(int from_world, char *buf, size_t cap) {
-    if (from_world > 0) snprintf(buf, cap, "the shards of %d rank%s", from_world, from_world == 1 ? "" : "s");
-    else snprintf(buf, cap, "optimizer.safetensors (train.zero = 0)");
+int cpt_zero_resume(cpt_zero *z, const char *ckpt_dir, int64_t train_step, int updates_per_step, const char *what,
+                    cpt_err *err) {
+    int from = 0;
+    if (cpt_zero_load(z, ckpt_dir, &from, err)) return -1;
+    if (z->step != train_step * updates_per_step)
+        return cpt_errf(err, "%s: optimizer step %" PRId64 " differs from trainer step %" PRId64 " x %d optimizer "
+                        "updates per step", ckpt_dir, z->step, train_step, updates_per_step);
+    if (from == z->world) return 0;
+    char src[64];
+    if (from > 0) snprintf(src, sizeof src, "the shards of %d rank%s", from, from == 1 ? "" : "s");
+    else snprintf(src, sizeof src, "optimizer.safetensors (train.zero = 0)");
+    cpt_info("ZeRO-1 rank %d re-sharded the %s optimizer state of %s (%s) for %d ranks", z->rank, what, ckpt_dir, src,
+             z->world);
+    return 0;
 }

@@ -69,7 +69,10 @@ int cpt_zero_shards_world(const char *dir);
  * ranks, or from a whole optimizer.safetensors (train.zero = 0). *from_world (may be NULL) gets the number of ranks
  * that wrote the shards, 0 for the whole file. A bad or missing file leaves the optimizer as it was. */
 int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, int *from_world, cpt_err *err);
-/* What cpt_zero_load's from_world names, for logs: "the shards of 2 ranks", "optimizer.safetensors (train.zero = 0)". */
-void cpt_zero_source_name(int from_world, char *buf, size_t cap);
+/* A resume's load: cpt_zero_load, then the slice must have taken train_step x updates_per_step optimizer steps; a
+ * re-shard (another number of ranks, or a whole optimizer file) is logged as "ZeRO-1 rank R re-sharded the WHAT
+ * optimizer state of DIR (the shards of 2 ranks) for W ranks". */
+int cpt_zero_resume(cpt_zero *z, const char *ckpt_dir, int64_t train_step, int updates_per_step, const char *what,
+                    cpt_err *err);
 
 #endif

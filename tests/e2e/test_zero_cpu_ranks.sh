@@ -82,7 +82,7 @@ cp -r "$T/twoz" "$T/c2"
 cp -r "$T/twoz" "$T/c1"
 train2 c2 train.zero=1 train.steps=6
 train1 c1 train.zero=1 train.steps=6 train.grad_accum=2
-grep -q "re-sharded the optimizer state of .*step-4 (the shards of 2 ranks) for 1 ranks" "$T/c1.log" ||
+grep -q "re-sharded the sft optimizer state of .*step-4 (the shards of 2 ranks) for 1 ranks" "$T/c1.log" ||
   { cat "$T/c1.log"; fail "no re-shard line at 1 rank"; }
 grep -q "was written by 2 ranks, this run has 1: a step trains on train.grad_accum x ranks micro-batches, now 2 x 1" \
   "$T/c1.log" || { cat "$T/c1.log"; fail "no note of the world size's change"; }
