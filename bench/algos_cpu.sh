@@ -56,12 +56,14 @@ if [[ " $ALGOS " == *" opd "* ]]; then # the teacher: the example model trained 
   done
 fi
 
+for a in $ALGOS; do overrides "$a" > /dev/null || exit 2; done # a typo fails before any run
 runs=()
 [ -z "$ALGOS" ] || for a in $ALGOS lr0; do for s in $SEEDS; do runs+=("$a:$s"); done; done
 one() { # ALGO:SEED
   local a=${1%%:*} s=${1##*:} t0
-  local extra
-  read -r -a extra <<< "$(overrides "$a")"
+  local extra ov
+  ov=$(overrides "$a") || return 1
+  read -r -a extra <<< "$ov"
   [ "$a" = lr0 ] && extra+=(optim.lr=0)
   t0=$(date +%s.%N)
   "$BUILD/cpt" run examples/grpo_arithmetic.toml run.dir="$OUT/$a-$s" run.seed="$s" train.steps="$STEPS" \
@@ -69,13 +71,19 @@ one() { # ALGO:SEED
   python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$t0" > "$OUT/$a-$s.wall"
   echo "algos_cpu: $a seed $s done in $(cat "$OUT/$a-$s.wall") s" >&2
 }
-i=0
+pids=()
+wait_all() { # a run that failed fails the bench (its log is named above)
+  local p rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  pids=()
+  return $rc
+}
 for r in "${runs[@]}"; do
   one "$r" &
-  i=$((i + 1))
-  [ $((i % PAR)) -eq 0 ] && wait
+  pids+=($!)
+  [ "${#pids[@]}" -lt "$PAR" ] || wait_all
 done
-wait
+wait_all
 for a in $ASYNC; do one "async$a:${ASYNC_SEED:-1}"; done # alone on the machine: their wall times are compared
 
 [ -z "$ASYNC" ] || python3 - "$OUT" "$ASYNC" "${ASYNC_SEED:-1}" <<'PY'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/algos_cpu.sh (each online method on the main job, and sync against async) at the smallest scale, so the
 # script cannot rot: OPD with its teacher made by a few SFT steps, GSPO, the lr-0 control, and the sync / async pair.
-# Checks the tables' rows and that the lr-0 run ends exactly where it started (its weights never move).
+# Checks the tables' rows and that the lr-0 run ends exactly where it started (its weights never move); a misspelt
+# algorithm is refused.
 set -euo pipefail
 SRC=${CPT_SRC:-$(pwd)}
 BUILD=${CPT_BUILD:-$SRC/build}
@@ -18,4 +19,9 @@ for row in "| gspo | 0.100 -> " "| opd | 0.100 -> " "| lr0 | 0.100 -> 0.100 (0.1
 done
 [ -f "$T/out/async1-1/metrics.jsonl" ] && grep -q '"async.mode": *"async"\|mode = "async"' "$T/out/async1-1/config.toml" ||
   { cat "$T/out/async1-1/config.toml" 2>/dev/null | head -30; fail "the async run did not run in async mode"; }
+# a misspelt algorithm stops the bench before any run, not a run of the default recipe under its name
+if OUT="$T/bad" ALGOS="grpo_typo" SEEDS=1 STEPS=2 bench/algos_cpu.sh "$BUILD" > "$T/bad.log" 2>&1; then
+  fail "ALGOS=grpo_typo ran"
+fi
+grep -q "unknown algorithm 'grpo_typo'" "$T/bad.log" && [ ! -e "$T/bad/grpo_typo-1" ] || { cat "$T/bad.log"; fail "unclear refusal"; }
 echo "test_algos_cpu_script: ok ($(grep -c '^| ' "$T/log") table lines)"
