@@ -357,6 +357,10 @@ for name in sorted(timing):
     val_t = [r["time"] - m[0]["time"] for r in m if "val/accuracy" in r] if m else []
     ev = load(os.path.join(out, "runs", name + ".eval.json"))
     span = steps[-1]["time"] - steps[0]["time"] if len(steps) > 1 else float("nan")
+    # the validations between the first and the last step are not training (TRL's train_s leaves its out too)
+    if span == span:
+        span -= sum(r.get("val/seconds", 0.0) for r in m
+                    if "val/accuracy" in r and steps[0]["step"] <= r["step"] < steps[-1]["step"])
     runs.append({"name": name, "lr": rlr, "seed": seed, "rc": rc, "stopped_by_budget": rc == 124,
                  "steps": len(steps), "wall_s": round(t1 - t0, 1),
                  "steps_per_s": round(len(steps) / (t1 - t0), 3),
@@ -421,10 +425,13 @@ for line in (open(tpath) if os.path.exists(tpath) else []):
     tv = [[r["step"], r["val/accuracy"]] for r in tm if "val/accuracy" in r]
     tsum = load(os.path.join(out, tname, "summary.json"))
     train_s = tsum.get("train_s") if tsum else None
-    cpt_run = next((r for r in runs if r["name"] == "lr-s" + tseed), None)
+    # cpt's run of the same seed; without one (SEEDS= with ASYNC) the sync run of the same recipe, seed 1
+    cpt_run = next((r for r in runs if r["name"] == "lr-s" + tseed), None) or \
+        next((r for r in runs if r["name"] == "async-0"), None)
     trl_runs.append({"name": tname, "seed": int(tseed), "rc": int(trc), "summary": tsum, "steps": len(ts),
                      "wall_s": round(float(t1) - float(t0), 1), "train_s": train_s,
                      "steps_per_s_train": round(len(ts) / train_s, 3) if train_s and ts else None,
+                     "cpt_run": cpt_run["name"] if cpt_run else None,
                      "cpt_steps_per_s_steady": cpt_run["steps_per_s_steady"] if cpt_run else None,
                      "acc_before": tv[0][1] if tv else None, "acc_after": tv[-1][1] if len(tv) > 1 else None,
                      "val_curve": tv, "reward_first_tenth": tenth(ts, False), "reward_last_tenth": tenth(ts, True),
@@ -482,7 +489,7 @@ if res.get("trl"):
            "train_s, evaluations excluded); a fair ratio needs each alone on the GPU (PAR=1):"]
     for t in res["trl"]:
         c, tr = t["cpt_steps_per_s_steady"], t["steps_per_s_train"]
-        md.append(f"- seed {t['seed']}: cpt {f(c, 2)}, TRL {f(tr, 2)}"
+        md.append(f"- seed {t['seed']}: cpt {f(c, 2)} ({t['cpt_run'] or 'no run'}), TRL {f(tr, 2)}"
                   + (f", cpt/TRL {c / tr:.2f}x" if c and tr else ""))
 md += ["", "reward/mean curves (mean over tenths of each run):"]
 for r in runs + res.get("trl", []):

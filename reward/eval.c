@@ -365,6 +365,8 @@ void cpt_eval_add_metrics(cpt_metrics *m, const char *prefix, const cpt_eval_res
     cpt_metrics_add(m, key, r->mean_reward);
     snprintf(key, sizeof key, "%s/response_len", prefix);
     cpt_metrics_add(m, key, r->mean_tokens);
+    snprintf(key, sizeof key, "%s/seconds", prefix); /* so a run's training rate can leave its evaluations out */
+    cpt_metrics_add(m, key, r->seconds);
     if (r->with_tools) {
         snprintf(key, sizeof key, "%s/tool_use", prefix);
         cpt_metrics_add(m, key, r->tool_use);

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Every GPU check and bench of cpt in one device call (device time is scarce: one call, one carry folder).
 #
-#   tests/gpu/device_all.sh build [BUILD] [DIR]    here: every GPU test/bench program linked against BUILD
-#                                                  (default build-dev), the cpt binaries and redis-server, with
+#   tests/gpu/device_all.sh build [BUILD] [DIR]    here: BUILD (default build-dev) configured and built with CUDA
+#                                                  when it is not current, every GPU test/bench program linked
+#                                                  against it, the cpt binaries and redis-server, with
 #                                                  their shared libraries, this machine's Slurm and munge
 #                                                  (tests/gpu/slurm_carry.sh), into DIR (default .carry-all,
 #                                                  git-ignored)
@@ -42,10 +43,15 @@ bench/decode_bench.c"
 build() {
     local b=$1 d=$2
     rm -rf "$d"
+    # the libraries and binaries the programs link and carry: a half-made carry would only fail on the device
+    cmake -S . -B "$b" -DCPT_CUDA=ON > /dev/null || return 1
+    cmake --build "$b" -j "$(nproc)" -- --no-print-directory -s || return 1
+    [ -f "$b/libcpt_cuda.a" ] || { echo "device_all: $b has no CUDA library (is nvcc found?)" >&2; return 1; }
     # shellcheck disable=SC2086
-    CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} tests/gpu/run_on_device.sh build "$b" "$d" $PROGS > /dev/null
-    tests/gpu/grpo_gpu_run.sh build "$b" "$d" > /dev/null
-    tests/gpu/slurm_carry.sh "$d"
+    CPATH=/usr/local/cuda/include${CPATH:+:$CPATH} tests/gpu/run_on_device.sh build "$b" "$d" $PROGS > /dev/null ||
+        return 1
+    tests/gpu/grpo_gpu_run.sh build "$b" "$d" > /dev/null || return 1
+    tests/gpu/slurm_carry.sh "$d" || return 1
     # the Qwen tokenizer (git-ignored .deps) for the grpo3b stage's 151,669-id vocabulary
     if [ -f .deps/tokenizer-qwen3/models/tokenizer.json ]; then
         mkdir -p "$d/tokenizer-qwen3" && cp .deps/tokenizer-qwen3/models/tokenizer*.json "$d/tokenizer-qwen3/"
@@ -184,9 +190,10 @@ run() {
                "$SUB/grpo3b/" 2>/dev/null
             rm -rf /tmp/cpt-grpo3b/export ;; # 6 GB: the disk is shared with the later stages
         grpo | grpo_*) # grpo_lrX_sftY_file: GRPO_LR=X, SFT_STEPS=Y, TRANSPORT=file (each part optional; _cpuroll and _cputrain
-            # put the rollout or the trainer on the CPU; _zero: train.zero=1, the sharded optimizer's GPU step). Its own
-            # OUT is the run folder (the script empties it): keep it off $OUT, bring back the logs and metrics
-            local kv=() part
+            # put the rollout or the trainer on the CPU; _zero: train.zero=1, the sharded optimizer's GPU step; _valgpu:
+            # validation.device=cuda, validation on the GPU engine). Its own OUT is the run folder (the script empties
+            # it): keep it off $OUT, bring back the logs and metrics
+            local kv=() part extra=
             for part in $(echo "${s#grpo}" | tr '_' ' '); do
                 case $part in
                 lr*) kv+=(GRPO_LR="${part#lr}") ;;
@@ -194,9 +201,11 @@ run() {
                 file) kv+=(TRANSPORT=file) ;;
                 cpuroll) kv+=(TRANSPORT=file ROLLOUT_DEVICE=cpu) ;;   # splits a GPU-engine fault from the rest
                 cputrain) kv+=(TRANSPORT=file TRAIN_DEVICE=cpu) ;;
-                zero) kv+=(GRPO_EXTRA=train.zero=1) ;;
+                zero) extra+=" train.zero=1" ;;
+                valgpu) extra+=" validation.device=cuda" ;;
                 esac
             done
+            [ -z "$extra" ] || kv+=(GRPO_EXTRA="${extra# }")
             stage "$s" 400 env OUT="/tmp/cpt-$s" "${kv[@]}" tests/gpu/grpo_gpu_run.sh run "$d"
             mkdir -p "$SUB/$s"
             cp "/tmp/cpt-$s"/*.log "/tmp/cpt-$s/grpo/metrics.jsonl" "$SUB/$s/" 2>/dev/null ;;
@@ -210,7 +219,7 @@ run() {
 }
 
 case "${1:-}" in
-build) build "${2:-build-dev}" "${3:-.carry-all}" ;;
+build) build "${2:-build-dev}" "${3:-.carry-all}" || exit 1 ;;
 run) shift; run "$@" ;;
 *) sed -n '2,20p' "$0"; exit 2 ;;
 esac
