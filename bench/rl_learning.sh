@@ -409,9 +409,12 @@ if teach:
     res["opd_teacher_acc"] = teach["accuracy"]
 asyn = {r["name"][6:]: r for r in runs if r["name"].startswith("async-")}
 if asyn:
-    goal = asyn["0"]["val_curve"][-1][1] if "0" in asyn and asyn["0"]["val_curve"] else None
+    # the sync run: async-0, else the main recipe's seed 1 (the same recipe and seed, sync mode)
+    if "0" not in asyn:
+        asyn["0"] = next((r for r in runs if r["name"] == "lr-s1"), None) or {}
+    goal = asyn["0"]["val_curve"][-1][1] if asyn["0"].get("val_curve") else None
     res["async"] = {"goal_acc": goal, "runs": {}}
-    for k, r in sorted(asyn.items()):
+    for k, r in sorted((k, r) for k, r in asyn.items() if r):
         reach = next((t for (s_, a), t in zip(r["val_curve"], r["val_time_s"]) if goal is not None and a >= goal), None)
         res["async"]["runs"][k] = {"steps": r["steps"], "wall_s": r["wall_s"], "steps_per_s": r["steps_per_s"],
                                    "acc_after": r["acc_after"], "time_to_goal_s": reach,

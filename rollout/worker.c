@@ -45,7 +45,9 @@ typedef struct worker {
     uint64_t version;
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
-    uint64_t bad_version; /* a version that failed to load: not retried */
+    cpt_weights_msg bad;  /* the announcement that last failed to load (has_bad): retried only after a pause */
+    int has_bad;
+    double bad_at;
     uint64_t announced;   /* the newest version announced (the weights hash), once has_announced */
     int has_announced;
     flight *fl;
@@ -227,7 +229,7 @@ static int load_wanted(worker *w, cpt_err *err) {
     if (ok) cpt_engine_clear(w->eng); /* nothing is generating: no request is dropped */
     if (ok && w->turns) cpt_turns_clear(w->turns);
     if (!ok) {
-        w->bad_version = wm->version;
+        w->bad = *wm, w->has_bad = 1, w->bad_at = cpt_now();
         cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
         (void)err;
         return 0;
@@ -237,6 +239,17 @@ static int load_wanted(worker *w, cpt_err *err) {
     w->st->version = w->version;
     cpt_info("cpt-rollout %s: weights v%llu loaded (%.3f s)", w->me, (unsigned long long)w->version, cpt_now() - t0);
     return 0;
+}
+
+/* Seconds before an announcement that failed to load is tried again. */
+#define WEIGHTS_RETRY_S 2.0
+
+/* Two announcements of the same weights from the same publisher: version, location (a file, or a trainer's cuda_ipc
+ * or nccl line), checksum and membership epoch. */
+static int same_announcement(const cpt_weights_msg *a, const cpt_weights_msg *b) {
+    return a->version == b->version && a->membership_epoch == b->membership_epoch &&
+           !strcmp(a->transport, b->transport) && !strcmp(a->location, b->location) &&
+           !strcmp(a->checksum, b->checksum);
 }
 
 static void poll_weights(worker *w) {
@@ -255,7 +268,11 @@ static void poll_weights(worker *w) {
     /* Any version other than the one held is the trainer's current one: after a trainer resume from a checkpoint
      * the announced version can go down, and the weights of the lost steps must not be kept. */
     int other = !w->m || wm.version != w->version;
-    if (other && wm.version != w->bad_version && (!w->has_want || wm.version != w->want.version)) {
+    /* A failed announcement is tried again after a pause (a file that was being replaced), and at once when the
+     * same version is announced anew: a trainer restarted by a requeue announces its resumed version again, with
+     * its own cuda_ipc handle, while the one its predecessor left behind can no longer be opened. */
+    int failed = w->has_bad && same_announcement(&wm, &w->bad) && cpt_now() - w->bad_at < WEIGHTS_RETRY_S;
+    if (other && !failed && (!w->has_want || !same_announcement(&wm, &w->want))) {
         w->want = wm;
         w->has_want = 1;
     }
@@ -572,7 +589,6 @@ int cpt_rollout_worker_run(const cpt_config *cfg, const char *worker_id, volatil
     cpt_rollout_worker_stats local;
     worker W, *w = &W;
     memset(w, 0, sizeof *w);
-    w->bad_version = UINT64_MAX; /* no version has failed yet (version 0 is a real one) */
     w->cfg = cfg, w->me = worker_id, w->stop = stop, w->st = stats ? stats : &local;
     w->on_gpu = !strcmp(cpt_device_resolve(cfg, "rollout.device"), "cuda");
     memset(w->st, 0, sizeof *w->st);

@@ -12,7 +12,8 @@
 # tiny model of tests/e2e/grpo_small.sh, every role on the CPU. MODE=gres: the GPU run's Slurm shape (--gres=gpu:1,
 # the trainer's step holding the GPU, the others beside it; /dev/null stands in for the GPU, CLUSTER_CPUS=12 here)
 # with every role on the CPU. Knobs: STEPS (300 on the GPU, 30 otherwise), OUT (the run, the cluster and the logs;
-# default /tmp/cpt-grpo-slurm, emptied first), WAIT_S (240: the most seconds until the requeue's step).
+# default /tmp/cpt-grpo-slurm, emptied first), WAIT_S (240: the most seconds until the requeue's step), DONE_S (300:
+# the most seconds from the requeue to the job's end).
 set -euo pipefail
 [ "${1:-}" = run ] && [ -n "${2:-}" ] || { sed -n '2,16p' "$0"; exit 2; }
 CARRY=$(cd "$2" && pwd)
@@ -78,7 +79,7 @@ requeue_step=$(run_step)
 scontrol requeue "$job"
 echo "requeued job $job at step $requeue_step ($(date -u +%T)); GPU processes then: ${before:-none}"
 
-end=$((SECONDS + 300)) st="" during=""
+end=$((SECONDS + ${DONE_S:-300})) st="" during=""
 while [ $SECONDS -lt $end ]; do
   st=$(job_field "$job" JobState)
   case "$st" in
@@ -90,7 +91,7 @@ while [ $SECONDS -lt $end ]; do
   sleep 0.5
 done
 t1=$(date +%s.%N)
-[ "$st" = COMPLETED ] || fail "job $job ended ${st:-not done after 300 s}"
+[ "$st" = COMPLETED ] || fail "job $job ended ${st:-not done ${DONE_S:-300} s after the requeue}"
 
 echo "job $job: $st, Restarts=$(job_field "$job" Restarts), $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}') s from sbatch to COMPLETED"
 grep -E "cpt-sched: job|cpt: devices|requeue" "$W/job.log" | head -8 || true

@@ -347,6 +347,51 @@ static void resumed_trainer(cpt_queue *q) {
     cpt_model_free(m7), cpt_model_free(m8);
 }
 
+/* A trainer restarted by a requeue resumes at the version its predecessor announced last and announces it again.
+ * The worker, started in between, found the predecessor's announcement and could not load it (its cuda_ipc handle
+ * died with that process; here: a checksum that does not match). The new announcement of the same version loads.
+ * And an announcement that failed because its file was not there yet loads once it is, without another one. */
+static void restarted_trainer(cpt_queue *q) {
+    cpt_model_config c = tiny_cfg();
+    cpt_err err;
+    cpt_model *m9 = cpt_model_new_random(&c, 109, &err), *m10 = cpt_model_new_random(&c, 110, &err);
+    cpt_weights_msg w;
+    CHECK_MSG(cpt_weights_write(m9, T.dir, RUN, 9, &w, &err) == 0, "%s", err.msg);
+    cpt_weights_msg stale = w;
+    snprintf(stale.checksum, sizeof stale.checksum, "xxh64:0123456789abcdef");
+    CHECK_MSG(cpt_queue_publish_weights(q, &stale, &err) == 0, "%s", err.msg);
+    pid_t pid = start_worker("w7", NULL);
+    add_group(q, 90, 9, 2, 6, 4);
+    cpt_queue_item it;
+    CHECK(!next_rollout(q, &it, 1.5));
+    CHECK(log_has("w7", "weights v9 not loaded"));
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg); /* the restarted trainer: v9 again */
+    CHECK(next_rollout(q, &it, 30));
+    CHECK_EQ_INT(it.rollout.id.index, 90);
+    CHECK_EQ_INT(it.rollout.weight_version, 9);
+    CHECK(logprob_gap(m9, &it.rollout) < 1e-4);
+    cpt_queue_item_free(&it);
+    /* v10 announced before its file is in place: it fails, then loads on a later try of the same announcement */
+    CHECK_MSG(cpt_weights_write(m10, T.dir, RUN, 10, &w, &err) == 0, "%s", err.msg);
+    char away[400];
+    snprintf(away, sizeof away, "%s.away", w.location);
+    CHECK(rename(w.location, away) == 0);
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+    add_group(q, 91, 10, 2, 6, 4);
+    CHECK(!next_rollout(q, &it, 1.0));
+    CHECK(log_has("w7", "weights v10 not loaded"));
+    CHECK(rename(away, w.location) == 0);
+    CHECK(next_rollout(q, &it, 30));
+    CHECK_EQ_INT(it.rollout.id.index, 91);
+    CHECK_EQ_INT(it.rollout.weight_version, 10);
+    CHECK(logprob_gap(m10, &it.rollout) < 1e-4);
+    cpt_queue_item_free(&it);
+    kill(pid, SIGTERM);
+    int status;
+    CHECK(wait_exit(pid, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cpt_model_free(m9), cpt_model_free(m10);
+}
+
 int main(void) {
     test_redis_start(&T, "no");
     cpt_err err;
@@ -371,6 +416,7 @@ int main(void) {
     killed_mid_group(q);
     foreign_weights(q);
     resumed_trainer(q);
+    restarted_trainer(q);
     cpt_queue_close(q);
     int rc = check_summary("test_rollout_worker");
     if (!rc) test_redis_stop(&T);
