@@ -31,9 +31,8 @@
 # G (16; 8: samples per prompt), P (16; 8: prompts per step), M (4: mini-batches), TEMP (1.0), K (12: max new
 # tokens), WARMUP (0), EVAL_N (500; 100), MIN_PARAMS (100000000; 0), TRL (0), TRL_SEEDS (1: the seeds TRL runs,
 # one after the other, after the cpt runs; PAR=1 puts every run alone on the GPU for a wall-time ratio), VAL_EVERY
-# (STEPS/8; 0: no validation inside the runs, the before and after still scored by cpt eval), VAL_DEVICE (cpu;
-# cuda: validation.device, the in-run validation on the GPU engine), TRL_TIMEOUT (240, a
-# seed), TRL_PATH
+# (STEPS/8; 0: no validation inside the runs, the before and after still scored by cpt eval), VAL_DEVICE (auto:
+# validation.device, the in-run validation on the GPU engine; cpu: on the host), TRL_TIMEOUT (240, a seed), TRL_PATH
 # (.carry-trl: TRL's carried sources, bench/trl_carry.sh), OUT (/tmp/cpt-learn;
 # /tmp/cpt-learn-smoke).
 # Extras, in the same pool of PAR runs (seed 1 at LR each; SEEDS= leaves out the main runs):
@@ -220,7 +219,7 @@ grpo_one() {
     run.dir="$OUT/runs/$name" run.name="learn-$name" run.seed="$seed" run.progress_every_s=60 \
     model.path="$OUT/export" tokenizer.path=examples/tiny-tokenizer data.train="$OUT/data/rl.jsonl" \
     validation.data="$OUT/data/eval.jsonl" validation.before_training="$([ "$VAL_EVERY" -gt 0 ] && echo true || echo false)" \
-    validation.every_steps="$VAL_EVERY" validation.device="${VAL_DEVICE:-cpu}" \
+    validation.every_steps="$VAL_EVERY" validation.device="${VAL_DEVICE:-auto}" \
     validation.max_new_tokens="$K" optim.lr="$lr" optim.warmup_steps="$WARMUP" train.steps="$STEPS" \
     train.groups_per_step="$P" train.mini_batches="$M" rollout.group_size="$G" sampling.temperature="$TEMP" \
     sampling.max_new_tokens="$K" checkpoint.every=0 "${DEV[@]}" "${ov[@]}" > "$OUT/runs/$name.log" 2>&1 || rc=$?

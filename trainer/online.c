@@ -82,7 +82,7 @@ typedef struct online_ctx {
     cpt_dataset *val;
     cpt_reward *val_reward;
     cpt_eval_tools val_tools; /* env.type: validation with the tool */
-    cpt_val_gpu *val_gpu; /* validation.device = "cuda": the inference copy on the policy's GPU (lazily) */
+    cpt_val_gpu *val_gpu; /* validation.device auto/cuda: the inference copy on the policy's GPU (lazily) */
     int val_gpu_off;      /* it could not be placed: the host validates */
     int cuda_device;      /* the policy's CUDA device */
     /* trainer ranks (trainer/online_ranks.h): rank 0 is this trainer, the others follow its headers */
@@ -640,17 +640,18 @@ static int setup_validation(online_ctx *c, cpt_err *err) {
     return cpt_eval_tools_open(c->cfg, c->tok_path, &c->val_tools, err) ? cpt_err_prefix(err, "validation") : 0;
 }
 
-/* The model validation generates with: the GPU inference copy (validation.device = "cuda", a policy on the GPU),
- * else the policy itself, whose host mirror generation reads. A copy that cannot be placed is warned about once and
- * the host is used from then on. */
+/* The model validation generates with: the GPU inference copy (validation.device auto or cuda, a policy on the
+ * GPU), else the policy itself, whose host mirror generation reads. A copy that cannot be placed is warned about once
+ * and the host is used from then on. */
 static cpt_model *val_model(online_ctx *c, cpt_err *err) {
-    if (!strcmp(cpt_cfg_str(c->cfg, "validation.device"), "cuda") && cpt_model_on_cuda(c->policy) && !c->val_gpu_off) {
+    if (strcmp(cpt_cfg_str(c->cfg, "validation.device"), "cpu") && cpt_model_on_cuda(c->policy) && !c->val_gpu_off) {
         if (!c->val_gpu) {
             cpt_err e;
             cpt_err_clear(&e);
             c->val_gpu = cpt_val_gpu_new(c->policy, c->cuda_device, &e);
             if (!c->val_gpu) {
-                cpt_warn("online: validation.device = \"cuda\": %s; validating on the host", e.msg);
+                cpt_warn("online: validation.device = \"%s\": %s; validating on the host",
+                         cpt_cfg_str(c->cfg, "validation.device"), e.msg);
                 c->val_gpu_off = 1;
             }
         }

@@ -1,4 +1,4 @@
-/* Validation generation on the GPU for a trainer whose policy trains there (validation.device = "cuda"): an
+/* Validation generation on the GPU for a trainer whose policy trains there (validation.device auto or cuda): an
  * inference copy of the policy (cpt_model_use_cuda_infer) on the policy's device, its bf16 weights refreshed from the
  * trainer's own bf16 copy before each validation (a device-to-device copy, as a cuda_ipc weight version), so the
  * GPU engine generates instead of the host decoding from cpt_model_sync_to_host's fp32 mirror. It costs one more
