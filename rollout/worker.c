@@ -47,7 +47,7 @@ typedef struct worker {
     int has_want;
     cpt_weights_msg bad;  /* the announcement that last failed to load (has_bad): retried only after a pause */
     int has_bad;
-    double bad_at;
+    double bad_at, bad_warned_at;
     uint64_t announced;   /* the newest version announced (the weights hash), once has_announced */
     int has_announced;
     flight *fl;
@@ -191,6 +191,17 @@ static int make_engine(worker *w, cpt_err *err) {
     return 0;
 }
 
+/* Seconds before an announcement that failed to load is tried again. */
+#define WEIGHTS_RETRY_S 2.0
+
+/* Two announcements of the same weights from the same publisher: version, location (a file, or a trainer's cuda_ipc
+ * or nccl line), checksum and membership epoch. */
+static int same_announcement(const cpt_weights_msg *a, const cpt_weights_msg *b) {
+    return a->version == b->version && a->membership_epoch == b->membership_epoch &&
+           !strcmp(a->transport, b->transport) && !strcmp(a->location, b->location) &&
+           !strcmp(a->checksum, b->checksum);
+}
+
 /* Loads w->want (nothing is generating). A version that fails is logged and skipped; -1 only for errors that
  * leave the worker without a model. */
 static int load_wanted(worker *w, cpt_err *err) {
@@ -229,8 +240,14 @@ static int load_wanted(worker *w, cpt_err *err) {
     if (ok) cpt_engine_clear(w->eng); /* nothing is generating: no request is dropped */
     if (ok && w->turns) cpt_turns_clear(w->turns);
     if (!ok) {
-        w->bad = *wm, w->has_bad = 1, w->bad_at = cpt_now();
-        cpt_warn("cpt-rollout %s: weights v%llu not loaded: %s", w->me, (unsigned long long)wm->version, lerr.msg);
+        const double now = cpt_now();
+        const int again = w->has_bad && same_announcement(wm, &w->bad);
+        if (!again || now - w->bad_warned_at >= 60) { /* a retried failure: once a minute */
+            cpt_warn("cpt-rollout %s: weights v%llu not loaded%s: %s", w->me, (unsigned long long)wm->version,
+                     again ? " (still; tried again every few seconds)" : "", lerr.msg);
+            w->bad_warned_at = now;
+        }
+        w->bad = *wm, w->has_bad = 1, w->bad_at = now;
         (void)err;
         return 0;
     }
@@ -239,17 +256,6 @@ static int load_wanted(worker *w, cpt_err *err) {
     w->st->version = w->version;
     cpt_info("cpt-rollout %s: weights v%llu loaded (%.3f s)", w->me, (unsigned long long)w->version, cpt_now() - t0);
     return 0;
-}
-
-/* Seconds before an announcement that failed to load is tried again. */
-#define WEIGHTS_RETRY_S 2.0
-
-/* Two announcements of the same weights from the same publisher: version, location (a file, or a trainer's cuda_ipc
- * or nccl line), checksum and membership epoch. */
-static int same_announcement(const cpt_weights_msg *a, const cpt_weights_msg *b) {
-    return a->version == b->version && a->membership_epoch == b->membership_epoch &&
-           !strcmp(a->transport, b->transport) && !strcmp(a->location, b->location) &&
-           !strcmp(a->checksum, b->checksum);
 }
 
 static void poll_weights(worker *w) {
