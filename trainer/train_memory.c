@@ -61,9 +61,11 @@ cpt_mem_verdict cpt_train_memory_check(const cpt_train_memory *m, uint64_t gpu_b
                  GIB(host_bytes), 100.0 * (double)m->host_total / (double)host_bytes);
         return CPT_MEM_TIGHT;
     }
-    char a[32] = "unknown", b[32] = "unknown";
-    if (gpu_bytes) snprintf(a, sizeof a, "%.1f", GIB(gpu_bytes));
-    if (host_bytes) snprintf(b, sizeof b, "%.1f", GIB(host_bytes));
-    snprintf(msg, cap, "fits: GPU %.1f of %s GiB, host %.1f of %s GiB", GIB(m->gpu_total), a, GIB(m->host_total), b);
+    /* a size not known here (under Slurm the trainer's node is another process's to read) is said so, not guessed */
+    char a[48] = " GiB (the GPU's memory not read here)", b[48] = " GiB (the host's memory not read here)";
+    if (gpu_bytes) snprintf(a, sizeof a, " of %.1f GiB", GIB(gpu_bytes));
+    if (host_bytes) snprintf(b, sizeof b, " of %.1f GiB", GIB(host_bytes));
+    snprintf(msg, cap, "%s: GPU %.1f%s, host %.1f%s", gpu_bytes || host_bytes ? "fits" : "needs", GIB(m->gpu_total), a,
+             GIB(m->host_total), b);
     return CPT_MEM_FITS;
 }

@@ -85,7 +85,13 @@ int main(void) {
     v = cpt_train_memory_check(&p3, H200, 128 * GIB, msg, sizeof msg);
     CHECK_MSG(v == CPT_MEM_FITS, "3B plain on an H200: %d %s", v, msg);
     v = cpt_train_memory_check(&p7, 0, 0, msg, sizeof msg);
-    CHECK_MSG(v == CPT_MEM_FITS && strstr(msg, "unknown"), "unknown memories are not checked: %d %s", v, msg);
+    CHECK_MSG(v == CPT_MEM_FITS && strstr(msg, "needs: GPU 127.7 GiB (the GPU's memory not read here)") &&
+                  strstr(msg, "(the host's memory not read here)"),
+              "unknown memories are not checked, and said so: %d %s", v, msg);
+    v = cpt_train_memory_check(&p3, H200, 0, msg, sizeof msg);
+    CHECK_MSG(v == CPT_MEM_FITS && strstr(msg, "fits: GPU 51.7 of 140.4 GiB, host 11.5 GiB ") &&
+                  strstr(msg, "(the host's memory not read here)"),
+              "a known GPU and an unknown host: %d %s", v, msg);
 
     /* the key on a CPU trainer is refused where the model is placed */
     cpt_err err;
