@@ -13,14 +13,15 @@
 #                                                  in $OUT/<stage>.log; a summary line per stage at the end
 #
 # BUDGET_S=N: the stages share N seconds (set it a little under the device call's timeout_s).
-# Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decodetorch
+# Stages (in the order given): ops model train attn trainbench trainprof xport generate ab decode decoderl decodetorch
 # decodeprof decodeprof15 grpo grpo3b
 # grpo_lrX_sftY[_file|_cpuroll|_cputrain] slurm grpo_slurm agree decodetest zero offload offloadbench exportcheck
 # learn.
 # grpo3b: GRPO of the Qwen2.5-3B shape (random weights) on the GPU, colocated (tests/gpu/grpo_3b_run.sh run);
 # grpo3b_summary.txt comes back in $OUT, its logs, metrics and nvidia-smi samples in extra.tgz.
-# decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero: ZeRO-1 on the
-# GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda);
+# decoderl: decode_bench at issue 23's shapes (0.5B-7B at batch 1/64/256, the GRPO rollout shape, 4k and 16k
+# contexts); decodetest: test_cuda_decode alone (the engine against the CPU one, KV preemption included); zero:
+# ZeRO-1 on the GPU (test_zero_cuda); offload: train.optimizer_offload against the plain device AdamW (test_offload_cuda);
 # offloadbench: a train step of the 3B shape plain and offloaded and of the 7B shape offloaded (cuda_train_bench);
 # exportcheck: transformers loads the committed export fixtures, plain and sharded
 # (tests/fixtures/make_export_check.py; its output comes back as $OUT/export_logits.safetensors to commit).
@@ -133,6 +134,13 @@ run() {
         # bench/ab_compare.sh against OLD_DIR (a build folder or .txz)
         ab) stage ab 420 bench/ab_compare.sh "${OLD_DIR:?ab needs OLD_DIR}" "$d" ;;
         decode) stage decode 420 env TEST_TIMEOUT=150 BENCH_TIMEOUT=100 BENCH_SET=base bench/decode_bench.sh run "$d" --no-torch ;;
+        decoderl) # issue 23's shapes: decode tok/s and % of the roofline at 4 shapes, the GRPO rollout shape (32 prompts x
+            # 16 samples, shared and unshared), long contexts at batch 64
+            stage decoderl 540 bash -c "b=$d/decode_bench; \
+                timeout 220 \$b --shapes 0.5b,1.5b,3b,7b --batches 1,64,256 --prompt 256 --new 256; \
+                timeout 150 \$b --shapes 0.5b,1.5b --grpo 32,16 --prompt 256 --new 1024 --mean-new 400; \
+                timeout 80 \$b --shapes 0.5b --batches 64 --prompt 4096 --new 128; \
+                timeout 80 \$b --shapes 0.5b --batches 64 --prompt 16384 --new 128" ;;
         decodetorch) stage decodetorch 420 env TORCH_TIMEOUT=410 bench/decode_bench.sh run "$d" --no-test --no-bench ;;
         decodeprof) stage decodeprof 240 bench/decode_bench.sh profile "$d" ;;
         # 1.5B at batches 1 and 256: the defaults
