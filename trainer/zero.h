@@ -19,7 +19,8 @@
  * NCCL) runs the same step on the device: the moments and the gradient slice live there, the norm and clipping use
  * the device sum-of-squares and scale kernels, the AdamW kernel updates the slice's fp32 master weights, the fp32
  * weights are all-gathered and the bf16 copy the forward reads is cast again from them. The fp32 master weights
- * stay whole on every rank (only the moments are sharded there). Written and compiled, not yet run on a GPU. */
+ * stay whole on every rank (only the moments are sharded there). Run on a GPU at one rank (test_zero_cuda, the GRPO
+ * check with train.zero = 1); several GPU ranks have not run (no machine with several GPUs was lent). */
 #ifndef CPT_TRAINER_ZERO_H
 #define CPT_TRAINER_ZERO_H
 
