@@ -149,19 +149,28 @@ int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err) {
         if (take_groups(q, st, err) || take_staleness(q, st, s, err)) return -1;
     }
 
+    int n = cpt_queue_workers_take(q, s->time, gone_after, s->workers, CPT_STATS_MAX_WORKERS, err);
+    if (n < 0) return -1;
+    s->n_workers = n;
+    return 0;
+}
+
+int cpt_queue_workers_take(cpt_queue *q, double now, double gone_after, cpt_stats_worker *out, int cap, cpt_err *err) {
     const char *hw[] = {"HGETALL", cpt_queue_key(q, CPT_HASH_WORKERS)};
-    r = cpt_redis_command(q->redis, 2, hw, NULL, hw[1], 0, err);
+    redisReply *r = cpt_redis_command(q->redis, 2, hw, NULL, hw[1], 0, err);
     if (!r) return -1;
-    for (size_t i = 0; i + 1 < r->elements && s->n_workers < CPT_STATS_MAX_WORKERS; i += 2) {
-        cpt_stats_worker *w = &s->workers[s->n_workers++];
+    int n = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements && n < cap; i += 2) {
+        cpt_stats_worker *w = &out[n++];
+        memset(w, 0, sizeof *w);
         cpt_err e;
         w->ok = cpt_heartbeat_decode(r->element[i + 1]->str, r->element[i + 1]->len, &w->hb, &e) == 0;
         if (!w->ok) snprintf(w->hb.worker, sizeof w->hb.worker, "%.100s", r->element[i]->str);
-        w->age_s = w->ok ? s->time - w->hb.time : 0;
+        w->age_s = w->ok ? now - w->hb.time : 0;
         w->gone = w->ok && w->age_s > gone_after;
     }
     freeReplyObject(r);
-    return 0;
+    return n;
 }
 
 int cpt_queue_prune_gone(cpt_queue *q, const cpt_queue_snapshot *s, cpt_err *err) {

@@ -73,6 +73,9 @@ typedef struct cpt_queue_snapshot {
 } cpt_queue_snapshot;
 
 int cpt_queue_snapshot_take(cpt_queue *q, cpt_queue_snapshot *s, cpt_err *err);
+/* The workers hash alone: at most cap heartbeats into out, aged against now (unix seconds), gone past gone_after
+ * seconds; returns how many, or -1. */
+int cpt_queue_workers_take(cpt_queue *q, double now, double gone_after, cpt_stats_worker *out, int cap, cpt_err *err);
 /* Deletes the snapshot's gone workers from the workers hash; returns how many, or -1. */
 int cpt_queue_prune_gone(cpt_queue *q, const cpt_queue_snapshot *s, cpt_err *err);
 /* Fills the rates of cur from prev (same run). */

@@ -27,6 +27,7 @@
 #include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
+#include "trainer/online_idle.h"
 #include "trainer/val_gpu.h"
 #include "trainer/zero.h"
 #include "weights/devices.h"
@@ -986,9 +987,12 @@ static int run(online_ctx *c, cpt_err *err) {
         if (c->n_held > before) last_progress = cpt_now();
         else if (cpt_weights_tx_idle(c->tx, c->policy, (uint64_t)c->st.weight_version, err)) return -1;
         else if (cpt_now() - last_progress > idle_warn) {
-            cpt_warn("online: no scored group for %.0f s at step %" PRId64 " (%zu in flight); are the rollout and "
-                     "reward workers running?",
-                     cpt_now() - last_progress, c->st.step, cpt_book_count(&c->book, CPT_BOOK_IN_FLIGHT));
+            char workers[1024];
+            cpt_online_idle_workers(c->q, (uint64_t)c->st.weight_version, workers, sizeof workers);
+            cpt_warn("online: no scored group for %.0f s at step %" PRId64 " (%zu in flight, weights v%" PRId64
+                     " announced); %s",
+                     cpt_now() - last_progress, c->st.step, cpt_book_count(&c->book, CPT_BOOK_IN_FLIGHT),
+                     c->st.weight_version, workers);
             last_progress = cpt_now();
         }
         if (c->n_held < (size_t)c->groups_per_step) continue;

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -610,6 +611,82 @@ static void test_group_timeout(test_redis *R) {
     player_free(&p);
 }
 
+/* Polls path (up to secs) for a line holding every one of the texts; 1 when found. */
+static int log_line_has(const char *path, double secs, const char *a, const char *b) {
+    for (double t = 0; t < secs; t += 0.1) {
+        cpt_err err;
+        char *text = cpt_read_file(path, NULL, &err);
+        for (char *l = text; l && *l;) {
+            char *nl = strchr(l, '\n');
+            if (nl) *nl = '\0';
+            if (strstr(l, a) && (!b || strstr(l, b))) {
+                free(text);
+                return 1;
+            }
+            l = nl ? nl + 1 : l + strlen(l);
+        }
+        free(text);
+        usleep(100000);
+    }
+    return 0;
+}
+
+/* A trainer that gets no scored group says what the workers' heartbeats show: none at all; then a rollout worker on
+ * another weight version than the one announced (as one that cannot load it is), and a reward worker. */
+static void test_idle_report(test_redis *R) {
+    char run_dir[256], cfg_path[300], log[320];
+    snprintf(run_dir, sizeof run_dir, "%s/run-idle", R->dir);
+    cpt_err err;
+    cpt_mkdir_p(run_dir, 0755, &err);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
+    snprintf(log, sizeof log, "%s/trainer.log", run_dir);
+    write_config(cfg_path, "olidle", run_dir, R->srv.url, "sync");
+    char *ov[] = {"online.idle_warn_s=1"};
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        if (!f) _exit(1);
+        setvbuf(stderr, NULL, _IONBF, 0); /* a reopened stderr is a buffered file: the test reads it live */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_term;
+        sigaction(SIGTERM, &sa, NULL);
+        cpt_config *cfg = cpt_config_load(cfg_path, 1, ov, &err);
+        int rc = cfg ? cpt_online_train(cfg, cfg_path, &child_stop, &err) : 1;
+        if (rc == 1) fprintf(stderr, "trainer: %s\n", err.msg);
+        cpt_config_free(cfg);
+        _exit(rc);
+    }
+    if (!log_line_has(log, 20, "no scored group for", "no worker has sent a heartbeat")) {
+        char *text = cpt_read_file(log, NULL, &err);
+        CHECK_MSG(0, "no idle warning without workers; the trainer's log:\n%s", text ? text : "(none)");
+        free(text);
+    }
+    cpt_queue *q = test_queue_open(R, "olidle", 1024, 60000);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    cpt_heartbeat_msg h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.run, sizeof h.run, "olidle");
+    snprintf(h.worker, sizeof h.worker, "rollout-z");
+    snprintf(h.role, sizeof h.role, "rollout");
+    snprintf(h.host, sizeof h.host, "here");
+    h.version = 7, h.time = tv.tv_sec + tv.tv_usec / 1e6;
+    CHECK_EQ_INT(cpt_queue_heartbeat(q, &h, &err), 0);
+    snprintf(h.worker, sizeof h.worker, "reward-z");
+    snprintf(h.role, sizeof h.role, "reward");
+    h.version = 0;
+    CHECK_EQ_INT(cpt_queue_heartbeat(q, &h, &err), 0);
+    CHECK(log_line_has(log, 20, "weights v0 announced); workers:", "rollout-z holds weights v7 (heartbeat"));
+    CHECK(log_line_has(log, 1, "reward-z (reward, heartbeat", "1 rollout worker not on v0: see its log"));
+    kill(pid, SIGTERM);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    cpt_queue_close(q);
+}
+
 int main(void) {
     test_redis R;
     test_redis_start(&R, "everysec");
@@ -618,6 +695,7 @@ int main(void) {
     test_epoch_end_resume(&R);
     test_forged_scored(&R);
     test_group_timeout(&R);
+    test_idle_report(&R);
     test_redis_stop(&R);
     return check_summary("test_online_loop");
 }
