@@ -46,7 +46,7 @@ typedef struct worker {
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
     cpt_weights_msg bad;  /* the announcement that last failed to load (has_bad): retried only after a pause */
-    int has_bad;
+    int has_bad, bad_tries; /* failures of that same announcement in a row */
     double bad_at, bad_warned_at;
     uint64_t announced;   /* the newest version announced (the weights hash), once has_announced */
     int has_announced;
@@ -191,8 +191,10 @@ static int make_engine(worker *w, cpt_err *err) {
     return 0;
 }
 
-/* Seconds before an announcement that failed to load is tried again. */
+/* Seconds before an announcement that failed to load is tried again, doubling with each failure up to a minute (a
+ * file is read whole to check it: a corrupt one of a large model is not read again every few seconds). */
 #define WEIGHTS_RETRY_S 2.0
+#define WEIGHTS_RETRY_MAX_S 60.0
 
 /* Two announcements of the same weights from the same publisher: version, location (a file, or a trainer's cuda_ipc
  * or nccl line), checksum and membership epoch. */
@@ -244,9 +246,10 @@ static int load_wanted(worker *w, cpt_err *err) {
         const int again = w->has_bad && same_announcement(wm, &w->bad);
         if (!again || now - w->bad_warned_at >= 60) { /* a retried failure: once a minute */
             cpt_warn("cpt-rollout %s: weights v%llu not loaded%s: %s", w->me, (unsigned long long)wm->version,
-                     again ? " (still; tried again every few seconds)" : "", lerr.msg);
+                     again ? " (still; tried again at growing pauses, a minute at most)" : "", lerr.msg);
             w->bad_warned_at = now;
         }
+        w->bad_tries = again ? w->bad_tries + 1 : 1;
         w->bad = *wm, w->has_bad = 1, w->bad_at = now;
         (void)err;
         return 0;
@@ -277,7 +280,10 @@ static void poll_weights(worker *w) {
     /* A failed announcement is tried again after a pause (a file that was being replaced), and at once when the
      * same version is announced anew: a trainer restarted by a requeue announces its resumed version again, with
      * its own cuda_ipc handle, while the one its predecessor left behind can no longer be opened. */
-    int failed = w->has_bad && same_announcement(&wm, &w->bad) && cpt_now() - w->bad_at < WEIGHTS_RETRY_S;
+    double pause = WEIGHTS_RETRY_S;
+    for (int i = 1; i < w->bad_tries && pause < WEIGHTS_RETRY_MAX_S; i++) pause *= 2;
+    if (pause > WEIGHTS_RETRY_MAX_S) pause = WEIGHTS_RETRY_MAX_S;
+    int failed = w->has_bad && same_announcement(&wm, &w->bad) && cpt_now() - w->bad_at < pause;
     if (other && !failed && (!w->has_want || !same_announcement(&wm, &w->want))) {
         w->want = wm;
         w->has_want = 1;
