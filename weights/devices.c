@@ -77,6 +77,8 @@ int cpt_devices_resolve(const cpt_config *cfg, const cpt_devices_view *v, cpt_de
     out->transport = cpt_transport_pick(wv, out->train, out->rollout, out->rollout_own_gpus,
                                         !strcmp(cpt_cfg_str(cfg, "model.init"), "random"));
     if (!out->transport) return cpt_errf(err, "weights.transport = \"%s\": expected auto, file, nccl or cuda_ipc", wv);
+    if (!strcmp(out->train, "cuda") && cpt_cfg_str(cfg, "validation.data")[0])
+        out->validation = strcmp(cpt_cfg_str(cfg, "validation.device"), "cpu") ? "cuda" : "cpu";
     return 0;
 }
 
@@ -84,8 +86,10 @@ void cpt_devices_describe(const cpt_devices *d, char *out, size_t cap) {
     char tgpu[32] = "";
     if (!strcmp(d->train, "cuda")) snprintf(tgpu, sizeof tgpu, " (GPU %d)", d->train_gpu);
     const char *rwhere = d->rollout_own_gpus ? " (a GPU per worker)" : d->rollout_shares_gpu ? " (beside the trainer)" : "";
-    snprintf(out, cap, "trainer %s%s, rollout %s%s, reward %s; weights over %s", d->train, tgpu, d->rollout, rwhere,
-             d->reward, d->transport);
+    const char *val = !d->validation ? "" : strcmp(d->validation, "cuda") ? "; validation on the host"
+                                                                           : "; validation on the trainer's GPU";
+    snprintf(out, cap, "trainer %s%s, rollout %s%s, reward %s; weights over %s%s", d->train, tgpu, d->rollout, rwhere,
+             d->reward, d->transport, val);
 }
 
 const char *cpt_device_resolve(const cpt_config *cfg, const char *key) {

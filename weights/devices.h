@@ -46,12 +46,14 @@ typedef struct cpt_devices {
     int train_gpu;                        /* GPU index of the trainer when it is on cuda (train.cuda_device) */
     int rollout_own_gpus;                 /* rollout workers hold GPUs of their own (Slurm: slurm.rollout_gpus) */
     int rollout_shares_gpu;               /* rollout on cuda beside the trainer, on its GPU */
+    const char *validation; /* a trainer on cuda with validation.data: where it validates ("cuda" | "cpu"); else NULL */
 } cpt_devices;
 
 /* Resolves every "auto" of cfg for the view. -1 with the key named when a value is not one of the choices. */
 int cpt_devices_resolve(const cpt_config *cfg, const cpt_devices_view *v, cpt_devices *out, cpt_err *err);
 
-/* One line: "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc". */
+/* One line: "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc", and
+ * "; validation on the trainer's GPU" (or "on the host") for a GPU trainer that validates. */
 void cpt_devices_describe(const cpt_devices *d, char *out, size_t cap);
 
 /* Role-time: the key's device with "auto" resolved by the GPUs this process sees ("cpu" or "cuda"; a value the

@@ -89,6 +89,29 @@ int main(void) {
     const char *forced[] = {"weights.transport=file"};
     resolve(forced, 1, 0, 1, "cuda", "cuda", "file", 0, 1);
 
+    /* where a GPU trainer validates: its GPU (auto, cuda) or the host (cpu); nothing without validation.data or on
+     * a CPU trainer */
+    static const struct {
+        const char *ov[2];
+        int n, gpus;
+        const char *want;
+    } vals[] = {{{"validation.data=v.jsonl", ""}, 1, 1, "cuda"},
+                {{"validation.data=v.jsonl", "validation.device=cuda"}, 2, 1, "cuda"},
+                {{"validation.data=v.jsonl", "validation.device=cpu"}, 2, 1, "cpu"},
+                {{"validation.data=v.jsonl", ""}, 1, 0, NULL},
+                {{"validation.data=", ""}, 1, 1, NULL}};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        cpt_config *c = load(vals[i].ov, vals[i].n);
+        if (!c) continue;
+        cpt_devices d;
+        cpt_devices_view v = {.slurm = 0, .gpus = vals[i].gpus};
+        cpt_err err = {{0}};
+        CHECK_MSG(cpt_devices_resolve(c, &v, &d, &err) == 0, "%s", err.msg);
+        CHECK_MSG(vals[i].want ? str_is(d.validation, vals[i].want) : d.validation == NULL,
+                  "case %zu: validation %s, expected %s", i, shown(d.validation), shown(vals[i].want));
+        cpt_config_free(c);
+    }
+
     /* Slurm: by what each step asks, whatever the batch step sees */
     resolve(NULL, 0, 1, 8, "cpu", "cpu", "file", 0, 0); /* slurm.*_gpus = 0 */
     const char *four[] = {"slurm.trainer_gpus=1", "slurm.rollout_gpus=1"};
@@ -130,5 +153,13 @@ int main(void) {
     char line[256];
     cpt_devices_describe(&d, line, sizeof line);
     CHECK_STR(line, "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc");
+    d.validation = "cuda";
+    cpt_devices_describe(&d, line, sizeof line);
+    CHECK_STR(line, "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc; "
+                    "validation on the trainer's GPU");
+    d.validation = "cpu";
+    cpt_devices_describe(&d, line, sizeof line);
+    CHECK_STR(line, "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc; "
+                    "validation on the host");
     return check_summary("test_devices");
 }
