@@ -174,14 +174,7 @@ static int run_grpo(cpt_engine *e, int P, int G, int shared, int prompt, int n_n
             cpt_gen_result_free(&res);
         }
     }
-    o->wall_s = now() - t0;
-    while (cpt_engine_take(e, &res)) {
-        for (int k = 0; k < res.n_samples; k++) {
-            o->samples++;
-            o->stopped += res.samples[k].finish == CPT_FINISH_STOP;
-        }
-        cpt_gen_result_free(&res);
-    }
+    o->wall_s = now() - t0; /* every finished request was taken after the step that finished it */
     const cpt_engine_stats *s1 = cpt_engine_get_stats(e);
     o->tokens = s1->generated_tokens - s0.generated_tokens;
     o->prefills = s1->prefills - s0.prefills;
@@ -196,7 +189,8 @@ static int run_grpo(cpt_engine *e, int P, int G, int shared, int prompt, int n_n
 }
 
 /* The GRPO shape on one engine: an untimed run, then shared and unshared timed; 1 when a count is off. */
-static int bench_grpo(cpt_engine *e, const char *name, int V, int P, int G, int S, int prompt, int n_new, int mean_new) {
+static int bench_grpo(cpt_engine *e, const char *name, int V, int P, int G, int S, int prompt, int n_new,
+                      int mean_new) {
     int n_stops = mean_new > 0 ? V / mean_new : 0;
     if (n_stops < 1) n_stops = 1;
     if (n_stops > V / 2) n_stops = V / 2;
@@ -325,9 +319,9 @@ int main(int argc, char **argv) {
             printf("RESULT shape=%s batch=%d prompt=%d new=%d graphs=%d gemv=%d attn_v2=%d fused=%d pdl=%d prefill_s=%.4f decode_tok_s=%.1f "
                    "e2e_tok_s=%.1f step_ms=%.3f roofline_tok_s=%.1f roofline_pct=%.1f graphs_captured=%d gpu_step_ms=%.3f "
                    "persistent=%d step_kernel_forwards=%d split_few=%d skip=%d stage_kb=%d ring_blocks=%d\n",
-                   name, B, prompt, n_new, !no_graphs && !on_cpu, gemv, attn_v2, fused, pdl, tf, dec, e2e, 1000.0 * B / dec, roof,
-                   roof > 0 ? 100.0 * dec / roof : 0.0, cpt_decoder_graphs(dc), 1000.0 * gpu_s, persistent, step_forwards, split_few,
-                   skip, stage_kb, ring_blocks);
+                   name, B, prompt, n_new, !no_graphs && !on_cpu, gemv, attn_v2, fused, pdl, tf, dec, e2e,
+                   1000.0 * B / dec, roof, roof > 0 ? 100.0 * dec / roof : 0.0, cpt_decoder_graphs(dc), 1000.0 * gpu_s,
+                   persistent, step_forwards, split_few, skip, stage_kb, ring_blocks);
             fflush(stdout);
         }
         cpt_engine_free(e);

@@ -309,6 +309,10 @@ int cpt_ckpt_max_shard_bytes(const cpt_config *cfg, uint64_t *out, cpt_err *err)
     return 0;
 }
 
+void cpt_ckpt_staging_dir(const char *run_dir, int64_t step, char *out, size_t cap) {
+    snprintf(out, cap, "%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "%" PRId64, run_dir, step);
+}
+
 /* Staging folders left by an interrupted save (this save's own was moved and removed): only one trainer writes a
  * run's checkpoints, and its ranks stage the next step's files only after this save (a collective with rank 0). */
 static void remove_stale_staging(const char *ckdir) {

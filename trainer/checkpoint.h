@@ -69,6 +69,9 @@ int cpt_train_state_read(const char *path, cpt_train_state *st, cpt_err *err);
 int cpt_train_state_parse(const char *text, size_t len, const char *name, cpt_train_state *st, cpt_err *err);
 
 #define CPT_CKPT_STAGING_PREFIX ".zero-step-"
+/* RUN_DIR/checkpoints/CPT_CKPT_STAGING_PREFIX<step>: where ranks put files of step `step` for rank 0's save to move
+ * into the step folder (cpt_ckpt_save_args.extra_dir). */
+void cpt_ckpt_staging_dir(const char *run_dir, int64_t step, char *out, size_t cap);
 
 typedef struct cpt_ckpt_save_args {
     const char *run_dir;

@@ -82,7 +82,8 @@ int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {
         if (cpt_ckpt_load(ckpt, o->model, o->opt, &o->st, err)) return -1;
-        if (o->zero && cpt_zero_resume(o->zero, ckpt, o->st.step, 1, o->name, err)) return cpt_err_prefix(err, "resume: ");
+        if (o->zero && cpt_zero_resume(o->zero, ckpt, o->st.step, 1, o->name, err))
+            return cpt_err_prefix(err, "resume: ");
         if (o->st.config_hash != hash)
             cpt_warn("resume: the config differs from the one %s was written with (continuing)", ckpt);
         o->last_saved_step = o->st.step;
@@ -171,10 +172,9 @@ int cpt_offline_stopping(const cpt_offline *o, int signal) { return o->world > 1
 
 int cpt_offline_save(cpt_offline *o, cpt_err *err) {
     char staging[CPT_CKPT_PATH_MAX + 64];
-    snprintf(staging, sizeof staging, "%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "%" PRId64, cpt_cfg_str(o->cfg, "run.dir"),
-             o->st.step);
-    if (o->zero && cpt_zero_save_all(o->zero, staging, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ",
-                                                                          o->st.step);
+    cpt_ckpt_staging_dir(cpt_cfg_str(o->cfg, "run.dir"), o->st.step, staging, sizeof staging);
+    if (o->zero && cpt_zero_save_all(o->zero, staging, err))
+        return cpt_err_prefix(err, "checkpoint step %" PRId64 ": ", o->st.step);
     if (o->rank != 0) {
         o->last_saved_step = o->st.step;
         return 0;

@@ -24,10 +24,10 @@
 #include "trainer/online_book.h"
 #include "trainer/online_dead.h"
 #include "trainer/online_defaults.h"
+#include "trainer/online_idle.h"
 #include "trainer/online_ranks.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
-#include "trainer/online_idle.h"
 #include "trainer/val_gpu.h"
 #include "trainer/zero.h"
 #include "weights/devices.h"
@@ -297,8 +297,10 @@ static void critic_run_dir(online_ctx *c, char *out, size_t cap) { snprintf(out,
 
 /* Where the ZeRO ranks put their optimizer shards of step `step` before rank 0 moves them into the step folder. */
 static void zero_staging(online_ctx *c, int critic, int64_t step, char *out, size_t cap) {
-    snprintf(out, cap, "%s%s/checkpoints/" CPT_CKPT_STAGING_PREFIX "%" PRId64, c->run_dir, critic ? "/critic" : "",
-             step);
+    char run[CPT_CKPT_PATH_MAX];
+    if (critic) critic_run_dir(c, run, sizeof run);
+    else snprintf(run, sizeof run, "%s", c->run_dir);
+    cpt_ckpt_staging_dir(run, step, out, cap);
 }
 
 /* train.zero = 1: every rank writes its optimizer shards of the current step (the policy's, the critic's) for the
@@ -309,7 +311,8 @@ static int zero_stage(online_ctx *c, int64_t step, cpt_err *err) {
     for (int k = 0; k < 2; k++) {
         if (!z[k]) continue;
         zero_staging(c, k, step, dir, sizeof dir);
-        if (cpt_zero_save_all(z[k], dir, err)) return cpt_err_prefix(err, "checkpoint step %" PRId64 ", rank %d", step, c->rank);
+        if (cpt_zero_save_all(z[k], dir, err))
+            return cpt_err_prefix(err, "checkpoint step %" PRId64 ", rank %d", step, c->rank);
     }
     return 0;
 }
@@ -987,12 +990,12 @@ static int run(online_ctx *c, cpt_err *err) {
         if (c->n_held > before) last_progress = cpt_now();
         else if (cpt_weights_tx_idle(c->tx, c->policy, (uint64_t)c->st.weight_version, err)) return -1;
         else if (cpt_now() - last_progress > idle_warn) {
-            char workers[1024];
-            cpt_online_idle_workers(c->q, (uint64_t)c->st.weight_version, workers, sizeof workers);
+            char *workers = cpt_online_idle_workers(c->q, (uint64_t)c->st.weight_version);
             cpt_warn("online: no scored group for %.0f s at step %" PRId64 " (%zu in flight, weights v%" PRId64
                      " announced); %s",
                      cpt_now() - last_progress, c->st.step, cpt_book_count(&c->book, CPT_BOOK_IN_FLIGHT),
-                     c->st.weight_version, workers);
+                     c->st.weight_version, workers ? workers : "workers not read: out of memory");
+            free(workers);
             last_progress = cpt_now();
         }
         if (c->n_held < (size_t)c->groups_per_step) continue;

@@ -5,13 +5,12 @@
 #ifndef CPT_TRAINER_ONLINE_IDLE_H
 #define CPT_TRAINER_ONLINE_IDLE_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "queue/stream.h"
 
-/* Writes the workers' part of the warning into out (never fails: a queue error is said in out). version: the weight
- * version the trainer announced last. */
-void cpt_online_idle_workers(cpt_queue *q, uint64_t version, char *out, size_t cap);
+/* The workers' part of the warning, malloc'd (a queue error is said in it; NULL only when out of memory). version:
+ * the weight version the trainer announced last. */
+char *cpt_online_idle_workers(cpt_queue *q, uint64_t version);
 
 #endif

@@ -271,7 +271,7 @@ static int forward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *
  * size here: the ranks' gradients are then averaged); kept: the single micro-batch's activations are still there
  * from forward_all. */
 static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch *b, const shard *sh, float *d_logp,
-                        float *d_ent, float *d_val, int kept, int sharded, cpt_err *err) {
+                        float *d_ent, float *d_val, int kept, cpt_err *err) {
     cpt_model_zero_grad(m);
     if (sh->world > 1) {
         float w = (float)sh->world;
@@ -294,6 +294,7 @@ static int backward_all(cpt_online_learner *L, cpt_model *m, const cpt_rl_batch 
         s0 = s1;
     }
     /* ZeRO-1 reduce-scatters the gradients in its own step instead */
+    const int sharded = (m == L->critic ? L->czero : L->zero) != NULL;
     if (L->dp && !sharded && cpt_dp_allreduce_model_grads(L->dp, m, err))
         return cpt_err_prefix(err, "averaging gradients over %d ranks", sh->world);
     return 0;
@@ -346,7 +347,7 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
      * critic is another model, so its order does not matter for correctness; it keeps both single-pass. */
     if (ppo) {
         t = cpt_now();
-        if (backward_all(L, L->critic, v, &sh, L->zeros, NULL, g.d_values, csingle, L->czero != NULL, err))
+        if (backward_all(L, L->critic, v, &sh, L->zeros, NULL, g.d_values, csingle, err))
             return cpt_err_prefix(err, "critic backward");
         if (!L->czero) /* the norm is on the host */
             st->critic_grad_norm = cpt_clip_grad_norm(L->cparams, L->n_cparams, L->grad_clip);
@@ -363,8 +364,7 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
         st->t_optimizer += cpt_now() - t;
     }
     t = cpt_now();
-    if (backward_all(L, L->policy, v, &sh, g.d_logprobs, oc->entropy_coef != 0 ? g.d_entropy : NULL, NULL, single,
-                     L->zero != NULL, err))
+    if (backward_all(L, L->policy, v, &sh, g.d_logprobs, oc->entropy_coef != 0 ? g.d_entropy : NULL, NULL, single, err))
         return cpt_err_prefix(err, "policy backward");
     if (!L->zero) st->grad_norm = cpt_clip_grad_norm(L->params, L->n_params, L->grad_clip);
     st->t_backward += cpt_now() - t;
@@ -374,7 +374,8 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
     st->lr = cpt_lr_at(&L->sched, step);
     if (L->zero) {
         /* the norm comes from the reduce-scattered slices: a non-finite one fails the run after the update */
-        if (cpt_zero_step(L->zero, st->lr, L->grad_clip, &st->grad_norm, err)) return cpt_err_prefix(err, "policy optimizer");
+        if (cpt_zero_step(L->zero, st->lr, L->grad_clip, &st->grad_norm, err))
+            return cpt_err_prefix(err, "policy optimizer");
         if (!isfinite(st->grad_norm))
             return cpt_errf(err, "step %" PRId64 ": the gradient norm is not finite; lower optim.lr?", step);
     } else {

@@ -98,7 +98,8 @@ dpo=("$SRC/examples/dpo_arithmetic.toml" train.steps=3 tokenizer.path="$SRC/exam
      data.train="$SRC/examples/data/arithmetic_pref_train.jsonl" data.eval= train.threads=1)
 for mb in 256 2048; do
   for z in 0 1; do
-    "${mpi[@]}" "$BUILD/cpt-train" "${dpo[@]}" train.tokens_per_micro_batch=$mb train.zero=$z run.dir="$T/dpo$mb-$z"       > "$T/dpo$mb-$z.log" 2>&1 || { cat "$T/dpo$mb-$z.log"; fail "dpo, micro-batch $mb, zero $z"; }
+    "${mpi[@]}" "$BUILD/cpt-train" "${dpo[@]}" train.tokens_per_micro_batch=$mb train.zero=$z run.dir="$T/dpo$mb-$z" \
+      > "$T/dpo$mb-$z.log" 2>&1 || { cat "$T/dpo$mb-$z.log"; fail "dpo, micro-batch $mb, zero $z"; }
   done
   d_dpo=$(maxdiff "$(model "$T/dpo$mb-0" 3)" "$(model "$T/dpo$mb-1" 3)")
   echo "dpo, micro-batches of $mb tokens, 2 ranks: ZeRO-1 vs plain max |dw| $d_dpo"

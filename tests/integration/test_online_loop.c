@@ -51,10 +51,15 @@ typedef struct player {
     int n_first_prompt;
 } player;
 
-static pid_t start_trainer(const char *cfg_path, int n_ov, char **ov) {
+/* The trainer in a child process; log: a file for its stderr (unbuffered, read while it runs), or NULL. */
+static pid_t start_trainer_logged(const char *cfg_path, int n_ov, char **ov, const char *log) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
+        if (log) {
+            if (!freopen(log, "w", stderr)) _exit(1);
+            setvbuf(stderr, NULL, _IONBF, 0); /* a reopened stderr is a buffered file */
+        }
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_term;
@@ -71,6 +76,10 @@ static pid_t start_trainer(const char *cfg_path, int n_ov, char **ov) {
         _exit(rc);
     }
     return pid;
+}
+
+static pid_t start_trainer(const char *cfg_path, int n_ov, char **ov) {
+    return start_trainer_logged(cfg_path, n_ov, ov, NULL);
 }
 
 /* Loads the announced version if it changed (checking size and checksum). */
@@ -642,22 +651,7 @@ static void test_idle_report(test_redis *R) {
     snprintf(log, sizeof log, "%s/trainer.log", run_dir);
     write_config(cfg_path, "olidle", run_dir, R->srv.url, "sync");
     char *ov[] = {"online.idle_warn_s=1"};
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stderr);
-        if (!f) _exit(1);
-        setvbuf(stderr, NULL, _IONBF, 0); /* a reopened stderr is a buffered file: the test reads it live */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_term;
-        sigaction(SIGTERM, &sa, NULL);
-        cpt_config *cfg = cpt_config_load(cfg_path, 1, ov, &err);
-        int rc = cfg ? cpt_online_train(cfg, cfg_path, &child_stop, &err) : 1;
-        if (rc == 1) fprintf(stderr, "trainer: %s\n", err.msg);
-        cpt_config_free(cfg);
-        _exit(rc);
-    }
+    pid_t pid = start_trainer_logged(cfg_path, 1, ov, log);
     if (!log_line_has(log, 20, "no scored group for", "no worker has sent a heartbeat")) {
         char *text = cpt_read_file(log, NULL, &err);
         CHECK_MSG(0, "no idle warning without workers; the trainer's log:\n%s", text ? text : "(none)");
