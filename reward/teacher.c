@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "weights/checkpoint_dir.h"
+#include "weights/devices.h"
 
 int cpt_model_dir_resolve(const char *path, char *out, size_t cap, cpt_err *err) {
     if (!path || !*path) return cpt_errf(err, "no model path given");
@@ -29,6 +30,27 @@ cpt_model *cpt_frozen_model_load(const char *path, cpt_err *err) {
     cpt_model *m = cpt_model_load(dir, err);
     if (!m) cpt_err_prefix(err, "%s", dir);
     return m;
+}
+
+int cpt_frozen_model_place(cpt_model *m, const char *device, int gpu, const char **where, cpt_err *err) {
+    *where = "cpu";
+    int seen = cpt_gpus_visible();
+    const char *d = cpt_device_pick(device, seen);
+    if (!d) return cpt_errf(err, "teacher.device = \"%s\": expected auto, cpu or cuda", device);
+    if (!strcmp(d, "cpu")) return 0;
+    if (seen < 1) return cpt_errf(err, "teacher.device = \"cuda\": this process sees no GPU");
+    if (gpu < 0 || gpu >= seen) gpu = 0; /* a GPU index of the trainer's machine that this process does not see */
+    cpt_err e;
+    cpt_err_clear(&e);
+    if (cpt_model_set_host_master(m, 1, &e) == 0 && cpt_model_use_cuda(m, gpu, &e) == 0) {
+        *where = "cuda";
+        return 0;
+    }
+    cpt_err ignored;
+    cpt_model_set_host_master(m, 0, &ignored); /* not placed: the weights are in ordinary host memory again */
+    if (!strcmp(device, "cuda")) return cpt_errf(err, "teacher.device = \"cuda\": %s", e.msg);
+    cpt_warn("teacher.device = \"%s\": %s; the teacher runs on the CPU", device, e.msg);
+    return 0;
 }
 
 int cpt_check_ids(const cpt_model *m, const int32_t *ids, int n, const char *what, cpt_err *err) {

@@ -236,6 +236,7 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
     cpt_reward *reward = NULL;
     cpt_tokenizer *tok = NULL;
     cpt_model *teacher = NULL;
+    const char *teacher_on = "cpu";
     cpt_queue *q = NULL;
     cpt_queue_conn conn;
     int rc = -1;
@@ -261,10 +262,13 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
             cpt_err_prefix(err, "teacher.path");
             goto done;
         }
+        if (cpt_frozen_model_place(teacher, cpt_cfg_str(cfg, "teacher.device"),
+                                   (int)cpt_cfg_int(cfg, "train.cuda_device"), &teacher_on, err))
+            goto done;
     }
     if (open_queue(cfg, stop, &conn, &q, err)) goto done;
-    cpt_info("cpt-reward %s: run %s, reward %s%s", worker_id, conn.run, cpt_reward_name(reward),
-             teacher ? ", with the OPD teacher" : "");
+    cpt_info("cpt-reward %s: run %s, reward %s%s%s", worker_id, conn.run, cpt_reward_name(reward),
+             teacher ? ", with the OPD teacher on the " : "", !teacher ? "" : strcmp(teacher_on, "cuda") ? "CPU" : "GPU");
 
     cpt_reward_scorer sc = {.reward = reward, .tok = tok, .teacher = teacher,
                             .max_abs = cpt_cfg_float(cfg, "reward.max_abs")};

@@ -11,7 +11,7 @@
 #
 # Knobs (env): OUT (/tmp/cpt-grpo3b; emptied), BUDGET_S (400: seconds for the whole script; the GRPO run is ended
 # when its steps are done or when it would pass BUDGET_S), GRPO_STEPS (40), PROMPTS (P, 16), GROUP_SIZE (G, 16),
-# MAX_NEW (128), MICRO_TOKENS (8192), MEM_FRACTION (0.9), OFFLOAD=1 (train.optimizer_offload: the second case),
+# MAX_NEW (128), MICRO_TOKENS (8192), MEM_FRACTION (0.9), OFFLOAD (auto: 1 on a GPU under 120,000 MiB; 1: train.optimizer_offload),
 # MODE=cpu (run: the carried binaries at the smoke's shape, without a GPU), TOKENIZER (a tokenizer.json folder;
 # default CARRY/tokenizer-qwen3, else .deps/tokenizer-qwen3/models, else the example tiny tokenizer, 709 ids: the
 # summary says which).
@@ -63,7 +63,19 @@ flow() {
     init=(train.device=cuda train.recompute=true)
     grpo=(train.device=cuda rollout.device=cuda weights.transport=cuda_ipc train.recompute=true
           rollout.gpu_memory_fraction="${MEM_FRACTION:-0.9}" train.tokens_per_micro_batch="${MICRO_TOKENS:-8192}")
-    [ "${OFFLOAD:-0}" = 1 ] && grpo+=(train.optimizer_offload=true)
+    # OFFLOAD=auto: a GPU under 120,000 MiB (an 80 GB H100) cannot hold the plain trainer's ~78 GB beside the rollout
+    local off=${OFFLOAD:-auto} mib
+    if [ "$off" = auto ]; then
+      mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
+      off=0
+      [ -n "$mib" ] && [ "$mib" -lt 120000 ] && off=1
+    fi
+    if [ "$off" = 1 ]; then
+      grpo+=(train.optimizer_offload=true)
+      echo "optimizer state: pinned host memory (train.optimizer_offload)" > "$out/offload.txt"
+    else
+      echo "optimizer state: on the GPU" > "$out/offload.txt"
+    fi
   else
     shape=(model.hidden_size=64 model.num_layers=2 model.num_heads=4 model.num_kv_heads=2 model.intermediate_size=128
            model.max_position_embeddings=512)
@@ -148,6 +160,7 @@ cpt export --bf16 %.1f s\n", b - a, c - b }' | tee -a "$out/model.txt"
   {
     echo "GRPO, $mode, tokenizer $tok; G $g x P $p, max_new_tokens $max_new, $ended"
     cat "$out/model.txt"
+    cat "$out/offload.txt" 2> /dev/null || true
     summary "$out" "$t3" "$t4" "$g"
   } | tee "$out/grpo3b_summary.txt"
 }

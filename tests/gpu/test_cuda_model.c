@@ -31,6 +31,7 @@
 #include "model/decoder.h"
 #include "core/safetensors.h"
 #include "model/model.h"
+#include "reward/teacher.h"
 #include "tests/check.h"
 #include "tests/gpu/gpu_check.h"
 #include "trainer/optim.h"
@@ -774,6 +775,38 @@ static void check_head_dims(void) {
     cpt_model_free(m);
 }
 
+/* The OPD teacher on the GPU (teacher.device = cuda or auto, reward/teacher.h): placed with its fp32 weights on the
+ * host, its per-token logprobs of packed completions within bf16 tolerance of the same teacher on the CPU. */
+static void check_teacher(void) {
+    const char *dir = "tests/fixtures/model/qwen2_tied";
+    cpt_model *cpu = cpt_frozen_model_load(dir, &err), *gpu = cpt_frozen_model_load(dir, &err);
+    OK(!cpu || !gpu);
+    const char *where = "";
+    OK(cpt_frozen_model_place(gpu, "auto", 7, &where, &err)); /* GPU 7 not seen: GPU 0 */
+    CHECK_MSG(!strcmp(where, "cuda") && cpt_model_on_cuda(gpu) && cpt_model_host_master(gpu), "placed: %s", where);
+    int V = cpt_model_cfg(cpu)->vocab_size;
+    enum { NC = 3 };
+    int32_t prompt[5], comp[NC][9];
+    int nt[NC] = {9, 4, 1};
+    cpt_rng r;
+    cpt_rng_seed(&r, 12345, 0);
+    for (int i = 0; i < 5; i++) prompt[i] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+    for (int c = 0; c < NC; c++)
+        for (int j = 0; j < 9; j++) comp[c][j] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+    const int32_t *toks[NC] = {comp[0], comp[1], comp[2]};
+    float lc[NC][9], lg[NC][9];
+    float *oc[NC] = {lc[0], lc[1], lc[2]}, *og[NC] = {lg[0], lg[1], lg[2]};
+    OK(cpt_teacher_logprobs(cpu, prompt, 5, NC, toks, nt, oc, &err));
+    OK(cpt_teacher_logprobs(gpu, prompt, 5, NC, toks, nt, og, &err));
+    double worst = 0;
+    for (int c = 0; c < NC; c++)
+        for (int j = 0; j < nt[c]; j++) worst = fmax(worst, fabs((double)lc[c][j] - lg[c][j]));
+    printf("  teacher on the GPU: max |logprob - cpu| %.3e over %d tokens\n", worst, nt[0] + nt[1] + nt[2]);
+    CHECK_MSG(worst < 5e-2 && lg[0][0] < 0, "teacher logprobs: max |gpu - cpu| %.3e", worst);
+    cpt_model_free(cpu);
+    cpt_model_free(gpu);
+}
+
 int main(void) {
     const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     printf("  %-13s %-52s %9s  %-10s %-10s %s\n", "model", "tensor", "elements", "vs torch", "vs cpu", "tol");
@@ -782,6 +815,7 @@ int main(void) {
     check_head_dims();
     printf("  worst: outputs %.3e, gradients %.3e\n", worst_out, worst_grad);
     check_training();
+    check_teacher();
     check_ops();
     const char *bench = getenv("CPT_CUDA_MODEL_BENCH");
     if (bench && (*bench == '1' || *bench == '2')) bench_shape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 8, 2048);

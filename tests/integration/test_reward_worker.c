@@ -1,10 +1,11 @@
 /* cpt-reward against a real redis-server: rollout groups encoded here go in, scored groups with the math
  * reward's values come out; a plugin that crashes sends its groups to the dead stream while the worker lives;
- * SIGTERM drains and exits 0. Runs the cpt-reward binary of $CPT_BUILD. */
+ * SIGTERM drains and exits 0; an OPD teacher asked on a GPU that is not there stops the worker at start. Runs the cpt-reward binary of $CPT_BUILD. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/tokenizer.h"
 #include "model/model.h"
 #include "reward/reward_model.h"
@@ -12,6 +13,7 @@
 #include "tests/check.h"
 #include "tests/integration/redis_helper.h"
 #include "tests/tiny_model.h"
+#include "weights/devices.h"
 
 static const char *build_dir(void) { return getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build"; }
 
@@ -336,6 +338,36 @@ static void test_opd_and_reward_model(test_redis *t, const cpt_tokenizer *tok, c
     cpt_model_free(rm);
 }
 
+/* teacher.device = "cuda" where no GPU is seen: the worker exits non-zero at start, naming the key; the default
+ * (auto) is the CPU teacher test_opd_and_reward_model scores with. */
+static void test_teacher_device(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
+    if (cpt_gpus_visible() > 0) return; /* the GPU placement itself: tests/gpu (stage learn, ALGOS=opd) */
+    cpt_err err;
+    char tdir[256], cfgp[256], lines[600], logp[256];
+    snprintf(tdir, sizeof tdir, "%s/teacher", dir);
+    snprintf(cfgp, sizeof cfgp, "%s/opd_cuda.toml", dir);
+    snprintf(logp, sizeof logp, "%s/opd_cuda.log", dir);
+    cpt_model *teacher = tiny_model(cpt_tokenizer_vocab_size(tok), 11, 0);
+    CHECK_EQ_INT(cpt_model_save_hf(teacher, tdir, 0, &err), 0);
+    snprintf(lines, sizeof lines, "[algo]\ntype = \"opd\"\n[teacher]\npath = \"%s\"\ndevice = \"cuda\"", tdir);
+    write_config(cfgp, t->srv.url, "rwc", lines);
+    char exe[1024];
+    snprintf(exe, sizeof exe, "%s/cpt-reward", build_dir());
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(logp, "w", stderr)) _exit(126);
+        execl(exe, exe, cfgp, "--worker-id", "reward-c", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    CHECK(wait_exit(pid, 15, &st));
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) < 126);
+    char *log = cpt_read_file(logp, NULL, &err);
+    CHECK_MSG(log && strstr(log, "teacher.device = \"cuda\""), "log: %s", log ? log : err.msg);
+    free(log);
+    cpt_model_free(teacher);
+}
+
 int main(void) {
     test_redis t;
     test_redis_start(&t, "everysec");
@@ -346,6 +378,7 @@ int main(void) {
     test_crash(&t, tok, t.dir);
     test_forged(&t, tok, t.dir);
     test_opd_and_reward_model(&t, tok, t.dir);
+    test_teacher_device(&t, tok, t.dir);
     cpt_tokenizer_free(tok);
     test_redis_stop(&t);
     return check_summary("reward_worker");

@@ -161,5 +161,35 @@ int main(void) {
     cpt_devices_describe(&d, line, sizeof line);
     CHECK_STR(line, "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc; "
                     "validation on the host");
+    d.validation = NULL;
+    d.reward = "cuda";
+    d.train_gpu = 1;
+    cpt_devices_describe(&d, line, sizeof line);
+    CHECK_STR(line, "trainer cuda (GPU 1), rollout cuda (beside the trainer), reward cuda (the OPD teacher on GPU 1); "
+                    "weights over cuda_ipc");
+
+    /* the OPD teacher (teacher.device): auto on the GPU when seen locally, never under Slurm (its reward steps hold
+     * no GPU), explicit values kept; without OPD or a teacher.path the reward is on the CPU whatever the key says */
+    static const struct {
+        const char *ov[3];
+        int slurm, gpus;
+        const char *want;
+    } tc[] = {
+        {{"algo.type=opd", "teacher.path=/t", "teacher.device=auto"}, 0, 1, "cuda"},
+        {{"algo.type=opd", "teacher.path=/t", "teacher.device=auto"}, 0, 0, "cpu"},
+        {{"algo.type=opd", "teacher.path=/t", "teacher.device=auto"}, 1, 8, "cpu"},
+        {{"algo.type=opd", "teacher.path=/t", "teacher.device=cpu"}, 0, 1, "cpu"},
+        {{"algo.type=opd", "teacher.path=/t", "teacher.device=cuda"}, 1, 0, "cuda"},
+        {{"algo.type=grpo", "teacher.path=/t", "teacher.device=cuda"}, 0, 1, "cpu"},
+        {{"algo.type=opd", "teacher.path=", "teacher.device=cuda"}, 0, 1, "cpu"},
+    };
+    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) {
+        cpt_config *c = load(tc[i].ov, 3);
+        if (!c) continue;
+        cpt_devices_view v = {.slurm = tc[i].slurm, .gpus = tc[i].gpus};
+        CHECK_MSG(cpt_devices_resolve(c, &v, &d, &err) == 0, "case %zu: %s", i, err.msg);
+        CHECK_MSG(str_is(d.reward, tc[i].want), "case %zu: reward %s, expected %s", i, shown(d.reward), tc[i].want);
+        cpt_config_free(c);
+    }
     return check_summary("test_devices");
 }
