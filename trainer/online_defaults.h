@@ -1,4 +1,4 @@
-/* Defaults of the online trainer that depend on the method (docs/online.md "KL to the reference and warmup").
+/* Defaults of the online trainer that depend on the method or the batch (docs/online.md "Defaults").
  *
  * algo.kl_beta = -1 (its default, "the method's"): 0.001 (with algo.kl_estimator's default k3, the estimator of DeepSeekMath's GRPO and
  * verl's low_var_kl) for GRPO proper, that is algo.type = grpo, algo.variant = grpo and none of DAPO's techniques
@@ -13,6 +13,9 @@
 #include "core/config.h"
 
 #define CPT_ONLINE_GRPO_KL_BETA 0.001
+/* train.mini_batches = 0 (its default): optimizer updates a step, as verl's GRPO examples (train_batch_size 1024
+ * prompts in ppo_mini_batch_size 256); a step of fewer groups takes one update per group. */
+#define CPT_ONLINE_MINI_BATCHES 4
 
 /* The KL weight the online run of cfg uses. */
 double cpt_online_kl_beta(const cpt_config *cfg);

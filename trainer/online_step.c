@@ -7,6 +7,7 @@
 
 #include "core/fs.h"
 #include "trainer/dp.h"
+#include "trainer/online_defaults.h"
 #include "trainer/zero.h"
 
 static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *s, cpt_err *err) {
@@ -62,6 +63,8 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
      * smaller groups_per_step), one group each. */
     L->mini_batches = (int)cpt_cfg_int(cfg, "train.mini_batches");
     int64_t groups = cpt_cfg_int(cfg, "train.groups_per_step");
+    if (L->mini_batches == 0) /* the default: CPT_ONLINE_MINI_BATCHES, or one group each */
+        L->mini_batches = groups < CPT_ONLINE_MINI_BATCHES ? (int)groups : CPT_ONLINE_MINI_BATCHES;
     if (L->mini_batches > groups) {
         cpt_warn("train.mini_batches = %d is more than train.groups_per_step = %" PRId64 ": %" PRId64
                  " mini-batches of one group", L->mini_batches, groups, groups);

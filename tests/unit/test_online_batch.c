@@ -247,8 +247,8 @@ static void test_learns(const char *algo, int micro_tokens) {
     snprintf(o1, sizeof o1, "algo.type=%s", algo);
     snprintf(o2, sizeof o2, "train.tokens_per_micro_batch=%d", micro_tokens);
     char *ov[] = {o1, o2, "optim.lr=0.01", "optim.schedule=constant", "critic.lr=0.01", "train.steps=10",
-                  "algo.kl_beta=0.01"};
-    cpt_config *cfg = cpt_config_load(NULL, 7, ov, &err);
+                  "algo.kl_beta=0.01", "train.mini_batches=1"};
+    cpt_config *cfg = cpt_config_load(NULL, 8, ov, &err);
     CHECK_MSG(cfg != NULL, "%s", err.msg);
     if (!cfg) return;
     cpt_objective_config oc;
@@ -294,8 +294,9 @@ static void test_micro_exact(void) {
     for (int k = 0; k < 2; k++) {
         char o2[64];
         snprintf(o2, sizeof o2, "train.tokens_per_micro_batch=%d", k ? 64 : 16);
-        char *ov[] = {"algo.type=grpo", o2, "optim.lr=0.01", "train.ppo_epochs=2", "algo.entropy_coef=0.01"};
-        cpt_config *cfg = cpt_config_load(NULL, 5, ov, &err);
+        char *ov[] = {"algo.type=grpo", o2, "optim.lr=0.01", "train.ppo_epochs=2", "algo.entropy_coef=0.01",
+                      "train.mini_batches=1"};
+        cpt_config *cfg = cpt_config_load(NULL, 6, ov, &err);
         cpt_objective_config oc;
         oc.type = CPT_OBJ_GRPO;
         CHECK_EQ_INT(cpt_objective_from_config(cfg, &oc, &err), 0);

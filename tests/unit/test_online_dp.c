@@ -104,7 +104,7 @@ static int one_step(const char *algo, const char *extra, cpt_dp *dp, result *out
     /* optim.eps large: AdamW's first update is then smooth in the gradient, not its sign, so weights compare */
     char *ov[] = {o1, "train.tokens_per_micro_batch=16", "optim.lr=0.01", "optim.eps=0.1", "critic.lr=0.01",
                   "algo.kl_beta=0.05", "algo.entropy_coef=0.01", "train.ppo_epochs=2", "optim.grad_clip=1000",
-                  (char *)extra};
+                  "train.mini_batches=1", (char *)extra};
     int n_ov = sizeof ov / sizeof ov[0] - (extra == NULL);
     cpt_config *cfg = cpt_config_load(NULL, n_ov, ov, &err);
     CHECK_MSG(cfg != NULL, "%s", err.msg);

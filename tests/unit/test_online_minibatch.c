@@ -54,8 +54,8 @@ typedef struct outcome {
 /* Two learner steps of grpo on the batch with the given overrides; 0, or -1 with err when init fails. */
 static int two_steps(const char *const *extra, int n_extra, outcome *out, cpt_err *err) {
     char *ov[16] = {"algo.type=grpo", "optim.lr=0.05", "optim.schedule=constant", "train.steps=10",
-                    "algo.clip_eps_low=0.05", "algo.clip_eps_high=0.05"};
-    int n = 6;
+                    "algo.clip_eps_low=0.05", "algo.clip_eps_high=0.05", "train.mini_batches=1"};
+    int n = 7; /* one update a step unless an extra says otherwise (later overrides win) */
     for (int i = 0; i < n_extra; i++) ov[n++] = (char *)extra[i];
     cpt_config *cfg = cpt_config_load(NULL, n, ov, err);
     CHECK_MSG(cfg != NULL, "%s", err->msg);
@@ -187,6 +187,19 @@ static void test_config_errors(void) {
     CHECK_EQ_INT(two_steps(many, 2, &o, &err), 0);
     CHECK_EQ_INT(o.st[1].optimizer_steps, 8);
     free(o.weights);
+    /* the default (train.mini_batches = 0): 4 updates a step, one group each when a step has fewer groups */
+    static const struct {
+        const char *gps;
+        int want;
+    } dflt[] = {{"train.groups_per_step=4", 8}, {"train.groups_per_step=2", 4}, {"train.groups_per_step=1", 2}};
+    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++) {
+        memset(&o, 0, sizeof o);
+        const char *d[] = {"train.mini_batches=0", dflt[i].gps};
+        CHECK_EQ_INT(two_steps(d, 2, &o, &err), 0);
+        CHECK_MSG(o.st[1].optimizer_steps == dflt[i].want, "default mini-batches, %s: %d optimizer steps after two "
+                  "steps, expected %d", dflt[i].gps, (int)o.st[1].optimizer_steps, dflt[i].want);
+        free(o.weights);
+    }
 }
 
 int main(void) {
