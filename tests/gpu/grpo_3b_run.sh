@@ -11,7 +11,8 @@
 #
 # Knobs (env): OUT (/tmp/cpt-grpo3b; emptied), BUDGET_S (400: seconds for the whole script; the GRPO run is ended
 # when its steps are done or when it would pass BUDGET_S), GRPO_STEPS (40), PROMPTS (P, 16), GROUP_SIZE (G, 16),
-# MAX_NEW (128), MICRO_TOKENS (8192), MEM_FRACTION (0.9), OFFLOAD (auto: 1 on a GPU under 120,000 MiB; 1: train.optimizer_offload),
+# MAX_NEW (128), MICRO_TOKENS (8192), MINI_BATCHES (1: one optimizer update a step, so an offloaded update is paid
+# once a step), MEM_FRACTION (0.9), OFFLOAD (auto: 1 on a GPU under 120,000 MiB; 1: train.optimizer_offload),
 # MODE=cpu (run: the carried binaries at the smoke's shape, without a GPU), TOKENIZER (a tokenizer.json folder;
 # default CARRY/tokenizer-qwen3, else .deps/tokenizer-qwen3/models, else the example tiny tokenizer, 709 ids: the
 # summary says which).
@@ -62,7 +63,8 @@ flow() {
            model.intermediate_size=11008 model.max_position_embeddings=32768 model.rope_theta=1000000)
     init=(train.device=cuda train.recompute=true)
     grpo=(train.device=cuda rollout.device=cuda weights.transport=cuda_ipc train.recompute=true
-          rollout.gpu_memory_fraction="${MEM_FRACTION:-0.9}" train.tokens_per_micro_batch="${MICRO_TOKENS:-8192}")
+          rollout.gpu_memory_fraction="${MEM_FRACTION:-0.9}" train.tokens_per_micro_batch="${MICRO_TOKENS:-8192}"
+          train.mini_batches="${MINI_BATCHES:-1}")
     # OFFLOAD=auto: a GPU under 120,000 MiB (an 80 GB H100) cannot hold the plain trainer's ~78 GB beside the rollout
     local off=${OFFLOAD:-auto} mib
     if [ "$off" = auto ]; then
