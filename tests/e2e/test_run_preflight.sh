@@ -96,4 +96,17 @@ bad "several" "preflight: 3 problems" "${sft[@]}" data.train="$T/none.jsonl" tok
   model.init=load model.path="$T/nothing"
 [ "$(grep -c '^  FAIL' "$T/out")" -eq 3 ] || { cat "$T/out"; fail "not every problem was listed"; }
 
+# OPD: the teacher in the reward workers, where teacher.device puts it (auto: the CPU on a machine without a GPU)
+if [ -z "$(nvidia-smi -L 2> /dev/null)" ]; then
+  good "opd" "${grpo[@]}" algo.type=opd teacher.path="$T/hf"
+  grep -q "ok    roles      opd: trainer, 1 rollout, 1 reward, teacher in the reward workers on the CPU$" "$T/out" ||
+    { cat "$T/out"; fail "opd: no teacher on the CPU in the roles line"; }
+  good "opd teacher cuda" "${grpo[@]}" algo.type=opd teacher.path="$T/hf" teacher.device=cuda
+  grep -q "teacher in the reward workers on the trainer's GPU (teacher.device)$" "$T/out" ||
+    { cat "$T/out"; fail "opd, teacher.device = cuda: not on the GPU in the roles line"; }
+  grep -q "warn  devices    teacher.device = cuda, but this process sees no GPU" "$T/out" ||
+    { cat "$T/out"; fail "opd, teacher.device = cuda: no warning that no GPU is seen"; }
+fi
+SLURM_CPUS_ON_NODE=8 bad "opd teacher cuda under slurm" "FAIL  devices .*teacher.device = cuda, but a Slurm job's reward" \
+  "${grpo[@]}" --slurm algo.type=opd teacher.path="$T/hf" teacher.device=cuda
 echo "test_run_preflight: ok ($n configs checked)"
