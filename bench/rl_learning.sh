@@ -40,6 +40,8 @@
 #     (algo_overrides below); OPD's teacher is the SFT run continued to TEACHER_STEPS (3x its last stage), run by the
 #     reward worker on the CPU (OPD_THREADS 8); a table of held-out before/after, gain and wall time
 #   LRS="1e-5 5e-5" the main recipe at other learning rates (runs lrx-LR): the rate's sensitivity in the same call
+#   SHUFFLE="1 2 3" the main recipe at those seeds with train.mini_batch_shuffle = true (runs shuf-sS: mini-batches
+#     of completions across the step, as TRL takes them, beside lr-sS's whole groups)
 #   ASYNC="0 1 2" the main recipe in sync mode (0) and async with max_staleness 1 and 2: wall time from the first
 #     validation to the sync run's final held-out accuracy
 set -euo pipefail
@@ -53,7 +55,7 @@ knobs() {
   local gpu=$1
   TASK=${TASK:-arithmetic-1digit} SFT_TARGET=${SFT_TARGET:-0.2} SFT_MAX_ACC=${SFT_MAX_ACC:-0.5}
   M=${M:-4} TEMP=${TEMP:-1.0} K=${K:-12} TRL=${TRL:-0} TRL_TIMEOUT=${TRL_TIMEOUT:-240} TRL_SEEDS=${TRL_SEEDS:-1}
-  ALGOS=${ALGOS:-} ASYNC=${ASYNC:-} LRS=${LRS:-}
+  ALGOS=${ALGOS:-} ASYNC=${ASYNC:-} LRS=${LRS:-} SHUFFLE=${SHUFFLE:-}
   WARMUP=${WARMUP:-0} # GRPO warmup steps; 0 as the main job and bench/trl_grpo.py's recipe
   if [ "$gpu" = 1 ]; then
     BUDGET_S=${BUDGET_S:-470} SFT_LR=${SFT_LR:-1e-3}
@@ -254,8 +256,11 @@ grpo_all() {
   for a in $ASYNC; do
     names+=("async-$a") lrs+=("$LR") seeds+=(1) ovs+=("$(async_overrides "$a")")
   done
+  for s in $SHUFFLE; do
+    names+=("shuf-s$s") lrs+=("$LR") seeds+=("$s") ovs+=("train.mini_batch_shuffle=true")
+  done
   n=${#names[@]}
-  [ "$n" -gt 0 ] || { echo "rl_learning: no runs (SEEDS, ALGOS and ASYNC are empty)" >&2; return 1; }
+  [ "$n" -gt 0 ] || { echo "rl_learning: no runs (SEEDS, ALGOS, ASYNC and SHUFFLE are empty)" >&2; return 1; }
   waves=$(((n + PAR - 1) / PAR))
   # what is left of the budget, less the TRL run and the summary, shared by the waves
   grpo_s=$((BUDGET_S - ($(date +%s) - T_START) - 15))

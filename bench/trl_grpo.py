@@ -26,7 +26,7 @@ What it matches in cpt (a run with data.chat_template = "none", reward.type = "m
   "group", beta 0, num_iterations 1, steps_per_generation M, per-device batch P*G/M completions, max_steps N*M.
   Known differences, recorded in summary.json: TRL's advantage epsilon is 1e-4 (cpt 1e-6); TRL divides the
   logits by the temperature when it takes logprobs for the loss (cpt does not; equal at T = 1); TRL's mini-batches
-  are shuffled completions (cpt: whole groups in order).
+  are shuffled completions (cpt: whole groups in order by default; train.mini_batch_shuffle = true as TRL).
 - --impl torch: the same GRPO written here from the published formulas (the fallback the issue names); it follows
   cpt exactly where TRL differs (epsilon, no temperature in the loss, whole groups per mini-batch).
 The prompt ids are compared with `cpt tokenize` on every prompt when a cpt binary is found (--cpt, else build/cpt or
@@ -594,7 +594,7 @@ def main(argv=None):
                 summary["differences_from_cpt"] = [
                     "advantage epsilon 1e-4 (cpt 1e-6)",
                     f"logits divided by the temperature ({a.temperature}) in the loss's logprobs (cpt: not)",
-                    "mini-batches of shuffled completions (cpt: whole groups in order)",
+                    "mini-batches of shuffled completions (cpt: whole groups in order unless train.mini_batch_shuffle)",
                     "no truncated importance weight (cpt's algo.tis: proximal/behaviour, near 1 in sync mode)"]
                 if stop_ids != [tok.eos_token_id]:
                     summary["differences_from_cpt"].append(

@@ -8,6 +8,7 @@
 #include "core/fs.h"
 #include "trainer/dp.h"
 #include "trainer/online_defaults.h"
+#include "trainer/online_shuffle.h"
 #include "trainer/zero.h"
 
 static int sched_from_config(const cpt_config *cfg, double lr, cpt_lr_schedule *s, cpt_err *err) {
@@ -71,6 +72,8 @@ int cpt_online_learner_init(cpt_online_learner *L, const cpt_config *cfg, const 
         L->mini_batches = (int)groups;
     }
     L->updates_per_step = L->ppo_epochs * L->mini_batches;
+    L->shuffle = cpt_cfg_bool(cfg, "train.mini_batch_shuffle");
+    L->seed = (uint64_t)cpt_cfg_int(cfg, "run.seed");
     L->micro_tokens = (int)cpt_cfg_int(cfg, "train.tokens_per_micro_batch");
     return 0;
 }
@@ -389,6 +392,24 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
     return 0;
 }
 
+/* The per-token arrays the updates read, in b's order (the proximal logprobs, advantages, reference logprobs,
+ * returns and old values): permuted into the shuffled batch's order, or back (inverse). */
+static int permute_step_arrays(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_batch *pb,
+                               const int32_t *order, int inverse, cpt_err *err) {
+    int ppo = L->oc.type == CPT_OBJ_PPO;
+    float *arrays[5] = {L->old_logp, L->adv, L->ref && L->oc.kl_beta > 0 ? L->ref_logp : NULL,
+                        ppo ? L->returns : NULL, ppo ? L->old_values : NULL};
+    float *tmp = malloc((size_t)b->n_tokens * sizeof *tmp);
+    if (!tmp) return cpt_errf(err, "out of memory shuffling %d tokens", b->n_tokens);
+    for (int i = 0; i < 5; i++) {
+        if (!arrays[i]) continue;
+        cpt_online_permute_tokens(b, pb, order, arrays[i], tmp, inverse);
+        memcpy(arrays[i], tmp, (size_t)b->n_tokens * sizeof *tmp);
+    }
+    free(tmp);
+    return 0;
+}
+
 int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_t step, cpt_online_step_stats *st,
                             cpt_err *err) {
     memset(st, 0, sizeof *st);
@@ -444,14 +465,31 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
     int32_t *mb_ss = NULL;
     if (mbs > 1 && !(mb_ss = malloc((size_t)(b->n_seqs + 1) * sizeof *mb_ss)))
         return cpt_errf(err, "out of memory for %d sequences", b->n_seqs);
+    /* train.mini_batch_shuffle: the updates take b's sequences in a random order, split by sequences */
+    const cpt_rl_batch *ub = b;
+    cpt_rl_batch pb;
+    int32_t *order = NULL;
+    memset(&pb, 0, sizeof pb);
     int rc = 0;
+    if (mbs > 1 && L->shuffle) {
+        if (!(order = malloc((size_t)b->n_seqs * sizeof *order))) rc = cpt_errf(err, "out of memory");
+        if (!rc) {
+            cpt_online_shuffle_order(L->seed, step, b->n_seqs, order);
+            rc = cpt_online_batch_permuted(b, order, &pb, err);
+        }
+        if (!rc && !(rc = permute_step_arrays(L, b, &pb, order, 0, err))) ub = &pb;
+    }
     for (int epoch = 0; epoch < L->ppo_epochs && !rc; epoch++)
         for (int k = 0; k < mbs && !rc; k++) {
-            cpt_rl_batch v = *b;
+            cpt_rl_batch v = *ub;
             int t0 = 0;
-            if (mbs > 1) t0 = cpt_online_mini_batch(b, k, mbs, mb_ss, &v);
-            rc = update(L, b, &v, t0, epoch == 0 && mbs == 1, step, st, err);
+            if (mbs > 1) t0 = cpt_online_mini_batch(ub, k, mbs, mb_ss, &v);
+            rc = update(L, ub, &v, t0, epoch == 0 && mbs == 1, step, st, err);
         }
+    /* b's order again: the trainer measures train-inference agreement on the proximal logprobs after the step */
+    if (ub == &pb && permute_step_arrays(L, b, &pb, order, 1, rc ? NULL : err)) rc = -1;
+    cpt_rl_batch_free(&pb);
+    free(order);
     free(mb_ss);
     if (!rc) st->optimizer_steps = cpt_online_learner_updates(L);
     return rc;

@@ -53,6 +53,8 @@ typedef struct cpt_online_learner {
     int ppo_epochs;      /* passes over each batch (train.epochs_per_batch) */
     int mini_batches;    /* optimizer updates per pass (train.mini_batches) */
     int updates_per_step; /* ppo_epochs x mini_batches: the optimizer's steps per trainer step */
+    int shuffle;          /* train.mini_batch_shuffle: mini-batches of completions across the step (online_shuffle.h) */
+    uint64_t seed;        /* run.seed: the shuffle's order */
     int micro_tokens;
     struct cpt_dp *dp; /* not owned; NULL or one rank: the whole batch here */
     /* train.zero = 1 (cpt_online_learner_shard): the optimizers are ZeRO-1 slices over dp's ranks (trainer/zero.h)

@@ -102,10 +102,16 @@ static int one_step(const char *algo, const char *extra, cpt_dp *dp, result *out
     char o1[64];
     snprintf(o1, sizeof o1, "algo.type=%s", algo);
     /* optim.eps large: AdamW's first update is then smooth in the gradient, not its sign, so weights compare */
+    /* extra: one override, or two separated by a space */
+    char ex[128] = "", *ex2 = NULL;
+    if (extra) {
+        snprintf(ex, sizeof ex, "%s", extra);
+        if ((ex2 = strchr(ex, ' '))) *ex2++ = 0;
+    }
     char *ov[] = {o1, "train.tokens_per_micro_batch=16", "optim.lr=0.01", "optim.eps=0.1", "critic.lr=0.01",
                   "algo.kl_beta=0.05", "algo.entropy_coef=0.01", "train.ppo_epochs=2", "optim.grad_clip=1000",
-                  "train.mini_batches=1", (char *)extra};
-    int n_ov = sizeof ov / sizeof ov[0] - (extra == NULL);
+                  "train.mini_batches=1", ex, ex2};
+    int n_ov = sizeof ov / sizeof ov[0] - (extra == NULL) - (ex2 == NULL);
     cpt_config *cfg = cpt_config_load(NULL, n_ov, ov, &err);
     CHECK_MSG(cfg != NULL, "%s", err.msg);
     if (!cfg) return -1;
@@ -340,6 +346,9 @@ int main(int argc, char **argv) {
     /* three mini-batches of one group, two passes: six updates, each split over the ranks */
     compare("grpo", "train.mini_batches=3", dp);
     compare("ppo", "train.mini_batches=3", dp);
+    /* shuffled mini-batches: the same order on both ranks, so the same updates as one rank */
+    compare("grpo", "train.mini_batches=3 train.mini_batch_shuffle=true", dp);
+    compare("ppo", "train.mini_batches=3 train.mini_batch_shuffle=true", dp);
     cpt_dp_free(dp);
     return check_summary("test_online_dp");
 }

@@ -2,7 +2,8 @@
  * view of mini-batch k, the number of optimizer updates per step, that the updates after the first see ratios off 1
  * and clip (the proximal logprobs are the weights before the step's first update), that with lr 0 the ratio stays 1
  * (the proximal pass and the mini-batch forwards agree), that one mini-batch is exactly the step as it was, and the
- * config checks (the two names of the epochs; more mini-batches than groups). */
+ * config checks (the two names of the epochs; more mini-batches than groups); shuffled mini-batches
+ * (train.mini_batch_shuffle, trainer/online_shuffle.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "tests/check.h"
 #include "tests/unit/online_groups_fixture.h"
 #include "trainer/dp.h"
+#include "trainer/online_shuffle.h"
 #include "trainer/online_step.h"
 #include "trainer/rl_data.h"
 
@@ -49,6 +51,7 @@ typedef struct outcome {
     cpt_online_step_stats st[2]; /* of two steps */
     float *weights;
     size_t n;
+    float old0[128]; /* the learner's proximal logprobs after the first step (the batch has 88 tokens) */
 } outcome;
 
 /* Two learner steps of grpo on the batch with the given overrides; 0, or -1 with err when init fails. */
@@ -87,6 +90,7 @@ static int two_steps(const char *const *extra, int n_extra, outcome *out, cpt_er
             cpt_err e2;
             rc = cpt_online_learner_step(&L, &b, s, &out->st[s], &e2);
             CHECK_MSG(rc == 0, "step %d: %s", s, e2.msg);
+            if (s == 0 && !rc && b.n_tokens <= 128) memcpy(out->old0, L.old_logp, (size_t)b.n_tokens * sizeof(float));
         }
         out->n = cpt_model_numel(pol);
         out->weights = malloc(out->n * sizeof(float));
@@ -202,8 +206,90 @@ static void test_config_errors(void) {
     }
 }
 
+/* train.mini_batch_shuffle: the order, the permuted batch and its per-token arrays, and the learner with it. */
+static void test_shuffle(void) {
+    cpt_model *m = tiny_model();
+    groups f;
+    cpt_rl_batch b, pb;
+    memset(&b, 0, sizeof b);
+    make_batch(&f, m, &b);
+    int n = b.n_seqs;
+    int32_t o1[16], o2[16], o3[16];
+    CHECK_EQ_INT(n, 16);
+    cpt_online_shuffle_order(7, 3, n, o1);
+    cpt_online_shuffle_order(7, 3, n, o2);
+    cpt_online_shuffle_order(7, 4, n, o3);
+    int seen[16] = {0}, same = 1, other = 1, moved = 0;
+    for (int i = 0; i < n; i++) {
+        if (o1[i] >= 0 && o1[i] < n) seen[o1[i]]++;
+        same &= o1[i] == o2[i];
+        other &= o1[i] == o3[i];
+        moved += o1[i] != i;
+    }
+    for (int i = 0; i < n; i++) CHECK_MSG(seen[i] == 1, "sequence %d placed %d times", i, seen[i]);
+    CHECK(same && !other && moved > 0);
+    cpt_err err;
+    CHECK_EQ_INT(cpt_online_batch_permuted(&b, o1, &pb, &err), 0);
+    CHECK(pb.n_seqs == n && pb.n_groups == n && pb.n_tokens == b.n_tokens && pb.seq_start[n] == b.n_tokens);
+    for (int i = 0; i < n; i++) {
+        int s = o1[i], len = b.seq_start[s + 1] - b.seq_start[s];
+        CHECK_EQ_INT(pb.seq_start[i + 1] - pb.seq_start[i], len);
+        CHECK(!memcmp(pb.tokens + pb.seq_start[i], b.tokens + b.seq_start[s], (size_t)len * sizeof(int32_t)));
+        CHECK(!memcmp(pb.mask + pb.seq_start[i], b.mask + b.seq_start[s], (size_t)len * sizeof(float)));
+        CHECK(pb.seq_reward[i] == b.seq_reward[s] && pb.group_size[i] == 1 && pb.group_seq0[i] == i);
+        CHECK(pb.group_version[i] == b.group_version[b.seq_group[s]]);
+    }
+    /* per-token values there and back */
+    float a[88], there[88], back[88];
+    for (int t = 0; t < b.n_tokens; t++) a[t] = (float)t;
+    cpt_online_permute_tokens(&b, &pb, o1, a, there, 0);
+    cpt_online_permute_tokens(&b, &pb, o1, there, back, 1);
+    CHECK(!memcmp(a, back, sizeof a) && memcmp(a, there, sizeof a));
+    CHECK_EQ_INT((int)there[pb.seq_start[1] - 1], b.seq_start[o1[0] + 1] - 1);
+    cpt_rl_batch_free(&pb);
+    cpt_rl_batch_free(&b);
+    cpt_model_free(m);
+
+    /* the learner: at lr 0 every update's ratio is exactly 1 (the shuffled proximal logprobs line up with the
+     * shuffled tokens); moving, the updates differ from whole groups', the same twice, another with another seed;
+     * the proximal logprobs are back in the batch's order after the step; one mini-batch is not shuffled */
+    outcome two, sh, sh2, sh_seed, sh_lr0, one, sh_one;
+    memset(&two, 0, sizeof two), memset(&sh, 0, sizeof sh), memset(&sh2, 0, sizeof sh2);
+    memset(&sh_seed, 0, sizeof sh_seed), memset(&sh_lr0, 0, sizeof sh_lr0), memset(&one, 0, sizeof one);
+    memset(&sh_one, 0, sizeof sh_one);
+    const char *mb2[] = {"train.mini_batches=2"}, *s2[] = {"train.mini_batches=2", "train.mini_batch_shuffle=true"};
+    const char *s2seed[] = {"train.mini_batches=2", "train.mini_batch_shuffle=true", "run.seed=99"};
+    const char *s2lr0[] = {"train.mini_batches=2", "train.mini_batch_shuffle=true", "optim.lr=0"};
+    const char *s1[] = {"train.mini_batch_shuffle=true"};
+    CHECK_EQ_INT(two_steps(mb2, 1, &two, &err), 0);
+    CHECK_EQ_INT(two_steps(s2, 2, &sh, &err), 0);
+    CHECK_EQ_INT(two_steps(s2, 2, &sh2, &err), 0);
+    CHECK_EQ_INT(two_steps(s2seed, 3, &sh_seed, &err), 0);
+    CHECK_EQ_INT(two_steps(s2lr0, 3, &sh_lr0, &err), 0);
+    CHECK_EQ_INT(two_steps(NULL, 0, &one, &err), 0);
+    CHECK_EQ_INT(two_steps(s1, 1, &sh_one, &err), 0);
+    if (two.weights && sh.weights && sh2.weights && sh_seed.weights && sh_lr0.weights && one.weights &&
+        sh_one.weights) {
+        for (int s = 0; s < 2; s++) {
+            CHECK_NEAR(sh_lr0.st[s].m.ratio_max, 1.0, 1e-6);
+            CHECK_NEAR(sh_lr0.st[s].m.ratio_mean, 1.0, 1e-6);
+            CHECK_NEAR(sh_lr0.st[s].m.clip_frac, 0.0, 0.0);
+        }
+        CHECK_EQ_INT(sh.st[1].optimizer_steps, 4);
+        CHECK(sh.st[0].m.ratio_max != 1.0);
+        printf("shuffled mini-batches: against whole groups %.3g, another seed %.3g, twice %.3g\n",
+               max_diff(&sh, &two), max_diff(&sh, &sh_seed), max_diff(&sh, &sh2));
+        CHECK(max_diff(&sh, &two) > 0 && max_diff(&sh, &sh_seed) > 0 && max_diff(&sh, &sh2) == 0);
+        CHECK(!memcmp(sh.old0, two.old0, sizeof sh.old0));
+        CHECK(max_diff(&sh_one, &one) == 0);
+    }
+    free(two.weights), free(sh.weights), free(sh2.weights), free(sh_seed.weights), free(sh_lr0.weights);
+    free(one.weights), free(sh_one.weights);
+}
+
 int main(void) {
     test_view();
+    test_shuffle();
     test_updates();
     test_warmup();
     test_config_errors();
