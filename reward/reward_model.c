@@ -100,11 +100,21 @@ cpt_reward *cpt_reward_model_new(cpt_model *m, cpt_tokenizer *tok, cpt_err *err)
 }
 
 cpt_reward *cpt_reward_model_load(const char *model_path, const char *tokenizer_path, cpt_err *err) {
+    return cpt_reward_model_load_on(model_path, tokenizer_path, "cpu", 0, err);
+}
+
+cpt_reward *cpt_reward_model_load_on(const char *model_path, const char *tokenizer_path, const char *device, int gpu,
+                                     cpt_err *err) {
     cpt_model *m = cpt_frozen_model_load(model_path, err);
     if (!m) return NULL;
     if (!cpt_model_has_value_head(m)) {
         cpt_model_free(m);
         cpt_errf(err, "reward model %s: no value head (the safetensors hold no score.weight)", model_path);
+        return NULL;
+    }
+    const char *where;
+    if (cpt_frozen_model_place(m, "reward.model_device", device, gpu, &where, err)) {
+        cpt_model_free(m);
         return NULL;
     }
     const char *tp = tokenizer_path && *tokenizer_path ? tokenizer_path : model_path;
@@ -126,7 +136,8 @@ cpt_reward *cpt_reward_with_model_from_config(const cpt_config *cfg, cpt_err *er
     if (cpt_model_dir_resolve(mp, dir, sizeof dir, err)) return NULL;
     snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
     if (cpt_path_exists(tj) || !*tp) tp = dir;
-    cpt_reward *rm = cpt_reward_model_load(mp, tp, err);
+    cpt_reward *rm = cpt_reward_model_load_on(mp, tp, cpt_cfg_str(cfg, "reward.model_device"),
+                                              (int)cpt_cfg_int(cfg, "train.cuda_device"), err);
     if (!rm) {
         cpt_err_prefix(err, "reward.model_path");
         return NULL;

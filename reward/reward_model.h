@@ -24,11 +24,17 @@ int cpt_reward_model_score_ids(cpt_model *m, const int32_t *prompt, int n_prompt
 /* A provider named "model" owning m and tok (both freed with it, even when this fails). */
 cpt_reward *cpt_reward_model_new(cpt_model *m, cpt_tokenizer *tok, cpt_err *err);
 
-/* Loads model_path (must hold score.weight) and the tokenizer (tokenizer_path, or model_path when empty). */
+/* Loads model_path (must hold score.weight) and the tokenizer (tokenizer_path, or model_path when empty), the model
+ * on the CPU. */
 cpt_reward *cpt_reward_model_load(const char *model_path, const char *tokenizer_path, cpt_err *err);
+/* The same with the model where device says (auto, cpu, cuda: reward/teacher.h's cpt_frozen_model_place, under
+ * the key reward.model_device), on CUDA device gpu. */
+cpt_reward *cpt_reward_model_load_on(const char *model_path, const char *tokenizer_path, const char *device, int gpu,
+                                     cpt_err *err);
 
 /* The worker's reward from config: reward.model_path unset -> cpt_reward_from_config; set with reward.model_only
- * -> the reward model alone; else the combination rule (weight 1) + model (reward.model_weight). */
+ * -> the reward model alone; else the combination rule (weight 1) + model (reward.model_weight). The reward model
+ * runs where reward.model_device says (on train.cuda_device). */
 cpt_reward *cpt_reward_with_model_from_config(const cpt_config *cfg, cpt_err *err);
 
 #endif

@@ -32,13 +32,14 @@ cpt_model *cpt_frozen_model_load(const char *path, cpt_err *err) {
     return m;
 }
 
-int cpt_frozen_model_place(cpt_model *m, const char *device, int gpu, const char **where, cpt_err *err) {
+int cpt_frozen_model_place(cpt_model *m, const char *key, const char *device, int gpu, const char **where,
+                           cpt_err *err) {
     *where = "cpu";
     int seen = cpt_gpus_visible();
     const char *d = cpt_device_pick(device, seen);
-    if (!d) return cpt_errf(err, "teacher.device = \"%s\": expected auto, cpu or cuda", device);
+    if (!d) return cpt_errf(err, "%s = \"%s\": expected auto, cpu or cuda", key, device);
     if (!strcmp(d, "cpu")) return 0;
-    if (seen < 1) return cpt_errf(err, "teacher.device = \"cuda\": this process sees no GPU");
+    if (seen < 1) return cpt_errf(err, "%s = \"cuda\": this process sees no GPU", key);
     if (gpu < 0 || gpu >= seen) gpu = 0; /* a GPU index of the trainer's machine that this process does not see */
     cpt_err e;
     cpt_err_clear(&e);
@@ -48,8 +49,8 @@ int cpt_frozen_model_place(cpt_model *m, const char *device, int gpu, const char
     }
     cpt_err ignored;
     cpt_model_set_host_master(m, 0, &ignored); /* not placed: the weights are in ordinary host memory again */
-    if (!strcmp(device, "cuda")) return cpt_errf(err, "teacher.device = \"cuda\": %s", e.msg);
-    cpt_warn("teacher.device = \"%s\": %s; the teacher runs on the CPU", device, e.msg);
+    if (!strcmp(device, "cuda")) return cpt_errf(err, "%s = \"cuda\": %s", key, e.msg);
+    cpt_warn("%s = \"%s\": %s; the model runs on the CPU", key, device, e.msg);
     return 0;
 }
 

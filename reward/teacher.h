@@ -22,12 +22,14 @@ cpt_model *cpt_frozen_model_load(const char *path, cpt_err *err);
 /* The HF folder such a path names (path itself, or CHECKPOINT/model): for its tokenizer files. */
 int cpt_model_dir_resolve(const char *path, char *out, size_t cap, cpt_err *err);
 
-/* Where a frozen model runs, for `teacher.device`: "cpu" leaves it on the host; "cuda" places it on CUDA device gpu,
+/* Where a frozen model runs (key: the config key that chose `device`, teacher.device or reward.model_device, named in
+ * messages): "cpu" leaves it on the host; "cuda" places it on CUDA device gpu,
  * where its forwards run in bf16 with the fp32 weights kept in pinned host memory (the GPU holds the bf16 copy and
  * the placement's gradient buffer: 6 bytes a parameter); "auto" is cuda when this process sees a GPU, else cpu,
  * and a placement that fails (no memory left beside the trainer) leaves the model on the host with a warning,
  * where "cuda" fails naming the key. *where: "cuda" or "cpu", what was done. */
-int cpt_frozen_model_place(cpt_model *m, const char *device, int gpu, const char **where, cpt_err *err);
+int cpt_frozen_model_place(cpt_model *m, const char *key, const char *device, int gpu, const char **where,
+                           cpt_err *err);
 
 /* Checks that every id is inside the model's vocabulary; the error names what (e.g. "completions[2].tokens[5]"). */
 int cpt_check_ids(const cpt_model *m, const int32_t *ids, int n, const char *what, cpt_err *err);

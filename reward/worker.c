@@ -262,13 +262,14 @@ int cpt_reward_worker_run(const cpt_config *cfg, const char *worker_id, volatile
             cpt_err_prefix(err, "teacher.path");
             goto done;
         }
-        if (cpt_frozen_model_place(teacher, cpt_cfg_str(cfg, "teacher.device"),
+        if (cpt_frozen_model_place(teacher, "teacher.device", cpt_cfg_str(cfg, "teacher.device"),
                                    (int)cpt_cfg_int(cfg, "train.cuda_device"), &teacher_on, err))
             goto done;
     }
     if (open_queue(cfg, stop, &conn, &q, err)) goto done;
     cpt_info("cpt-reward %s: run %s, reward %s%s%s", worker_id, conn.run, cpt_reward_name(reward),
-             teacher ? ", with the OPD teacher on the " : "", !teacher ? "" : strcmp(teacher_on, "cuda") ? "CPU" : "GPU");
+             teacher ? ", with the OPD teacher on the " : "",
+             !teacher ? "" : strcmp(teacher_on, "cuda") ? "CPU" : "GPU");
 
     cpt_reward_scorer sc = {.reward = reward, .tok = tok, .teacher = teacher,
                             .max_abs = cpt_cfg_float(cfg, "reward.max_abs")};

@@ -117,11 +117,12 @@ static void check_devices(cpt_preflight *p) {
     line(p, "ok", "devices", "%s (%s)", d, p->slurm ? "from slurm.*_gpus" : "from the GPUs this process sees");
     long tg = (long)cpt_cfg_int(c, "slurm.trainer_gpus"), rg = online ? (long)cpt_cfg_int(c, "slurm.rollout_gpus") : 0;
     int t_gpu = !strcmp(p->dev.train, "cuda"), r_gpu = online && !strcmp(p->dev.rollout, "cuda");
-    int teacher_gpu = online && !strcmp(p->dev.reward, "cuda");
+    int teacher_gpu = online && p->dev.teacher_gpu, rm_gpu = online && p->dev.reward_model_gpu;
+    const char *rkey = teacher_gpu ? "teacher.device" : "reward.model_device";
     if (p->slurm) {
-        if (teacher_gpu)
-            line(p, "FAIL", "devices", "teacher.device = cuda, but a Slurm job's reward steps get no GPU: set "
-                 "teacher.device=auto (the CPU there)");
+        if (teacher_gpu || rm_gpu)
+            line(p, "FAIL", "devices", "%s = cuda, but a Slurm job's reward steps get no GPU: set %s=auto (the CPU "
+                 "there)", rkey, rkey);
         if (t_gpu && tg == 0)
             line(p, "FAIL", "devices", "train.device = cuda, but slurm.trainer_gpus = 0: the trainer's step gets no GPU; "
                  "set slurm.trainer_gpus=1 or train.device=auto");
@@ -134,9 +135,9 @@ static void check_devices(cpt_preflight *p) {
         if (rg > 0 && !r_gpu)
             line(p, "warn", "devices", "slurm.rollout_gpus = %ld, but rollout.device = cpu: each rollout step's GPUs stay "
                  "unused", rg);
-    } else if (cpt_gpus_visible() == 0 && (t_gpu || r_gpu || teacher_gpu)) {
+    } else if (cpt_gpus_visible() == 0 && (t_gpu || r_gpu || teacher_gpu || rm_gpu)) {
         line(p, "warn", "devices", "%s = cuda, but this process sees no GPU%s: the role fails at start unless it "
-             "sees one", t_gpu ? "train.device" : r_gpu ? "rollout.device" : "teacher.device",
+             "sees one", t_gpu ? "train.device" : r_gpu ? "rollout.device" : rkey,
 #ifdef CPT_HAVE_CUDA
              ""
 #else
@@ -664,7 +665,7 @@ static void check_roles(cpt_preflight *p) {
     char env_part[64] = "", ref[64] = "";
     if (env > 0) snprintf(env_part, sizeof env_part, ", %d env", env);
     if (cpt_online_kl_beta(c) > 0) snprintf(ref, sizeof ref, ", reference (kl_beta %g)", cpt_online_kl_beta(c));
-    int teacher_gpu = p->dev_ok && !strcmp(p->dev.reward, "cuda"); /* teacher.device, weights/devices.h */
+    int teacher_gpu = p->dev_ok && p->dev.teacher_gpu; /* teacher.device, weights/devices.h */
     line(p, "ok", "roles", "%s: trainer, %ld rollout, %ld reward%s%s%s%s", algo, rollout, reward, env_part,
          !strcmp(algo, "opd") ? ", teacher in the reward workers" : "",
          !strcmp(algo, "opd") ? (teacher_gpu ? " on the trainer's GPU (teacher.device)" : " on the CPU") : "", ref);

@@ -68,13 +68,18 @@ int cpt_devices_resolve(const cpt_config *cfg, const cpt_devices_view *v, cpt_de
     if (!out->train) return cpt_errf(err, "train.device = \"%s\": expected auto, cpu or cuda", tv);
     out->rollout = cpt_device_pick(rv, v->slurm ? rgpus : v->gpus);
     if (!out->rollout) return cpt_errf(err, "rollout.device = \"%s\": expected auto, cpu or cuda", rv);
-    out->reward = "cpu";
-    if (!strcmp(cpt_cfg_str(cfg, "algo.type"), "opd") && cpt_cfg_str(cfg, "teacher.path")[0]) {
-        /* the reward steps of a Slurm job hold no GPU: auto is the CPU there */
-        const char *td = cpt_cfg_str(cfg, "teacher.device");
-        out->reward = cpt_device_pick(td, v->slurm ? 0 : v->gpus);
-        if (!out->reward) return cpt_errf(err, "teacher.device = \"%s\": expected auto, cpu or cuda", td);
+    /* the reward worker's models; the reward steps of a Slurm job hold no GPU: auto is the CPU there */
+    static const char *const keys[2] = {"teacher.device", "reward.model_device"};
+    int used[2] = {!strcmp(cpt_cfg_str(cfg, "algo.type"), "opd") && cpt_cfg_str(cfg, "teacher.path")[0],
+                   cpt_cfg_str(cfg, "reward.model_path")[0] != 0};
+    int *gpu[2] = {&out->teacher_gpu, &out->reward_model_gpu};
+    for (int i = 0; i < 2; i++) {
+        if (!used[i]) continue;
+        const char *dv = cpt_cfg_str(cfg, keys[i]), *d = cpt_device_pick(dv, v->slurm ? 0 : v->gpus);
+        if (!d) return cpt_errf(err, "%s = \"%s\": expected auto, cpu or cuda", keys[i], dv);
+        *gpu[i] = !strcmp(d, "cuda");
     }
+    out->reward = out->teacher_gpu || out->reward_model_gpu ? "cuda" : "cpu";
     out->train_gpu = (int)cpt_cfg_int(cfg, "train.cuda_device");
     int on_gpu = !strcmp(out->rollout, "cuda");
     out->rollout_own_gpus = on_gpu && v->slurm && rgpus > 0 && tgpus > 0;
@@ -94,10 +99,13 @@ void cpt_devices_describe(const cpt_devices *d, char *out, size_t cap) {
     const char *rwhere = d->rollout_own_gpus ? " (a GPU per worker)" : d->rollout_shares_gpu ? " (beside the trainer)" : "";
     const char *val = !d->validation ? "" : strcmp(d->validation, "cuda") ? "; validation on the host"
                                                                            : "; validation on the trainer's GPU";
-    char teacher[48] = "";
-    if (!strcmp(d->reward, "cuda")) snprintf(teacher, sizeof teacher, " (the OPD teacher on GPU %d)", d->train_gpu);
+    char models[80] = "";
+    if (d->teacher_gpu || d->reward_model_gpu)
+        snprintf(models, sizeof models, " (%s%s%s on GPU %d)", d->teacher_gpu ? "the OPD teacher" : "",
+                 d->teacher_gpu && d->reward_model_gpu ? " and " : "", d->reward_model_gpu ? "the reward model" : "",
+                 d->train_gpu);
     snprintf(out, cap, "trainer %s%s, rollout %s%s, reward %s%s; weights over %s%s", d->train, tgpu, d->rollout,
-             rwhere, d->reward, teacher, d->transport, val);
+             rwhere, d->reward, models, d->transport, val);
 }
 
 const char *cpt_device_resolve(const cpt_config *cfg, const char *key) {

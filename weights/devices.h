@@ -41,7 +41,8 @@ typedef struct cpt_devices_view {
 } cpt_devices_view;
 
 typedef struct cpt_devices {
-    const char *train, *rollout, *reward; /* "cpu" | "cuda" (reward: cuda only for an OPD teacher, teacher.device) */
+    const char *train, *rollout, *reward; /* "cpu" | "cuda" (reward: cuda when one of its models is on the GPU) */
+    int teacher_gpu, reward_model_gpu;    /* the OPD teacher (teacher.device), the reward model (reward.model_device) */
     const char *transport;                /* "file" | "cuda_ipc" | "nccl" */
     int train_gpu;                        /* GPU index of the trainer when it is on cuda (train.cuda_device) */
     int rollout_own_gpus;                 /* rollout workers hold GPUs of their own (Slurm: slurm.rollout_gpus) */
@@ -53,8 +54,9 @@ typedef struct cpt_devices {
 int cpt_devices_resolve(const cpt_config *cfg, const cpt_devices_view *v, cpt_devices *out, cpt_err *err);
 
 /* One line: "trainer cuda (GPU 0), rollout cuda (beside the trainer), reward cpu; weights over cuda_ipc", and
- * "; validation on the trainer's GPU" (or "on the host") for a GPU trainer that validates; an OPD teacher on the GPU
- * reads "reward cuda (the OPD teacher on GPU 0)". */
+ * "; validation on the trainer's GPU" (or "on the host") for a GPU trainer that validates; the reward worker's models on
+ * the GPU read "reward cuda (the OPD teacher on GPU 0)", "(the reward model ...)" or "(the OPD teacher and the
+ * reward model ...)". */
 void cpt_devices_describe(const cpt_devices *d, char *out, size_t cap);
 
 /* Role-time: the key's device with "auto" resolved by the GPUs this process sees ("cpu" or "cuda"; a value the

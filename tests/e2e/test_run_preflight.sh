@@ -109,4 +109,7 @@ if [ -z "$(nvidia-smi -L 2> /dev/null)" ]; then
 fi
 SLURM_CPUS_ON_NODE=8 bad "opd teacher cuda under slurm" "FAIL  devices .*teacher.device = cuda, but a Slurm job's reward" \
   "${grpo[@]}" --slurm algo.type=opd teacher.path="$T/hf" teacher.device=cuda
+SLURM_CPUS_ON_NODE=8 bad "reward model cuda under slurm" \
+  "FAIL  devices .*reward.model_device = cuda, but a Slurm job's reward" "${grpo[@]}" --slurm reward.model_path="$T/hf" \
+  reward.model_device=cuda
 echo "test_run_preflight: ok ($n configs checked)"

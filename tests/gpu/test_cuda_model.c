@@ -31,6 +31,7 @@
 #include "model/decoder.h"
 #include "core/safetensors.h"
 #include "model/model.h"
+#include "reward/reward_model.h"
 #include "reward/teacher.h"
 #include "tests/check.h"
 #include "tests/gpu/gpu_check.h"
@@ -782,7 +783,7 @@ static void check_teacher(void) {
     cpt_model *cpu = cpt_frozen_model_load(dir, &err), *gpu = cpt_frozen_model_load(dir, &err);
     OK(!cpu || !gpu);
     const char *where = "";
-    OK(cpt_frozen_model_place(gpu, "auto", 7, &where, &err)); /* GPU 7 not seen: GPU 0 */
+    OK(cpt_frozen_model_place(gpu, "teacher.device", "auto", 7, &where, &err)); /* GPU 7 not seen: GPU 0 */
     CHECK_MSG(!strcmp(where, "cuda") && cpt_model_on_cuda(gpu) && cpt_model_host_master(gpu), "placed: %s", where);
     int V = cpt_model_cfg(cpu)->vocab_size;
     enum { NC = 3 };
@@ -807,6 +808,41 @@ static void check_teacher(void) {
     cpt_model_free(gpu);
 }
 
+/* The reward model on the GPU (reward.model_device, reward/reward_model.h): a value head on a fixture, its scores of
+ * packed completions within bf16 tolerance of the same model on the CPU. */
+static void check_reward_model(void) {
+    const char *dir = "tests/fixtures/model/qwen2_untied";
+    cpt_model *cpu = cpt_frozen_model_load(dir, &err), *gpu = cpt_frozen_model_load(dir, &err);
+    OK(!cpu || !gpu);
+    OK(cpt_model_add_value_head(cpu, 5, &err));
+    OK(cpt_model_add_value_head(gpu, 5, &err));
+    const char *where = "";
+    OK(cpt_frozen_model_place(gpu, "reward.model_device", "cuda", 0, &where, &err));
+    CHECK_MSG(!strcmp(where, "cuda") && cpt_model_on_cuda(gpu), "placed: %s", where);
+    int V = cpt_model_cfg(cpu)->vocab_size;
+    enum { NC = 3 };
+    int32_t prompt[4], comp[NC][7];
+    int nt[NC] = {7, 3, 1};
+    cpt_rng r;
+    cpt_rng_seed(&r, 777, 0);
+    for (int i = 0; i < 4; i++) prompt[i] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+    for (int c = 0; c < NC; c++)
+        for (int j = 0; j < 7; j++) comp[c][j] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+    const int32_t *toks[NC] = {comp[0], comp[1], comp[2]};
+    double sc[NC], sg[NC], worst = 0;
+    OK(cpt_reward_model_score_ids(cpu, prompt, 4, NC, toks, nt, sc, &err));
+    OK(cpt_reward_model_score_ids(gpu, prompt, 4, NC, toks, nt, sg, &err));
+    for (int c = 0; c < NC; c++) {
+        double d = fabs(sc[c] - sg[c]);
+        worst = fmax(worst, d);
+        CHECK_MSG(d <= 0.02 + 0.05 * fabs(sc[c]), "reward model score %d: gpu %.6f cpu %.6f", c, sg[c], sc[c]);
+    }
+    CHECK_MSG(sc[0] != sc[1] || sc[1] != sc[2], "the scores do not depend on the completion");
+    printf("  reward model on the GPU: scores %.4f %.4f %.4f, max |gpu - cpu| %.3e\n", sg[0], sg[1], sg[2], worst);
+    cpt_model_free(cpu);
+    cpt_model_free(gpu);
+}
+
 int main(void) {
     const char *fixtures[] = {"qwen2_tied", "qwen2_untied", "qwen3", "llama3"};
     printf("  %-13s %-52s %9s  %-10s %-10s %s\n", "model", "tensor", "elements", "vs torch", "vs cpu", "tol");
@@ -816,6 +852,7 @@ int main(void) {
     printf("  worst: outputs %.3e, gradients %.3e\n", worst_out, worst_grad);
     check_training();
     check_teacher();
+    check_reward_model();
     check_ops();
     const char *bench = getenv("CPT_CUDA_MODEL_BENCH");
     if (bench && (*bench == '1' || *bench == '2')) bench_shape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 8, 2048);

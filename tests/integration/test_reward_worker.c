@@ -1,6 +1,7 @@
 /* cpt-reward against a real redis-server: rollout groups encoded here go in, scored groups with the math
  * reward's values come out; a plugin that crashes sends its groups to the dead stream while the worker lives;
- * SIGTERM drains and exits 0; an OPD teacher asked on a GPU that is not there stops the worker at start. Runs the cpt-reward binary of $CPT_BUILD. */
+ * SIGTERM drains and exits 0; an OPD teacher or reward model asked on a GPU that is not there stops the worker at
+ * start. Runs the cpt-reward binary of $CPT_BUILD. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -338,34 +339,45 @@ static void test_opd_and_reward_model(test_redis *t, const cpt_tokenizer *tok, c
     cpt_model_free(rm);
 }
 
-/* teacher.device = "cuda" where no GPU is seen: the worker exits non-zero at start, naming the key; the default
- * (auto) is the CPU teacher test_opd_and_reward_model scores with. */
-static void test_teacher_device(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
-    if (cpt_gpus_visible() > 0) return; /* the GPU placement itself: tests/gpu (stage learn, ALGOS=opd) */
+/* teacher.device or reward.model_device = "cuda" where no GPU is seen: the worker exits non-zero at start, naming
+ * the key; the default (auto) is the CPU models test_opd_and_reward_model scores with. */
+static void test_model_devices(test_redis *t, const cpt_tokenizer *tok, const char *dir) {
+    if (cpt_gpus_visible() > 0) return; /* the GPU placement itself: tests/gpu (test_cuda_model, stage learn) */
     cpt_err err;
-    char tdir[256], cfgp[256], lines[600], logp[256];
+    char tdir[256], rdir[256];
     snprintf(tdir, sizeof tdir, "%s/teacher", dir);
-    snprintf(cfgp, sizeof cfgp, "%s/opd_cuda.toml", dir);
-    snprintf(logp, sizeof logp, "%s/opd_cuda.log", dir);
-    cpt_model *teacher = tiny_model(cpt_tokenizer_vocab_size(tok), 11, 0);
+    snprintf(rdir, sizeof rdir, "%s/rm", dir);
+    int vocab = cpt_tokenizer_vocab_size(tok);
+    cpt_model *teacher = tiny_model(vocab, 11, 0), *rm = tiny_model(vocab, 21, 1);
     CHECK_EQ_INT(cpt_model_save_hf(teacher, tdir, 0, &err), 0);
-    snprintf(lines, sizeof lines, "[algo]\ntype = \"opd\"\n[teacher]\npath = \"%s\"\ndevice = \"cuda\"", tdir);
-    write_config(cfgp, t->srv.url, "rwc", lines);
-    char exe[1024];
-    snprintf(exe, sizeof exe, "%s/cpt-reward", build_dir());
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen(logp, "w", stderr)) _exit(126);
-        execl(exe, exe, cfgp, "--worker-id", "reward-c", (char *)NULL);
-        _exit(127);
+    CHECK_EQ_INT(cpt_model_save_hf(rm, rdir, 0, &err), 0);
+    for (int k = 0; k < 2; k++) {
+        char cfgp[256], lines[600], logp[256];
+        snprintf(cfgp, sizeof cfgp, "%s/dev_cuda%d.toml", dir, k);
+        snprintf(logp, sizeof logp, "%s/dev_cuda%d.log", dir, k);
+        if (k == 0)
+            snprintf(lines, sizeof lines, "[algo]\ntype = \"opd\"\n[teacher]\npath = \"%s\"\ndevice = \"cuda\"", tdir);
+        else
+            snprintf(lines, sizeof lines, "type = \"math\"\nmodel_path = \"%s\"\nmodel_device = \"cuda\"", rdir);
+        write_config(cfgp, t->srv.url, "rwc", lines);
+        char exe[1024];
+        snprintf(exe, sizeof exe, "%s/cpt-reward", build_dir());
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen(logp, "w", stderr)) _exit(126);
+            execl(exe, exe, cfgp, "--worker-id", "reward-c", (char *)NULL);
+            _exit(127);
+        }
+        int st = 0;
+        CHECK(wait_exit(pid, 15, &st));
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) < 126);
+        const char *want = k == 0 ? "teacher.device = \"cuda\"" : "reward.model_device = \"cuda\"";
+        char *log = cpt_read_file(logp, NULL, &err);
+        CHECK_MSG(log && strstr(log, want), "want %s; log: %s", want, log ? log : err.msg);
+        free(log);
     }
-    int st = 0;
-    CHECK(wait_exit(pid, 15, &st));
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) < 126);
-    char *log = cpt_read_file(logp, NULL, &err);
-    CHECK_MSG(log && strstr(log, "teacher.device = \"cuda\""), "log: %s", log ? log : err.msg);
-    free(log);
     cpt_model_free(teacher);
+    cpt_model_free(rm);
 }
 
 int main(void) {
@@ -378,7 +390,7 @@ int main(void) {
     test_crash(&t, tok, t.dir);
     test_forged(&t, tok, t.dir);
     test_opd_and_reward_model(&t, tok, t.dir);
-    test_teacher_device(&t, tok, t.dir);
+    test_model_devices(&t, tok, t.dir);
     cpt_tokenizer_free(tok);
     test_redis_stop(&t);
     return check_summary("reward_worker");

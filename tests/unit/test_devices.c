@@ -164,12 +164,22 @@ int main(void) {
     d.validation = NULL;
     d.reward = "cuda";
     d.train_gpu = 1;
+    d.teacher_gpu = 1;
     cpt_devices_describe(&d, line, sizeof line);
     CHECK_STR(line, "trainer cuda (GPU 1), rollout cuda (beside the trainer), reward cuda (the OPD teacher on GPU 1); "
                     "weights over cuda_ipc");
+    d.reward_model_gpu = 1;
+    cpt_devices_describe(&d, line, sizeof line);
+    CHECK_STR(line, "trainer cuda (GPU 1), rollout cuda (beside the trainer), reward cuda (the OPD teacher and the "
+                    "reward model on GPU 1); weights over cuda_ipc");
+    d.teacher_gpu = 0;
+    cpt_devices_describe(&d, line, sizeof line);
+    CHECK_STR(line, "trainer cuda (GPU 1), rollout cuda (beside the trainer), reward cuda (the reward model on GPU "
+                    "1); weights over cuda_ipc");
 
     /* the OPD teacher (teacher.device): auto on the GPU when seen locally, never under Slurm (its reward steps hold
-     * no GPU), explicit values kept; without OPD or a teacher.path the reward is on the CPU whatever the key says */
+     * no GPU), explicit values kept; without OPD or a teacher.path the reward is on the CPU whatever the key says;
+     * the reward model (reward.model_device) likewise */
     static const struct {
         const char *ov[3];
         int slurm, gpus;
@@ -182,13 +192,20 @@ int main(void) {
         {{"algo.type=opd", "teacher.path=/t", "teacher.device=cuda"}, 1, 0, "cuda"},
         {{"algo.type=grpo", "teacher.path=/t", "teacher.device=cuda"}, 0, 1, "cpu"},
         {{"algo.type=opd", "teacher.path=", "teacher.device=cuda"}, 0, 1, "cpu"},
+        /* the reward model (reward.model_device), the same rules, for any method */
+        {{"reward.model_path=/rm", "reward.model_device=auto", ""}, 0, 1, "cuda"},
+        {{"reward.model_path=/rm", "reward.model_device=auto", ""}, 1, 4, "cpu"},
+        {{"reward.model_path=/rm", "reward.model_device=cpu", ""}, 0, 1, "cpu"},
+        {{"reward.model_path=", "reward.model_device=cuda", ""}, 0, 1, "cpu"},
+        {{"algo.type=opd", "teacher.path=/t", "reward.model_path=/rm"}, 0, 1, "cuda"},
     };
     for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) {
-        cpt_config *c = load(tc[i].ov, 3);
+        cpt_config *c = load(tc[i].ov, tc[i].ov[2][0] ? 3 : 2);
         if (!c) continue;
         cpt_devices_view v = {.slurm = tc[i].slurm, .gpus = tc[i].gpus};
         CHECK_MSG(cpt_devices_resolve(c, &v, &d, &err) == 0, "case %zu: %s", i, err.msg);
         CHECK_MSG(str_is(d.reward, tc[i].want), "case %zu: reward %s, expected %s", i, shown(d.reward), tc[i].want);
+        CHECK_MSG(str_is(d.reward, "cuda") == (d.teacher_gpu || d.reward_model_gpu), "case %zu: flags", i);
         cpt_config_free(c);
     }
     return check_summary("test_devices");
