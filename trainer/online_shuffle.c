@@ -5,19 +5,13 @@
 
 #include "core/rng.h"
 
-void cpt_online_shuffle_order(uint64_t seed, int64_t step, int n_seqs, int32_t *order) {
+void cpt_online_shuffle_order(uint64_t seed, int64_t step, int n_seqs, uint64_t *order) {
     cpt_rng rng;
     cpt_rng_seed(&rng, seed, 0x5348554646000000ull ^ (uint64_t)step); /* a stream of its own for each step */
-    for (int i = 0; i < n_seqs; i++) order[i] = i;
-    for (int i = n_seqs; i > 1; i--) {
-        int j = (int)cpt_rng_below(&rng, (uint64_t)i);
-        int32_t t = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = t;
-    }
+    cpt_rng_permutation(&rng, order, (size_t)n_seqs);
 }
 
-int cpt_online_batch_permuted(const cpt_rl_batch *b, const int32_t *order, cpt_rl_batch *out, cpt_err *err) {
+int cpt_online_batch_permuted(const cpt_rl_batch *b, const uint64_t *order, cpt_rl_batch *out, cpt_err *err) {
     memset(out, 0, sizeof *out);
     size_t nt = (size_t)b->n_tokens, ns = (size_t)b->n_seqs;
     out->tokens = malloc(nt * sizeof *out->tokens);
@@ -46,7 +40,7 @@ int cpt_online_batch_permuted(const cpt_rl_batch *b, const int32_t *order, cpt_r
     out->n_truncated = b->n_truncated;
     int p = 0;
     for (int i = 0; i < b->n_seqs; i++) {
-        int s = order[i], t0 = b->seq_start[s], n = b->seq_start[s + 1] - t0;
+        int s = (int)order[i], t0 = b->seq_start[s], n = b->seq_start[s + 1] - t0;
         out->seq_start[i] = p;
         memcpy(out->tokens + p, b->tokens + t0, (size_t)n * sizeof *out->tokens);
         memcpy(out->targets + p, b->targets + t0, (size_t)n * sizeof *out->targets);
@@ -65,10 +59,10 @@ int cpt_online_batch_permuted(const cpt_rl_batch *b, const int32_t *order, cpt_r
     return 0;
 }
 
-void cpt_online_permute_tokens(const cpt_rl_batch *b, const cpt_rl_batch *pb, const int32_t *order, const float *src,
+void cpt_online_permute_tokens(const cpt_rl_batch *b, const cpt_rl_batch *pb, const uint64_t *order, const float *src,
                                float *dst, int inverse) {
     for (int i = 0; i < b->n_seqs; i++) {
-        int s = order[i], n = b->seq_start[s + 1] - b->seq_start[s];
+        int s = (int)order[i], n = b->seq_start[s + 1] - b->seq_start[s];
         const float *from = inverse ? src + pb->seq_start[i] : src + b->seq_start[s];
         float *to = inverse ? dst + b->seq_start[s] : dst + pb->seq_start[i];
         memcpy(to, from, (size_t)n * sizeof *to);

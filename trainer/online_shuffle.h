@@ -13,15 +13,15 @@
 #include "trainer/rl_data.h"
 
 /* order[i] = the sequence of the step placed at i: a permutation of [0, n_seqs), a function of (seed, step). */
-void cpt_online_shuffle_order(uint64_t seed, int64_t step, int n_seqs, int32_t *order);
+void cpt_online_shuffle_order(uint64_t seed, int64_t step, int n_seqs, uint64_t *order);
 
 /* *out = b's sequences in `order`, each its own group (group_size 1, its group's weight version): owns its arrays
  * (cpt_rl_batch_free). */
-int cpt_online_batch_permuted(const cpt_rl_batch *b, const int32_t *order, cpt_rl_batch *out, cpt_err *err);
+int cpt_online_batch_permuted(const cpt_rl_batch *b, const uint64_t *order, cpt_rl_batch *out, cpt_err *err);
 
 /* Per-token values between b's order and pb's (pb = b permuted by order): forward, dst[pb's sequence i] =
  * src[b's sequence order[i]]; inverse, the other way. src and dst do not overlap. */
-void cpt_online_permute_tokens(const cpt_rl_batch *b, const cpt_rl_batch *pb, const int32_t *order, const float *src,
+void cpt_online_permute_tokens(const cpt_rl_batch *b, const cpt_rl_batch *pb, const uint64_t *order, const float *src,
                                float *dst, int inverse);
 
 #endif

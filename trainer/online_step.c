@@ -395,7 +395,7 @@ static int update(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_bat
 /* The per-token arrays the updates read, in b's order (the proximal logprobs, advantages, reference logprobs,
  * returns and old values): permuted into the shuffled batch's order, or back (inverse). */
 static int permute_step_arrays(cpt_online_learner *L, const cpt_rl_batch *b, const cpt_rl_batch *pb,
-                               const int32_t *order, int inverse, cpt_err *err) {
+                               const uint64_t *order, int inverse, cpt_err *err) {
     int ppo = L->oc.type == CPT_OBJ_PPO;
     float *arrays[5] = {L->old_logp, L->adv, L->ref && L->oc.kl_beta > 0 ? L->ref_logp : NULL,
                         ppo ? L->returns : NULL, ppo ? L->old_values : NULL};
@@ -468,7 +468,7 @@ int cpt_online_learner_step(cpt_online_learner *L, const cpt_rl_batch *b, int64_
     /* train.mini_batch_shuffle: the updates take b's sequences in a random order, split by sequences */
     const cpt_rl_batch *ub = b;
     cpt_rl_batch pb;
-    int32_t *order = NULL;
+    uint64_t *order = NULL;
     memset(&pb, 0, sizeof pb);
     int rc = 0;
     if (mbs > 1 && L->shuffle) {

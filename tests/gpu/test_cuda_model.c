@@ -776,6 +776,13 @@ static void check_head_dims(void) {
     cpt_model_free(m);
 }
 
+/* ids[0..n) drawn uniformly from [0, V) by the stream of seed. */
+static void random_ids(uint64_t seed, int V, int32_t *ids, int n) {
+    cpt_rng r;
+    cpt_rng_seed(&r, seed, 0);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+}
+
 /* The OPD teacher on the GPU (teacher.device = cuda or auto, reward/teacher.h): placed with its fp32 weights on the
  * host, its per-token logprobs of packed completions within bf16 tolerance of the same teacher on the CPU. */
 static void check_teacher(void) {
@@ -789,11 +796,8 @@ static void check_teacher(void) {
     enum { NC = 3 };
     int32_t prompt[5], comp[NC][9];
     int nt[NC] = {9, 4, 1};
-    cpt_rng r;
-    cpt_rng_seed(&r, 12345, 0);
-    for (int i = 0; i < 5; i++) prompt[i] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
-    for (int c = 0; c < NC; c++)
-        for (int j = 0; j < 9; j++) comp[c][j] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+    random_ids(12345, V, prompt, 5);
+    random_ids(12346, V, &comp[0][0], NC * 9);
     const int32_t *toks[NC] = {comp[0], comp[1], comp[2]};
     float lc[NC][9], lg[NC][9];
     float *oc[NC] = {lc[0], lc[1], lc[2]}, *og[NC] = {lg[0], lg[1], lg[2]};
@@ -823,11 +827,8 @@ static void check_reward_model(void) {
     enum { NC = 3 };
     int32_t prompt[4], comp[NC][7];
     int nt[NC] = {7, 3, 1};
-    cpt_rng r;
-    cpt_rng_seed(&r, 777, 0);
-    for (int i = 0; i < 4; i++) prompt[i] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
-    for (int c = 0; c < NC; c++)
-        for (int j = 0; j < 7; j++) comp[c][j] = (int32_t)cpt_rng_below(&r, (uint64_t)V);
+    random_ids(777, V, prompt, 4);
+    random_ids(778, V, &comp[0][0], NC * 7);
     const int32_t *toks[NC] = {comp[0], comp[1], comp[2]};
     double sc[NC], sg[NC], worst = 0;
     OK(cpt_reward_model_score_ids(cpu, prompt, 4, NC, toks, nt, sc, &err));

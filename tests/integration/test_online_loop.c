@@ -340,6 +340,18 @@ static void player_init(player *p, test_redis *R, const char *cfg_path, const ch
     memcpy(p->bad, bad, sizeof bad);
 }
 
+/* R->dir/run-NAME made, with its config.toml (run "olNAME", async.mode MODE) at cfg_path. */
+static void make_run(test_redis *R, const char *name, const char *mode, char *run_dir, size_t run_cap, char *cfg_path,
+                     size_t cfg_cap) {
+    snprintf(run_dir, run_cap, "%s/run-%s", R->dir, name);
+    cpt_err err;
+    CHECK_MSG(cpt_mkdir_p(run_dir, 0755, &err) == 0, "%s", err.msg);
+    snprintf(cfg_path, cfg_cap, "%s/config.toml", run_dir);
+    char run[64];
+    snprintf(run, sizeof run, "ol%s", name);
+    write_config(cfg_path, run, run_dir, R->srv.url, mode);
+}
+
 static void player_free(player *p) {
     cpt_queue_close(p->q);
     cpt_model_free(p->m);
@@ -349,11 +361,8 @@ static void player_free(player *p) {
 
 static void test_sync_and_resume(test_redis *R) {
     char run_dir[256], cfg_path[300], path[400];
-    snprintf(run_dir, sizeof run_dir, "%s/run-sync", R->dir);
     cpt_err err;
-    cpt_mkdir_p(run_dir, 0755, &err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
-    write_config(cfg_path, "olsync", run_dir, R->srv.url, "sync");
+    make_run(R, "sync", "sync", run_dir, sizeof run_dir, cfg_path, sizeof cfg_path);
     player p;
     player_init(&p, R, cfg_path, "olsync");
 
@@ -506,11 +515,7 @@ static void test_sync_and_resume(test_redis *R) {
 
 static void test_async_stale(test_redis *R) {
     char run_dir[256], cfg_path[300];
-    snprintf(run_dir, sizeof run_dir, "%s/run-async", R->dir);
-    cpt_err err;
-    cpt_mkdir_p(run_dir, 0755, &err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
-    write_config(cfg_path, "olasync", run_dir, R->srv.url, "async");
+    make_run(R, "async", "async", run_dir, sizeof run_dir, cfg_path, sizeof cfg_path);
     player p;
     player_init(&p, R, cfg_path, "olasync");
     pid_t pid = start_trainer(cfg_path, 0, NULL);
@@ -529,11 +534,8 @@ static void test_async_stale(test_redis *R) {
 
 static void test_epoch_end_resume(test_redis *R) {
     char run_dir[256], cfg_path[300], data[300], path[400], ov_data[400];
-    snprintf(run_dir, sizeof run_dir, "%s/run-epoch", R->dir);
     cpt_err err;
-    cpt_mkdir_p(run_dir, 0755, &err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
-    write_config(cfg_path, "olepoch", run_dir, R->srv.url, "sync");
+    make_run(R, "epoch", "sync", run_dir, sizeof run_dir, cfg_path, sizeof cfg_path);
     snprintf(data, sizeof data, "%s/four.jsonl", run_dir);
     const char *four = "{\"prompt\":\"What is 5 * 5?\",\"answer\":\"25\"}\n"
                        "{\"prompt\":\"What is 41 + 62?\",\"answer\":\"103\"}\n"
@@ -572,11 +574,7 @@ static void test_epoch_end_resume(test_redis *R) {
 
 static void test_forged_scored(test_redis *R) {
     char run_dir[256], cfg_path[300];
-    snprintf(run_dir, sizeof run_dir, "%s/run-forged", R->dir);
-    cpt_err err;
-    cpt_mkdir_p(run_dir, 0755, &err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
-    write_config(cfg_path, "olforged", run_dir, R->srv.url, "sync");
+    make_run(R, "forged", "sync", run_dir, sizeof run_dir, cfg_path, sizeof cfg_path);
     player p;
     player_init(&p, R, cfg_path, "olforged");
     pid_t pid = start_trainer(cfg_path, 0, NULL);
@@ -601,11 +599,7 @@ static void test_forged_scored(test_redis *R) {
  * queue.group_timeout_s has passed, and the run trains its 12 groups: 1 failed attempt, nothing skipped. */
 static void test_group_timeout(test_redis *R) {
     char run_dir[256], cfg_path[300];
-    snprintf(run_dir, sizeof run_dir, "%s/run-timeout", R->dir);
-    cpt_err err;
-    cpt_mkdir_p(run_dir, 0755, &err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
-    write_config(cfg_path, "oltimeout", run_dir, R->srv.url, "sync");
+    make_run(R, "timeout", "sync", run_dir, sizeof run_dir, cfg_path, sizeof cfg_path);
     player p;
     player_init(&p, R, cfg_path, "oltimeout");
     char *ov[] = {"queue.group_timeout_s=1"};
@@ -644,12 +638,9 @@ static int log_line_has(const char *path, double secs, const char *a, const char
  * another weight version than the one announced (as one that cannot load it is), and a reward worker. */
 static void test_idle_report(test_redis *R) {
     char run_dir[256], cfg_path[300], log[320];
-    snprintf(run_dir, sizeof run_dir, "%s/run-idle", R->dir);
     cpt_err err;
-    cpt_mkdir_p(run_dir, 0755, &err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.toml", run_dir);
+    make_run(R, "idle", "sync", run_dir, sizeof run_dir, cfg_path, sizeof cfg_path);
     snprintf(log, sizeof log, "%s/trainer.log", run_dir);
-    write_config(cfg_path, "olidle", run_dir, R->srv.url, "sync");
     char *ov[] = {"online.idle_warn_s=1"};
     pid_t pid = start_trainer_logged(cfg_path, 1, ov, log);
     if (!log_line_has(log, 20, "no scored group for", "no worker has sent a heartbeat")) {

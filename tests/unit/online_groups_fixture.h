@@ -33,7 +33,7 @@ static void make_batch(groups *f, cpt_model *m, cpt_rl_batch *b) {
     memset(f, 0, sizeof *f);
     f->prompt[0] = 1, f->prompt[1] = 2;
     cpt_err err;
-    cpt_rl_batch_reset(b);
+    memset(b, 0, sizeof *b); /* a new batch: callers free it with cpt_rl_batch_free */
     for (int g = 0; g < 4; g++) {
         cpt_rollout_group *rg = &f->g[g];
         rg->id.index = (uint64_t)g;

@@ -89,7 +89,6 @@ static void learner_step(const char *mini_batches) {
     CHECK_EQ_INT(cpt_online_learner_init(&L, cfg, &oc, pol, NULL, NULL, &err), 0);
     groups f;
     cpt_rl_batch b;
-    memset(&b, 0, sizeof b);
     make_batch(&f, pol, &b);
     cpt_online_step_stats st;
     CHECK_MSG(cpt_online_learner_step(&L, &b, 0, &st, &err) == 0, "%s", err.msg);

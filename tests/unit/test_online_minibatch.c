@@ -22,7 +22,6 @@ static void test_view(void) {
     cpt_model *m = tiny_model();
     groups f;
     cpt_rl_batch b, v;
-    memset(&b, 0, sizeof b);
     make_batch(&f, m, &b);
     int32_t ss[17];
     /* groups of 4 sequences of 4, 5, 6, 7 tokens: [0, 16), [16, 36), [36, 60), [60, 88) */
@@ -73,7 +72,6 @@ static int two_steps(const char *const *extra, int n_extra, outcome *out, cpt_er
     if (!rc) {
         groups f;
         cpt_rl_batch b;
-        memset(&b, 0, sizeof b);
         make_batch(&f, pol, &b);
         if (cpt_cfg_int(cfg, "train.zero")) {
             /* no whole AdamW is made, and a step needs the slices first; then one rank's slices */
@@ -211,20 +209,19 @@ static void test_shuffle(void) {
     cpt_model *m = tiny_model();
     groups f;
     cpt_rl_batch b, pb;
-    memset(&b, 0, sizeof b);
     make_batch(&f, m, &b);
     int n = b.n_seqs;
-    int32_t o1[16], o2[16], o3[16];
+    uint64_t o1[16], o2[16], o3[16];
     CHECK_EQ_INT(n, 16);
     cpt_online_shuffle_order(7, 3, n, o1);
     cpt_online_shuffle_order(7, 3, n, o2);
     cpt_online_shuffle_order(7, 4, n, o3);
     int seen[16] = {0}, same = 1, other = 1, moved = 0;
     for (int i = 0; i < n; i++) {
-        if (o1[i] >= 0 && o1[i] < n) seen[o1[i]]++;
+        if (o1[i] < (uint64_t)n) seen[o1[i]]++;
         same &= o1[i] == o2[i];
         other &= o1[i] == o3[i];
-        moved += o1[i] != i;
+        moved += o1[i] != (uint64_t)i;
     }
     for (int i = 0; i < n; i++) CHECK_MSG(seen[i] == 1, "sequence %d placed %d times", i, seen[i]);
     CHECK(same && !other && moved > 0);
@@ -232,7 +229,7 @@ static void test_shuffle(void) {
     CHECK_EQ_INT(cpt_online_batch_permuted(&b, o1, &pb, &err), 0);
     CHECK(pb.n_seqs == n && pb.n_groups == n && pb.n_tokens == b.n_tokens && pb.seq_start[n] == b.n_tokens);
     for (int i = 0; i < n; i++) {
-        int s = o1[i], len = b.seq_start[s + 1] - b.seq_start[s];
+        int s = (int)o1[i], len = b.seq_start[s + 1] - b.seq_start[s];
         CHECK_EQ_INT(pb.seq_start[i + 1] - pb.seq_start[i], len);
         CHECK(!memcmp(pb.tokens + pb.seq_start[i], b.tokens + b.seq_start[s], (size_t)len * sizeof(int32_t)));
         CHECK(!memcmp(pb.mask + pb.seq_start[i], b.mask + b.seq_start[s], (size_t)len * sizeof(float)));
