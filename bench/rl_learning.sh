@@ -16,7 +16,8 @@
 #   4. TRL=1 with bench/trl_grpo.py present: the same recipe in TRL on seed 1 (TRL_TIMEOUT s)
 #   5. the summary: per run accuracy before/after, reward/mean of the first and last tenth, steps, wall time, steps/s;
 #      mean and spread over seeds; RL minus start and RL minus lr 0, issue 22's target met or not (+0.15 held-out
-#      over lr 0 or half the start's error, on the means); $OUT/learn_summary.json and learn_summary.md
+#      over lr 0 or half the start's error, on the means); $OUT/learn_summary.json and learn_summary.md; with TRL
+#      runs, bench/rl_curve_check.py's tenth-by-tenth comparison of the training reward appended to the latter
 #
 #   bench/rl_learning.sh --cpu-smoke [BUILD]   here: the same flow on the CPU, a tiny model, file transport
 #   bench/rl_learning.sh run CARRY             on the device: CARRY/bin has the cpt binaries and redis-server,
@@ -521,6 +522,10 @@ flow() {
   grpo_all
   trl
   summary
+  # with a TRL run that logged steps: the curves side by side, tenth by tenth, prompts controlled for by lr 0
+  if compgen -G "$OUT/trl-s*/metrics.jsonl" > /dev/null; then
+    python3 bench/rl_curve_check.py "$OUT" --md "$OUT/learn_summary.md"
+  fi
   say "done"
 }
 
