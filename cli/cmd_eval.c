@@ -168,7 +168,8 @@ int cmd_eval(int argc, char **argv) {
     if (!(ds = cpt_dataset_load(data, &dopt, &err))) goto fail;
     if (is_model) {
         reward = cpt_reward_model_load_on(cpt_cfg_str(cfg, "reward.model_path"), cpt_cfg_str(cfg, "tokenizer.path"),
-                                          cpt_cfg_str(cfg, "reward.model_device"), 0, &err);
+                                          cpt_cfg_str(cfg, "reward.model_device"),
+                                          (int)cpt_cfg_int(cfg, "train.cuda_device"), &err);
     } else {
         reward = cpt_reward_with_model_from_config(cfg, &err);
     }

@@ -160,7 +160,8 @@ static int setup_satellites(cpt_launcher *L, cpt_err *err) {
 }
 
 /* Every auto of train.device, rollout.device and weights.transport becomes the concrete value (weights/devices.h), so
- * each role, a restart and a requeue read the same; said in one line. */
+ * each role, a restart and a requeue read the same; under Slurm also teacher.device and reward.model_device (the
+ * CPU); said in one line. */
 static int resolve_devices(cpt_launcher *L, cpt_err *err) {
     cpt_devices_view v = {.slurm = L->exec == CPT_EXEC_SLURM, .gpus = L->exec == CPT_EXEC_SLURM ? 0 : cpt_gpus_visible()};
     if (cpt_devices_resolve(L->cfg, &v, &L->dev, err)) return -1;
@@ -170,6 +171,15 @@ static int resolve_devices(cpt_launcher *L, cpt_err *err) {
     for (int i = 0; i < 3; i++)
         if (!strcmp(cpt_cfg_str(L->cfg, keys[i]), "auto")) {
             if (add_override(L, keys[i], vals[i], err)) return -1;
+            added = 1;
+        }
+    /* A Slurm job's reward steps (and reward satellites) are given no GPU, but where the cluster does not fence
+     * devices they would still see the node's: the reward worker's own auto could then take a GPU of another
+     * step or job. The CPU, as the devices line says, is written down. */
+    const char *frozen[2] = {"teacher.device", "reward.model_device"};
+    for (int i = 0; i < 2 && L->exec == CPT_EXEC_SLURM; i++)
+        if (!strcmp(cpt_cfg_str(L->cfg, frozen[i]), "auto")) {
+            if (add_override(L, frozen[i], "cpu", err)) return -1;
             added = 1;
         }
     char line[256];

@@ -120,9 +120,12 @@ static void check_devices(cpt_preflight *p) {
     int teacher_gpu = online && p->dev.teacher_gpu, rm_gpu = online && p->dev.reward_model_gpu;
     const char *rkey = teacher_gpu ? "teacher.device" : "reward.model_device";
     if (p->slurm) {
-        if (teacher_gpu || rm_gpu)
-            line(p, "FAIL", "devices", "%s = cuda, but a Slurm job's reward steps get no GPU: set %s=auto (the CPU "
-                 "there)", rkey, rkey);
+        const char *frozen[2] = {"teacher.device", "reward.model_device"};
+        const int on_gpu[2] = {teacher_gpu, rm_gpu};
+        for (int i = 0; i < 2; i++)
+            if (on_gpu[i])
+                line(p, "FAIL", "devices", "%s = cuda, but a Slurm job's reward steps get no GPU: set %s=auto (the "
+                     "CPU there)", frozen[i], frozen[i]);
         if (t_gpu && tg == 0)
             line(p, "FAIL", "devices", "train.device = cuda, but slurm.trainer_gpus = 0: the trainer's step gets no GPU; "
                  "set slurm.trainer_gpus=1 or train.device=auto");
@@ -146,7 +149,7 @@ static void check_devices(cpt_preflight *p) {
         );
     }
     long offered = gpus_offered(p);
-    if (offered > 0 && !t_gpu && !r_gpu)
+    if (offered > 0 && !t_gpu && !r_gpu && !teacher_gpu && !rm_gpu)
         line(p, "warn", "devices", "%s %ld GPU%s, but every role runs on the CPU%s", p->slurm ? "the allocation holds" :
              "this machine shows", offered, offered == 1 ? "" : "s",
 #ifdef CPT_HAVE_CUDA

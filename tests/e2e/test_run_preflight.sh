@@ -106,10 +106,23 @@ if [ -z "$(nvidia-smi -L 2> /dev/null)" ]; then
     { cat "$T/out"; fail "opd, teacher.device = cuda: not on the GPU in the roles line"; }
   grep -q "warn  devices    teacher.device = cuda, but this process sees no GPU" "$T/out" ||
     { cat "$T/out"; fail "opd, teacher.device = cuda: no warning that no GPU is seen"; }
+  # the GPUs a machine shows are not all idle when the teacher takes one: no "every role runs on the CPU"
+  CUDA_VISIBLE_DEVICES=0 good "opd teacher cuda, the other roles cpu" "${grpo[@]}" algo.type=opd teacher.path="$T/hf" \
+    teacher.device=cuda train.device=cpu rollout.device=cpu
+  ! grep -q "every role runs on the CPU" "$T/out" || { cat "$T/out"; fail "opd, teacher on the GPU: every role on the CPU"; }
+  CUDA_VISIBLE_DEVICES=0 good "opd teacher cpu, the other roles cpu" "${grpo[@]}" algo.type=opd teacher.path="$T/hf" \
+    teacher.device=cpu train.device=cpu rollout.device=cpu
+  grep -q "warn  devices    this machine shows 1 GPU, but every role runs on the CPU" "$T/out" ||
+    { cat "$T/out"; fail "opd, every role on the CPU: no warning"; }
 fi
 SLURM_CPUS_ON_NODE=8 bad "opd teacher cuda under slurm" "FAIL  devices .*teacher.device = cuda, but a Slurm job's reward" \
   "${grpo[@]}" --slurm algo.type=opd teacher.path="$T/hf" teacher.device=cuda
 SLURM_CPUS_ON_NODE=8 bad "reward model cuda under slurm" \
   "FAIL  devices .*reward.model_device = cuda, but a Slurm job's reward" "${grpo[@]}" --slurm reward.model_path="$T/hf" \
   reward.model_device=cuda
+SLURM_CPUS_ON_NODE=8 bad "teacher and reward model cuda under slurm" "preflight: 2 problems" "${grpo[@]}" --slurm \
+  algo.type=opd teacher.path="$T/hf" teacher.device=cuda reward.model_path="$T/hf" reward.model_device=cuda
+grep -q "FAIL  devices    teacher.device = cuda, but a Slurm job's reward" "$T/out" &&
+  grep -q "FAIL  devices    reward.model_device = cuda, but a Slurm job's reward" "$T/out" ||
+  { cat "$T/out"; fail "both keys on cuda under Slurm: not a FAIL line for each"; }
 echo "test_run_preflight: ok ($n configs checked)"

@@ -29,5 +29,10 @@ grep -q 'ok    resources  roles ask 3 CPUs, 0 GPUs' "$log" || fail "the roles di
 grep -q "cpt-sched: run finished: $T/job" "$log" || fail "the run did not finish"
 grep -q '^device = "cpu"' "$T/job/config.toml" || fail "RUN_DIR/config.toml holds no resolved device"
 grep -q '^transport = "file"' "$T/job/config.toml" || fail "RUN_DIR/config.toml holds no resolved transport"
+# the reward steps get no GPU: the OPD teacher's and the reward model's auto are written down as the CPU
+python3 -c 'import sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb"))
+assert c["teacher"]["device"] == "cpu" and c["reward"]["model_device"] == "cpu", (c["teacher"], c["reward"])' \
+  "$T/job/config.toml" || fail "teacher.device / reward.model_device not resolved to the CPU under Slurm"
 summary=$(check_groups "$T/job" $STEPS $G) || fail "exactly-once: $summary"
 echo "test_sbatch_cpu_line: ok ($line, $STEPS steps; $summary)"
