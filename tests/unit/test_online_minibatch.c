@@ -3,8 +3,9 @@
  * and clip (the proximal logprobs are the weights before the step's first update), that with lr 0 the ratio stays 1
  * (the proximal pass and the mini-batch forwards agree), that one mini-batch is exactly the step as it was, and the
  * config checks (the two names of the epochs; more mini-batches than groups); shuffled mini-batches
- * (train.mini_batch_shuffle, trainer/online_shuffle.h). */
+ * (train.mini_batch_shuffle, trainer/online_shuffle.h), and that a shuffled step is the step on the permuted batch. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,9 +285,110 @@ static void test_shuffle(void) {
     free(one.weights), free(sh_one.weights);
 }
 
+/* A shuffled step on b is exactly an unshuffled step on b permuted by the same order, for the methods whose
+ * advantages do not depend on the grouping (PPO without whitening, with a critic and a KL to a reference; OPD
+ * without its task part): so the advantages, reference logprobs, returns and old values go with their tokens (an
+ * array left in the batch's order would give other weights; the lr-0 check above sees only the logprobs). */
+typedef struct equiv_run {
+    float *w, *cw; /* the policy's and the critic's weights after the step */
+    size_t n, cn;
+} equiv_run;
+
+static int equiv_step(const char *algo, int shuffle, int permute, equiv_run *out) {
+    char a[64], sh[64];
+    snprintf(a, sizeof a, "algo.type=%s", algo);
+    snprintf(sh, sizeof sh, "train.mini_batch_shuffle=%s", shuffle ? "true" : "false");
+    char *ov[] = {a, sh, "optim.lr=0.05", "optim.schedule=constant", "train.steps=10", "critic.lr=0.05",
+                  "algo.kl_beta=0.02", "algo.ppo_norm_adv=false", "train.tokens_per_micro_batch=100000",
+                  "train.mini_batches=2", "run.seed=5", "algo.opd_task_weight=0"};
+    cpt_err err;
+    cpt_config *cfg = cpt_config_load(NULL, sizeof ov / sizeof ov[0], ov, &err);
+    CHECK_MSG(cfg != NULL, "%s", err.msg);
+    if (!cfg) return -1;
+    cpt_objective_config oc;
+    int rc = -1, ppo = !strcmp(algo, "ppo");
+    cpt_model *pol = tiny_model(), *ref = tiny_model(), *critic = ppo ? tiny_model() : NULL;
+    if (critic && cpt_model_add_value_head(critic, 5, &err)) goto out;
+    /* a reference other than the policy, so the KL term moves the weights too */
+    float *rd = cpt_model_data(ref);
+    for (size_t i = 0; i < cpt_model_numel(ref); i++) rd[i] *= 1.1f;
+    if (cpt_obj_type_parse(algo, &oc.type, &err) || cpt_objective_from_config(cfg, &oc, &err)) goto out;
+    cpt_online_learner L;
+    if (cpt_online_learner_init(&L, cfg, &oc, pol, ref, critic, &err)) goto out;
+    groups f;
+    cpt_rl_batch b, pb;
+    make_batch(&f, pol, &b);
+    memset(&pb, 0, sizeof pb);
+    /* token-dependent teacher logprobs (OPD) and rewards that differ by sequence (PPO's returns) */
+    b.teacher_logprobs = calloc((size_t)b.n_tokens, sizeof(float));
+    for (int t = 0; b.teacher_logprobs && t < b.n_tokens; t++)
+        b.teacher_logprobs[t] = b.mask[t] != 0 ? -0.1f * (float)(t % 7) - 0.5f : 0;
+    b.has_teacher = 1;
+    for (int s = 0; s < b.n_seqs; s++) b.seq_reward[s] = (double)((s * 7) % 5) / 4.0;
+    uint64_t order[16];
+    const cpt_rl_batch *use = &b;
+    if (permute) {
+        cpt_online_shuffle_order(5, 0, b.n_seqs, order); /* the learner's order at run.seed 5, step 0 */
+        if (cpt_online_batch_permuted(&b, order, &pb, &err)) goto free_batch;
+        use = &pb;
+    }
+    cpt_online_step_stats st;
+    if (cpt_online_learner_step(&L, use, 0, &st, &err)) goto free_batch;
+    out->n = cpt_model_numel(pol);
+    out->w = malloc(out->n * sizeof(float));
+    if (out->w) memcpy(out->w, cpt_model_data(pol), out->n * sizeof(float));
+    if (critic) {
+        out->cn = cpt_model_numel(critic);
+        out->cw = malloc(out->cn * sizeof(float));
+        if (out->cw) memcpy(out->cw, cpt_model_data(critic), out->cn * sizeof(float));
+    }
+    rc = 0;
+free_batch:
+    cpt_rl_batch_free(&pb);
+    cpt_rl_batch_free(&b);
+    cpt_online_learner_free(&L);
+out:
+    CHECK_MSG(rc == 0, "%s%s%s: %s", algo, shuffle ? ", shuffled" : "", permute ? ", permuted" : "", err.msg);
+    cpt_model_free(pol);
+    cpt_model_free(ref);
+    cpt_model_free(critic);
+    cpt_config_free(cfg);
+    return rc;
+}
+
+static double diff_floats(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static void test_shuffle_equivalence(void) {
+    const char *algos[] = {"ppo", "opd"};
+    for (int k = 0; k < 2; k++) {
+        equiv_run sh = {0}, perm = {0}, whole = {0};
+        if (!equiv_step(algos[k], 1, 0, &sh) && !equiv_step(algos[k], 0, 1, &perm) &&
+            !equiv_step(algos[k], 0, 0, &whole) && sh.w && perm.w && whole.w) {
+            double d_perm = diff_floats(sh.w, perm.w, sh.n), d_whole = diff_floats(sh.w, whole.w, sh.n);
+            printf("%s, shuffled: against the same step on the permuted batch %.3g, against whole groups %.3g\n",
+                   algos[k], d_perm, d_whole);
+            CHECK_MSG(d_perm == 0, "%s: a shuffled step differs from the step on the permuted batch by %.3g",
+                      algos[k], d_perm);
+            CHECK(d_whole > 1e-6);
+            if (sh.cw && perm.cw && whole.cw) {
+                CHECK_MSG(diff_floats(sh.cw, perm.cw, sh.cn) == 0, "%s: the critic differs", algos[k]);
+                CHECK(diff_floats(sh.cw, whole.cw, sh.cn) > 1e-6);
+            } else {
+                CHECK(k != 0); /* PPO has a critic */
+            }
+        }
+        free(sh.w), free(sh.cw), free(perm.w), free(perm.cw), free(whole.w), free(whole.cw);
+    }
+}
+
 int main(void) {
     test_view();
     test_shuffle();
+    test_shuffle_equivalence();
     test_updates();
     test_warmup();
     test_config_errors();
