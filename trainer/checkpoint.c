@@ -427,6 +427,11 @@ int cpt_ckpt_load_steps(const char *ckpt_dir, cpt_model *model, cpt_adamw *opt, 
     if (opt) {
         snprintf(p, sizeof p, "%s/optimizer.safetensors", ckpt_dir);
         int shards = cpt_path_exists(p) ? 0 : cpt_zero_shards_world(ckpt_dir);
+        if (shards < 0) {
+            cpt_errf(err, "optimizer shards of more than one number of ranks and no optimizer.safetensors: not a "
+                     "checkpoint one save wrote");
+            goto fail;
+        }
         if (shards) {
             cpt_errf(err, "written with train.zero = 1 by %d ranks (optimizer-rank-*-of-%d, no optimizer.safetensors): "
                      "resume with train.zero = 1, at any number of ranks", shards, shards);

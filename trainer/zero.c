@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/safetensors.h"
@@ -323,15 +324,50 @@ static long long meta_num(const cpt_st_file *f, const char *key) {
     return s && *s && !*end ? x : -1;
 }
 
+/* 1 when name is exactly a shard's file name (cpt_zero_shard_name), with its rank and world; a temporary file of an
+ * interrupted write ("...safetensors.tmp.PID") is not one. */
+static int shard_name_parse(const char *name, int *rank, int *world) {
+    int r, w, end = -1;
+    if (sscanf(name, "optimizer-rank-%d-of-%d.safetensors%n", &r, &w, &end) != 2 || end < 0 || name[end] ||
+        w <= 0 || r < 0 || r >= w)
+        return 0;
+    *rank = r, *world = w;
+    return 1;
+}
+
 int cpt_zero_shards_world(const char *dir) {
     DIR *d = opendir(dir);
-    int w = 0, r;
+    int world = 0, r, w;
     if (!d) return 0;
     for (struct dirent *e; (e = readdir(d));)
-        if (sscanf(e->d_name, "optimizer-rank-%d-of-%d.safetensors", &r, &w) == 2 && w > 0) break;
-        else w = 0;
+        if (shard_name_parse(e->d_name, &r, &w)) {
+            if (world && w != world) {
+                world = -1;
+                break;
+            }
+            world = w;
+        }
     closedir(d);
-    return w;
+    return world;
+}
+
+/* Rank 0, once every rank has written its shard: the staging folder keeps only this save's shards. A folder that
+ * an interrupted save of another attempt left (killed after its ranks staged, before rank 0 committed) may hold
+ * shards of another number of ranks, or temporary files; committed beside this save's, a resume could read them. */
+static int prune_staging(const cpt_zero *z, const char *dir, cpt_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return cpt_errno(err, "opendir %s", dir);
+    int rc = 0, r, w;
+    char path[4096 + 300];
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (shard_name_parse(e->d_name, &r, &w) && w == z->world) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0) rc = cpt_errno(err, "removing %s, left by an interrupted checkpoint", path);
+        else cpt_warn("zero: removed %s, left by an interrupted checkpoint of another attempt", path);
+    }
+    closedir(d);
+    return rc;
 }
 
 int cpt_zero_save_all(const cpt_zero *z, const char *dir, cpt_err *err) {
@@ -341,12 +377,14 @@ int cpt_zero_save_all(const cpt_zero *z, const char *dir, cpt_err *err) {
     cpt_err mine = {0};
     int ok = cpt_mkdir_p(dir, 0700, &mine) == 0 && cpt_zero_save(z, path, &mine) == 0;
     float failed = ok ? 0.0f : 1.0f;
+    /* a collective after every rank's write: past it no rank is writing into dir */
     if (cpt_dp_sum_floats(z->dp, &failed, 1, err)) return -1;
     if (!ok) {
         *err = mine;
         return -1;
     }
     if (failed > 0) return cpt_errf(err, "%s: %g other rank(s) could not write their optimizer shard", dir, failed);
+    if (z->rank == 0 && prune_staging(z, dir, err)) return -1;
     return 0;
 }
 
@@ -433,6 +471,9 @@ int cpt_zero_load(cpt_zero *z, const char *ckpt_dir, int *from_world, cpt_err *e
     char whole[4096 + 32];
     snprintf(whole, sizeof whole, "%s/optimizer.safetensors", ckpt_dir);
     int world = cpt_zero_shards_world(ckpt_dir);
+    if (world < 0)
+        return cpt_errf(err, "%s holds optimizer shards of more than one number of ranks (optimizer-rank-*-of-*): "
+                        "not a checkpoint one save wrote; resume from another step", ckpt_dir);
     if (!world && !cpt_path_exists(whole))
         return cpt_errf(err, "%s holds no optimizer state (neither optimizer-rank-*-of-*.safetensors nor "
                         "optimizer.safetensors)", ckpt_dir);

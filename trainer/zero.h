@@ -64,7 +64,9 @@ int cpt_zero_save(const cpt_zero *z, const char *path, cpt_err *err);
 /* Every rank writes its slice into dir (made when missing) under cpt_zero_shard_name, then all learn whether every
  * rank did: -1 on every rank when one failed. Collective. */
 int cpt_zero_save_all(const cpt_zero *z, const char *dir, cpt_err *err);
-/* The number of ranks whose shards the step folder dir holds, 0 when it holds none. */
+/* The number of ranks whose shards the step folder dir holds, 0 when it holds none, -1 when it holds shards of more
+ * than one number of ranks (only exact shard names count). cpt_zero_save_all leaves only its own world's shards in
+ * its folder (rank 0 removes the rest once every rank has written). */
 int cpt_zero_shards_world(const char *dir);
 /* This rank's slice of the moments and the step from the step folder ckpt_dir: from the shards of any number of
  * ranks, or from a whole optimizer.safetensors (train.zero = 0). *from_world (may be NULL) gets the number of ranks

@@ -1,7 +1,10 @@
 /* ZeRO-1 checkpoints re-sharded (trainer/zero.h): the optimizer shards of W ranks, or a whole optimizer.safetensors
  * written with train.zero = 0, load into the slices of any other number of ranks; every float lands where the flat
  * moments had it, padding reads as zero, and a missing, inconsistent or foreign file is refused without touching
- * the optimizer. No collective is needed: the slices are made by hand here as cpt_zero_new would make them. */
+ * the optimizer; a slice reads only the files that hold it; a save leaves only its own world's shards in a staging
+ * folder another attempt left, and a folder of two worlds is refused. The slices are made by hand here as
+ * cpt_zero_new would make them (the save runs as a one-rank group without a library). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include "model/model.h"
 #include "tests/check.h"
 #include "tests/tiny_model.h"
+#include "trainer/dp.h"
 #include "trainer/optim.h"
 #include "trainer/zero.h"
 
@@ -176,6 +180,76 @@ int main(void) {
         printf("refused (%s): %s\n", cases[k].what, rc ? err.msg : "(loaded)");
         slice_free(&z);
     }
+
+    /* 4. a slice reads only the files that hold it: rank 0 of 3 loads with the other two ranks' files gone */
+    snprintf(dir, sizeof dir, "%s/only-own", root);
+    CHECK(cpt_mkdir_p(dir, 0700, &err) == 0);
+    write_shards(m, tm, tv, numel, 3, dir, -1);
+    for (int r = 1; r < 3; r++) {
+        snprintf(path, sizeof path, "%s/optimizer-rank-%d-of-3.safetensors", dir, r);
+        CHECK_EQ_INT(unlink(path), 0);
+    }
+    {
+        cpt_zero z = slice(m, numel, 0, 3);
+        int rc = cpt_zero_load(&z, dir, NULL, &err);
+        CHECK_MSG(rc == 0, "rank 0 of 3 with only its own file: %s", err.msg);
+        int bad = 0;
+        for (size_t j = 0; j < z.valid && rc == 0; j++) bad += z.m[j] != tm[z.lo + j] || z.v[j] != tv[z.lo + j];
+        CHECK_EQ_INT(bad, 0);
+        slice_free(&z);
+    }
+
+    /* 5. a staging folder an interrupted save of another attempt left: shards of 4 ranks and a temporary file. This
+     * save (one rank) keeps only its own shard in it; a step folder holding shards of two worlds is refused. */
+    snprintf(dir, sizeof dir, "%s/staging", root);
+    CHECK(cpt_mkdir_p(dir, 0700, &err) == 0);
+    write_shards(m, tm, tv, numel, 4, dir, -1);
+    snprintf(path, sizeof path, "%s/optimizer-rank-0-of-2.safetensors.tmp.4242", dir);
+    CHECK(cpt_write_file_atomic(path, "x", 1, &err) == 0);
+    CHECK_EQ_INT(cpt_zero_shards_world(dir), 4);
+    {
+        cpt_zero z = slice(m, numel, 0, 1);
+        for (size_t j = 0; j < z.shard; j++) z.m[j] = tm[j] + 1.0f, z.v[j] = tv[j] + 1.0f;
+        z.step = STEP;
+        /* mixed: this save's shard beside the other attempt's, as a commit without the pruning would hold */
+        char mixed[300], mpath[600];
+        snprintf(mixed, sizeof mixed, "%s/mixed", root);
+        CHECK(cpt_mkdir_p(mixed, 0700, &err) == 0);
+        write_shards(m, tm, tv, numel, 4, mixed, -1);
+        snprintf(mpath, sizeof mpath, "%s/optimizer-rank-0-of-1.safetensors", mixed);
+        CHECK_MSG(cpt_zero_save(&z, mpath, &err) == 0, "%s", err.msg);
+        CHECK_EQ_INT(cpt_zero_shards_world(mixed), -1);
+        cpt_zero l = slice(m, numel, 0, 1);
+        int rc = cpt_zero_load(&l, mixed, NULL, &err);
+        CHECK_MSG(rc != 0 && strstr(err.msg, "more than one number of ranks"), "mixed folder: rc %d, '%s'", rc,
+                  rc ? err.msg : "");
+        slice_free(&l);
+        /* the save itself: a one-rank group without a library */
+        unsetenv("CPT_RANK"), unsetenv("CPT_WORLD_SIZE");
+        cpt_dp_opts o = {.bootstrap = "file"};
+        cpt_dp *dp = cpt_dp_new(&o, &err);
+        CHECK_MSG(dp != NULL, "%s", err.msg);
+        z.dp = dp;
+        CHECK_MSG(dp && cpt_zero_save_all(&z, dir, &err) == 0, "%s", err.msg);
+        int files = 0, own = 0;
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            files++;
+            own += !strcmp(e->d_name, "optimizer-rank-0-of-1.safetensors");
+        }
+        if (d) closedir(d);
+        CHECK_MSG(files == 1 && own == 1, "the staging folder holds %d files after the save (its own: %d)", files,
+                  own);
+        CHECK_EQ_INT(cpt_zero_shards_world(dir), 1);
+        l = slice(m, numel, 0, 1);
+        CHECK_MSG(cpt_zero_load(&l, dir, NULL, &err) == 0, "%s", err.msg);
+        CHECK(l.m[0] == tm[0] + 1.0f && l.v[0] == tv[0] + 1.0f);
+        slice_free(&l);
+        slice_free(&z);
+        cpt_dp_free(dp);
+    }
+    printf("a staging folder left by another attempt: only this save's shard stays; a mixed folder is refused\n");
 
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
