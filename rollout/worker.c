@@ -204,10 +204,12 @@ static int same_announcement(const cpt_weights_msg *a, const cpt_weights_msg *b)
            !strcmp(a->checksum, b->checksum);
 }
 
-/* Loads w->want (nothing is generating). A version that fails is logged and skipped; -1 only for errors that
- * leave the worker without a model. */
+/* Loads w->want (nothing is generating). A version that fails is logged and kept as w->bad, which poll_weights tries
+ * again after a growing pause; -1 only for errors that leave the worker without a model. */
 static int load_wanted(worker *w, cpt_err *err) {
     cpt_weights_msg *wm = &w->want;
+    /* the announcement as it came: wm's location is resolved below, and poll_weights compares raw announcements */
+    const cpt_weights_msg announced = *wm;
     w->has_want = 0;
     cpt_err lerr;
     const int gpu_tr = cpt_weights_rx_handles(w->rx, wm); /* cuda_ipc / nccl: device to device */
@@ -243,18 +245,19 @@ static int load_wanted(worker *w, cpt_err *err) {
     if (ok && w->turns) cpt_turns_clear(w->turns);
     if (!ok) {
         const double now = cpt_now();
-        const int again = w->has_bad && same_announcement(wm, &w->bad);
+        const int again = w->has_bad && same_announcement(&announced, &w->bad);
         if (!again || now - w->bad_warned_at >= 60) { /* a retried failure: once a minute */
             cpt_warn("cpt-rollout %s: weights v%llu not loaded%s: %s", w->me, (unsigned long long)wm->version,
                      again ? " (still; tried again at growing pauses, a minute at most)" : "", lerr.msg);
             w->bad_warned_at = now;
         }
         w->bad_tries = again ? w->bad_tries + 1 : 1;
-        w->bad = *wm, w->has_bad = 1, w->bad_at = now;
+        w->bad = announced, w->has_bad = 1, w->bad_at = now;
         (void)err;
         return 0;
     }
     w->version = wm->version;
+    w->has_bad = 0, w->bad_tries = 0; /* a failure after a success starts its pauses over */
     w->st->weight_loads++;
     w->st->version = w->version;
     cpt_info("cpt-rollout %s: weights v%llu loaded (%.3f s)", w->me, (unsigned long long)w->version, cpt_now() - t0);

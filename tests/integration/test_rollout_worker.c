@@ -5,10 +5,14 @@
  *  - heartbeats land in the workers hash; SIGTERM drains and exits 0;
  *  - a worker killed with -9 mid-group: the group is reclaimed after claim_idle_ms and completed by another;
  *  - a weights announcement naming a file outside RUN_DIR/weights (directly or through a symlink) is refused and
- *    logged, and the worker lives on to load the next good version. */
+ *    logged, and the worker lives on to load the next good version;
+ *  - one that fails to load is read again only after growing pauses, whatever the form of its path. */
 #include <math.h>
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -392,6 +396,64 @@ static void restarted_trainer(cpt_queue *q) {
     cpt_model_free(m9), cpt_model_free(m10);
 }
 
+
+/* Opens of file (inotify IN_OPEN) over `seconds`. */
+static int count_opens(const char *file, double seconds) {
+    int fd = inotify_init1(IN_NONBLOCK);
+    CHECK(fd >= 0);
+    if (fd < 0) return -1;
+    CHECK(inotify_add_watch(fd, file, IN_OPEN) >= 0);
+    int n = 0;
+    double t0 = cpt_now();
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    while (cpt_now() - t0 < seconds) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t k = read(fd, buf, sizeof buf);
+        for (char *e = buf; k > 0 && e < buf + k; e += sizeof(struct inotify_event) + ((struct inotify_event *)e)->len)
+            n++;
+    }
+    close(fd);
+    return n;
+}
+
+/* An announcement that fails to load (a checksum that never matches) is read again only after growing pauses (2 s,
+ * then 4, ...), also when its location is not in canonical form (the worker resolves it before reading): in the
+ * 3.5 s after the first failure at most two reads (one retry, plus one an open checksum read may straddle), where a
+ * worker without the pause reads it at every poll (some 17 times). */
+static void failed_load_backoff(cpt_queue *q) {
+    cpt_model_config c = tiny_cfg();
+    cpt_err err;
+    for (int k = 0; k < 2; k++) {
+        const uint64_t version = 20 + (uint64_t)k;
+        cpt_model *m = cpt_model_new_random(&c, 300 + version, &err);
+        cpt_weights_msg w;
+        CHECK_MSG(cpt_weights_write(m, T.dir, RUN, version, &w, &err) == 0, "%s", err.msg);
+        char file[sizeof w.location];
+        snprintf(file, sizeof file, "%s", w.location);
+        if (k == 1) /* the same file through "/./": what realpath turns into the canonical path */
+            snprintf(w.location, sizeof w.location, "%s/weights/./v%llu.safetensors", T.dir,
+                     (unsigned long long)version);
+        snprintf(w.checksum, sizeof w.checksum, "xxh64:0123456789abcdef");
+        CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+        const char *id = k ? "w9b" : "w9a";
+        pid_t pid = start_worker(id, NULL);
+        /* from the first failure on (the worker's start may take seconds on a loaded machine) */
+        for (double t0 = cpt_now(); !log_has(id, "not loaded") && cpt_now() - t0 < 60;) usleep(20000);
+        CHECK(log_has(id, "not loaded"));
+        int n = count_opens(file, 3.5);
+        printf("a failing announcement (%s location): the file read %d times in the 3.5 s after its first failure\n",
+               k ? "non-canonical" : "canonical", n);
+        CHECK_MSG(n <= 2, "%s location: the weights file was read %d times in the 3.5 s after the first failure "
+                  "(a retry after 2 s, the next 4 s later)", k ? "non-canonical" : "canonical", n);
+        CHECK_EQ_INT(waitpid(pid, NULL, WNOHANG), 0); /* alive */
+        kill(pid, SIGTERM);
+        int status;
+        CHECK(wait_exit(pid, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        cpt_model_free(m);
+    }
+}
+
 int main(void) {
     test_redis_start(&T, "no");
     cpt_err err;
@@ -417,6 +479,7 @@ int main(void) {
     foreign_weights(q);
     resumed_trainer(q);
     restarted_trainer(q);
+    failed_load_backoff(q);
     cpt_queue_close(q);
     int rc = check_summary("test_rollout_worker");
     if (!rc) test_redis_stop(&T);
