@@ -196,6 +196,9 @@ int cpt_redis_server_start(const cpt_redis_server_opts *o, cpt_redis_server *srv
          * shutdown (the AOF is flushed). The signal fires when the forking thread exits: callers start the server
          * from the thread that lives as long as they do. A parent gone before the prctl fires nothing: leave. */
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
+        /* Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group, which redis takes for a
+         * shutdown) reaches the launcher, which stops the roles in order while the queue stays up for them. */
+        setpgid(0, 0);
         /* The AOF holds every prompt and completion: only the run's owner reads it. */
         umask(077);
         int null = open("/dev/null", O_RDWR);

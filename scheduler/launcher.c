@@ -391,7 +391,16 @@ static int add_role(cpt_launcher *L, const char *name, const char *program, cons
  * was an endless loop of starts. */
 static int given_up(const cpt_proc *p) { return p->state == CPT_PROC_FAILED && !p->stop_requested; }
 
-static int count_role(const cpt_launcher *L, int role, int *highest) {
+/* The first worker of role given up on, or -1. */
+static int first_given_up(const cpt_launcher *L, int role) {
+    for (int i = 0; i < L->sup.n; i++)
+        if (cpt_role_of_worker(L->sup.procs[i].name) == role && given_up(&L->sup.procs[i])) return i;
+    return -1;
+}
+
+/* Workers of role that hold a place: the live ones (the highest-numbered in *highest, -1 when none) and those given
+ * up on; *live (may be NULL) gets the live ones alone, what `running` reports. */
+static int count_role_live(const cpt_launcher *L, int role, int *highest, int *live) {
     int n = 0;
     *highest = -1;
     for (int i = 0; i < L->sup.n; i++) {
@@ -400,11 +409,22 @@ static int count_role(const cpt_launcher *L, int role, int *highest) {
         if ((p->state == CPT_PROC_RUNNING && !p->stop_requested) || p->state == CPT_PROC_BACKOFF) {
             n++;
             *highest = i;
+            if (live) (*live)++;
         } else if (given_up(p)) {
             n++;
         }
     }
     return n;
+}
+
+static int count_role(const cpt_launcher *L, int role, int *highest) {
+    return count_role_live(L, role, highest, NULL);
+}
+
+static int count_live(const cpt_launcher *L, int role) {
+    int hi, live = 0;
+    count_role_live(L, role, &hi, &live);
+    return live;
 }
 
 /* The run cannot go on when a role it needs has workers and every one of them was given up on (and no satellite
@@ -506,7 +526,16 @@ static int apply_scale(cpt_launcher *L, cpt_err *err) {
         }
         for (int k = 0; k < m.stop_satellite; k++) cpt_sat_drain_one(&L->sats, role, grace);
         int hi = highest[role];
-        for (int k = 0; k < m.stop_inside && hi >= 0; k++) {
+        for (int k = 0; k < m.stop_inside; k++) {
+            /* a worker given up on leaves the count first: stopping a live one in its place would keep the dead
+             * one and lose a working one */
+            int g = first_given_up(L, role);
+            if (g >= 0) {
+                fprintf(stderr, "cpt: %s (given up on) leaves the count\n", L->sup.procs[g].name);
+                cpt_sup_request_stop(&L->sup, g, grace); /* not running: only marks it */
+                continue;
+            }
+            if (hi < 0) break;
             fprintf(stderr, "cpt: draining %s\n", L->sup.procs[hi].name);
             cpt_sup_request_stop(&L->sup, hi, grace);
             count_role(L, role, &hi);
@@ -583,11 +612,11 @@ static void write_counts(cpt_launcher *L, cpt_redis *r) {
     for (int role = 0; role < N; role++) {
         for (int f = 0; f < 4; f++)
             snprintf(fields[role][f], sizeof fields[role][f], "%s_%s", prefix[f], cpt_role_name(role));
-        int hi;
-        int inside = count_role(L, role, &hi);
+        int hi, live = 0;
+        int inside = count_role_live(L, role, &hi, &live); /* a worker given up on keeps its place, not running */
         int sat = L->satellites_on ? cpt_sat_live(&L->sats, role) : 0;
         int sat_run = L->satellites_on ? cpt_sat_running(&L->sats, role) : 0;
-        snprintf(val[0][role], sizeof val[0][role], "%d", inside + sat_run);
+        snprintf(val[0][role], sizeof val[0][role], "%d", live + sat_run);
         snprintf(val[1][role], sizeof val[1][role], "%d", inside);
         snprintf(val[2][role], sizeof val[2][role], "%d", sat);
         if (L->satellites_on) cpt_sat_describe(&L->sats, role, jobs[role], sizeof jobs[role]);
@@ -641,9 +670,8 @@ static void print_progress(cpt_launcher *L, double started) {
         json_decref(j);
     }
     if (L->online) {
-        int hi;
-        fprintf(stderr, "  rollout %d reward %d", count_role(L, 0, &hi), count_role(L, 1, &hi));
-        int env = count_role(L, CPT_ROLE_ENV, &hi);
+        fprintf(stderr, "  rollout %d reward %d", count_live(L, 0), count_live(L, 1));
+        int env = count_live(L, CPT_ROLE_ENV);
         if (env || L->want[CPT_ROLE_ENV]) fprintf(stderr, " env %d", env);
         if (L->satellites_on && L->sats.n) {
             fprintf(stderr, " (satellites: rollout %d reward %d", cpt_sat_live(&L->sats, 0), cpt_sat_live(&L->sats, 1));
@@ -826,7 +854,17 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
             drain_satellites(L, grace);
             cpt_sup_request_stop(&L->sup, trainer, grace);
             wait_stopped(L, trainer, cpt_now() + grace + 12.0);
+            /* What the trainer did with the stop: finished its last step meanwhile (0), or could not write its
+             * checkpoints (a resume or requeue would fail the same way); else it stopped, checkpointed or not, and a
+             * resume continues from its last checkpoint */
             status = CPT_EXIT_STOPPED;
+            if (t->state != CPT_PROC_RUNNING && t->exit_status == 0) {
+                status = 0;
+            } else if (t->state != CPT_PROC_RUNNING && t->exit_status == CPT_EXIT_NO_RESTART) {
+                cpt_errf(err, "the trainer, asked to stop, could not write its checkpoint (exit status %d); see "
+                         "%s/logs/trainer.log", t->exit_status, L->run_dir);
+                status = 1;
+            }
             break;
         }
         if (t->state == CPT_PROC_EXITED) {
@@ -848,7 +886,9 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
                 cpt_sat_release_ended(&L->sats, control, cpt_cfg_str(L->cfg, "run.name"),
                                       cpt_cfg_int(L->cfg, "queue.claim_idle_ms"));
             }
-            if (apply_scale(L, err) != 0) cpt_errf(err, "scaling: %s", err->msg);
+            cpt_err se; /* a worker that cannot start is said and keeps its place (given up on); the run goes on */
+            cpt_err_clear(&se);
+            if (apply_scale(L, &se) != 0) fprintf(stderr, "cpt: scaling: %s\n", se.msg);
             write_counts(L, control);
         }
         if (check_workers_alive(L, err)) {

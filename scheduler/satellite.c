@@ -150,6 +150,10 @@ int cpt_sat_run_program(char *const argv[], char *const envp[], char *out, size_
     return run_capture(argv, envp, out, cap);
 }
 
+/* Room for "--name=" and every role's job name at the longest run name (a cut filter would hide live satellites,
+ * which the refresh would then take for ended). */
+#define JOB_NAMES_CAP (8 + CPT_N_WORKER_ROLES * (sizeof(((cpt_satellites *)0)->run_name) + 24))
+
 static void job_names(const cpt_satellites *S, char *out, size_t cap) {
     size_t k = (size_t)snprintf(out, cap, "--name=");
     for (int r = 0; r < CPT_N_WORKER_ROLES && k < cap; r++)
@@ -172,7 +176,7 @@ static int scancel(const char *job, int drain_signal) {
 
 void cpt_sat_cancel_stale(cpt_satellites *S) {
     if (!S->main_job[0]) return;
-    char names[400], out[16384], want[64];
+    char names[JOB_NAMES_CAP], out[16384], want[64];
     job_names(S, names, sizeof names);
     char *argv[] = {"squeue", "-h", names, "-o", "%i|%T|%k", NULL};
     if (run_capture(argv, NULL, out, sizeof out) != 0) return;
@@ -325,7 +329,7 @@ int cpt_sat_drain_one(cpt_satellites *S, int role, double grace) {
 
 void cpt_sat_refresh(cpt_satellites *S) {
     if (S->n == 0) return;
-    char names[400], out[65536];
+    char names[JOB_NAMES_CAP], out[65536];
     job_names(S, names, sizeof names);
     char *argv[] = {"squeue", "-h", "-t", "all", names, "-o", "%i|%T", NULL};
     if (run_capture(argv, NULL, out, sizeof out) != 0) return; /* slurmctld busy: keep what we know */

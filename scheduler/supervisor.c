@@ -132,7 +132,8 @@ int cpt_sup_start(cpt_supervisor *s, int i, cpt_err *err) {
     while (got < 0 && errno == EINTR);
     close(fds[0]);
     if (got == (ssize_t)sizeof child_errno) {
-        waitpid(pid, NULL, 0);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
         p->state = CPT_PROC_FAILED;
         errno = child_errno;
         return cpt_errno(err, "process '%s': cannot run %s", p->name, p->argv[0]);

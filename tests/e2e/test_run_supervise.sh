@@ -20,7 +20,7 @@ mkdir -p "$T/bin"
 cat > "$T/bin/cpt-train" <<'SH'
 #!/usr/bin/env bash
 [ -f "$CPT_RUN/../fail_trainer" ] && { echo "stand-in trainer: failing at start" >&2; exit 1; }
-trap 'echo "stopping at step $s on signal" >&2; exit 3' TERM USR1
+trap 'echo "stopping at step $s on signal" >&2; exit ${FAKE_STOP_STATUS:-3}' TERM USR1
 s=$(cat "$CPT_RUN/step" 2>/dev/null || echo 0)
 echo "resumed at step $s" >&2
 while [ "$s" -lt "${FAKE_STEPS:-60}" ]; do
@@ -92,5 +92,30 @@ rc=0; "$CPT" run "${GRPO_ARGS[@]}" run.dir="$T/run2" 2> "$T/run2.log" || rc=$?
 grep -q "trainer failed 3 times in a row within 5 s of starting (status 1); giving up" "$T/run2.log" ||
   { cat "$T/run2.log"; fail "no quick give-up"; }
 [ $((SECONDS - t0)) -lt 20 ] || fail "giving up took $((SECONDS - t0)) s"
+rm -f "$T/fail_trainer"
+
+# Ctrl-C in a terminal: SIGINT to the whole foreground process group. The launcher stops the roles in order; the
+# private redis-server, in a group of its own, stays up for them (it takes SIGINT for a shutdown).
+setsid "$CPT" run "${GRPO_ARGS[@]}" run.dir="$T/run3" 2> "$T/run3.log" &
+pid=$!
+wait_for "run grpo-arithmetic in" "$T/run3.log" 30
+wait_for "." "$T/run3/metrics.jsonl" 10
+kill -INT -- "-$pid"
+rc=0; wait "$pid" || rc=$?; pid=
+[ "$rc" -eq 3 ] || { cat "$T/run3.log"; fail "Ctrl-C: status $rc, expected 3 (stopped)"; }
+! grep -q "redis-server exited" "$T/run3.log" || { cat "$T/run3.log"; fail "Ctrl-C reached the redis-server"; }
+grep -q "run stopped; continue it with" "$T/run3.log" || { cat "$T/run3.log"; fail "Ctrl-C: no resume hint"; }
+
+# A trainer that cannot write its checkpoint when asked to stop (exit 4): the run failed, not "stopped"
+FAKE_STOP_STATUS=4 "$CPT" run "${GRPO_ARGS[@]}" run.dir="$T/run4" 2> "$T/run4.log" &
+pid=$!
+wait_for "run grpo-arithmetic in" "$T/run4.log" 30
+wait_for "." "$T/run4/metrics.jsonl" 10
+kill -INT "$pid"
+rc=0; wait "$pid" || rc=$?; pid=
+[ "$rc" -eq 1 ] || { cat "$T/run4.log"; fail "a trainer that could not checkpoint: status $rc, expected 1"; }
+grep -q "the trainer, asked to stop, could not write its checkpoint (exit status 4)" "$T/run4.log" ||
+  { cat "$T/run4.log"; fail "no error for the trainer's status 4"; }
+! grep -q "run stopped; continue it with" "$T/run4.log" || fail "status 4 was reported as a resumable stop"
 echo "test_run_supervise: ok (redis-server restarted on its AOF; scale 1 -> 2 -> 1; worker restarted;" \
-     "failing trainer given up in $((SECONDS - t0)) s)"
+     "failing trainer given up in $((SECONDS - t0)) s; Ctrl-C to the group stopped in order; status 4 failed)"

@@ -38,4 +38,44 @@ starts=$(grep -c "started rollout-" "$T/run.log" || true)
 grep -q "trainer stopped" "$T/run.log" || fail "the trainer was not stopped by the launcher"
 sleep 0.5
 if pgrep -f "$T/run" > /dev/null; then fail "processes of the run left: $(pgrep -af "$T/run")"; fi
-echo "test_run_worker_gives_up: cpt run ended with status $rc in ${secs}s, one rollout worker started"
+
+# Two rollout workers, one given up on (rollout-0 cannot start, rollout-1 is the real one): the run goes on with
+# rollout-1, `running` counts only it, and `cpt-scale rollout=1` takes the given-up worker out of the count instead
+# of draining the working one (which ended the run: every rollout worker failed).
+rm -f "$T/bin/cpt-rollout"
+printf '#!/bin/sh\ncase " $* " in *" --worker-id rollout-0 "*) echo "cpt-rollout: cannot start (test)" >&2; exit 1 ;; esac\nexec "%s/cpt-rollout" "$@"\n' \
+  "$BUILD" > "$T/bin/cpt-rollout"
+chmod +x "$T/bin/cpt-rollout"
+R2="$T/run2"
+CPT_BIN="$T/bin" "$T/bin/cpt" run "${GRPO_ARGS[@]}" run.dir="$R2" roles.rollout=2 train.steps=1000000 \
+  > "$T/run2.log" 2>&1 &
+pid=$!
+fail2() { echo "FAIL: $*" >&2; tail -n 25 "$T/run2.log" >&2 || true; exit 1; }
+step_of() { awk 'match($0, /"step":[0-9]+/) { s = substr($0, RSTART + 7, RLENGTH - 7) } END { print s + 0 }' \
+  "$R2/metrics.jsonl" 2>/dev/null || echo 0; }
+for _ in $(seq 1 600); do grep -q "rollout-0 failed .* giving up" "$T/run2.log" && break; sleep 0.1; done
+grep -q "rollout-0 failed .* giving up" "$T/run2.log" || fail2 "rollout-0 was not given up on"
+for _ in $(seq 1 600); do [ "$(step_of)" -ge 3 ] && break; sleep 0.1; done
+[ "$(step_of)" -ge 3 ] || fail2 "no training with rollout-1"
+# the control hash is written every 2 s
+for _ in $(seq 1 50); do
+  "$BUILD/cpt-scale" --run "$R2" > "$T/table" || fail2 "cpt-scale --run"
+  grep -Eq "^rollout +1 +2 +2 " "$T/table" && break; sleep 0.2
+done
+grep -Eq "^rollout +1 +2 +2 " "$T/table" || { cat "$T/table"; fail2 "cpt-scale: running should be 1 (2 desired, 2 places)"; }
+"$BUILD/cpt-scale" --run "$R2" rollout=1 > /dev/null || fail2 "cpt-scale rollout=1"
+for _ in $(seq 1 100); do grep -q "rollout-0 (given up on) leaves the count" "$T/run2.log" && break; sleep 0.1; done
+grep -q "rollout-0 (given up on) leaves the count" "$T/run2.log" || fail2 "the given-up worker did not leave the count"
+s0=$(step_of)
+for _ in $(seq 1 300); do [ "$(step_of)" -ge $((s0 + 3)) ] && break; sleep 0.1; done
+[ "$(step_of)" -ge $((s0 + 3)) ] || fail2 "training stopped after the scale-down (step $s0 -> $(step_of))"
+kill -0 "$pid" 2> /dev/null || fail2 "cpt run ended after the scale-down"
+! grep -q "draining rollout-1" "$T/run2.log" || fail2 "the working worker was drained"
+! grep -q "every rollout worker failed" "$T/run2.log" || fail2 "the run was stopped for want of rollout workers"
+kill -INT "$pid"
+rc2=0
+wait "$pid" || rc2=$?
+pid=""
+[ "$rc2" -eq 3 ] || fail2 "cpt run after SIGINT: status $rc2, expected 3 (stopped)"
+echo "test_run_worker_gives_up: cpt run ended with status $rc in ${secs}s, one rollout worker started; with one of" \
+     "two given up on, rollout=1 kept the working one (steps $s0 -> $(step_of))"
