@@ -188,7 +188,7 @@ cpt_lease *cpt_lease_acquire(const cpt_lease_opts *o, cpt_err *err) {
     if (o->holder && *o->holder) snprintf(l->holder, sizeof l->holder, "%s", o->holder);
     else cpt_lease_default_holder(l->holder, sizeof l->holder);
     l->ttl_ms = o->ttl_ms;
-    cpt_redis_opts ro = {.url = o->url, .password_file = o->password_file};
+    cpt_redis_opts ro = {.url = o->url, .password_file = o->password_file, .tls_ca = o->tls_ca};
     l->redis = cpt_redis_open(&ro, err);
     if (!l->redis) { free(l); return NULL; }
     double start = cpt_now();

@@ -52,6 +52,7 @@ typedef struct cpt_lease cpt_lease;
 
 typedef struct cpt_lease_opts {
     const char *url, *password_file; /* the queue's */
+    const char *tls_ca;              /* rediss://: the CA of the server's certificate; NULL or "": the system's */
     const char *run;
     const char *holder;  /* NULL: cpt_lease_default_holder */
     int ttl_ms;          /* > 0 */

@@ -131,10 +131,21 @@ static const char FORWARD_SCRIPT[] =
     "redis.call('XACK', KEYS[2], ARGV[3], ARGV[4])\n"
     "return id\n";
 
+/* Dead-letters an entry only if this call acks it: one the owner forwarded and acked meanwhile (after the caller
+ * looked at its deliveries) was answered, and a dead entry for it would count a failed attempt that was not. */
 static const char DEAD_SCRIPT[] =
-    "redis.call('XADD', KEYS[1], '*', 'from', ARGV[1], 'id', ARGV[2], 'group', ARGV[3], 'reason', ARGV[4],"
-    " 'm', ARGV[5])\n"
-    "return redis.call('XACK', KEYS[2], ARGV[3], ARGV[2])\n";
+    "local n = redis.call('XACK', KEYS[2], ARGV[3], ARGV[2])\n"
+    "if n == 1 then redis.call('XADD', KEYS[1], '*', 'from', ARGV[1], 'id', ARGV[2], 'group', ARGV[3], 'reason',"
+    " ARGV[4], 'm', ARGV[5]) end\n"
+    "return n\n";
+
+/* The same for a fenced queue (the trainer's): KEYS[2] dead, KEYS[3] the stream; ARGV shifted by the token. A
+ * fenced-off trainer must not ack, nor dead-letter, groups the one that took over has yet to train. */
+static const char FENCED_DEAD_SCRIPT[] = FENCE_LUA
+    "local n = redis.call('XACK', KEYS[3], ARGV[4], ARGV[3])\n"
+    "if n == 1 then redis.call('XADD', KEYS[2], '*', 'from', ARGV[2], 'id', ARGV[3], 'group', ARGV[4], 'reason',"
+    " ARGV[5], 'm', ARGV[6]) end\n"
+    "return n\n";
 
 /* Runs a bounded-add script until it finds room: a nil reply means the destination is full, so acked entries
  * are trimmed and, if that frees nothing, the producer waits (5 ms doubling to 200 ms). A worker forwarding a
@@ -452,15 +463,30 @@ int cpt_queue_ack(cpt_queue *q, cpt_stream s, const char *group, const char *id,
 
 int cpt_queue_dead_letter(cpt_queue *q, cpt_stream s, const char *group, const cpt_queue_msg *m, const char *reason,
                           cpt_err *err) {
-    const char *argv[] = {"EVAL", DEAD_SCRIPT, "2", q->keys[CPT_STREAM_DEAD], q->keys[s], stream_names[s],
-                          m->id, group, reason, m->data ? m->data : ""};
-    size_t lens[10];
-    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
-    lens[9] = m->data ? m->len : 0;
-    redisReply *rep = cpt_redis_command(q->redis, 10, argv, lens, q->keys[CPT_STREAM_DEAD], 0, err);
+    char tok[24];
+    snprintf(tok, sizeof tok, "%" PRId64, q->fence_token);
+    const int fenced = q->fence_token > 0;
+    const char *argv[12];
+    int n = 0;
+    argv[n++] = "EVAL";
+    argv[n++] = fenced ? FENCED_DEAD_SCRIPT : DEAD_SCRIPT;
+    argv[n++] = fenced ? "3" : "2";
+    if (fenced) argv[n++] = q->fence_key;
+    argv[n++] = q->keys[CPT_STREAM_DEAD];
+    argv[n++] = q->keys[s];
+    if (fenced) argv[n++] = tok;
+    argv[n++] = stream_names[s];
+    argv[n++] = m->id;
+    argv[n++] = group;
+    argv[n++] = reason;
+    argv[n++] = m->data ? m->data : "";
+    size_t lens[12];
+    for (int i = 0; i < n - 1; i++) lens[i] = strlen(argv[i]);
+    lens[n - 1] = m->data ? m->len : 0;
+    redisReply *rep = cpt_redis_command(q->redis, n, argv, lens, q->keys[CPT_STREAM_DEAD], 0, err);
     if (!rep) return cpt_err_prefix(err, "dead-lettering %s %s", q->keys[s], m->id);
+    if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 1) q->stats.dead++;
     freeReplyObject(rep);
-    q->stats.dead++;
     return 0;
 }
 

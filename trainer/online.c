@@ -204,10 +204,11 @@ static int setup_models(online_ctx *c, cpt_err *err) {
 
 /* One trainer per queue and per run folder: the lease before anything is written (its token then goes with every
  * prompt, weights announcement and checkpoint switch), and the checkpoint folder's lock. */
-static int take_lease(online_ctx *c, const char *url, cpt_err *err) {
+static int take_lease(online_ctx *c, const char *url, const char *tls_ca, cpt_err *err) {
     cpt_lease_opts lo = {
         .url = url,
         .password_file = cpt_cfg_str(c->cfg, "queue.password_file"),
+        .tls_ca = tls_ca,
         .run = c->run,
         .ttl_ms = (int)(cpt_cfg_float(c->cfg, "online.lease_ttl_s") * 1000.0),
         .wait_s = cpt_cfg_float(c->cfg, "online.lease_wait_s"),
@@ -231,21 +232,25 @@ static int check_fence(void *arg, cpt_err *err) {
 
 static int open_queue(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
-    char url[1024];
+    char url[1024], tls_ca[1024];
     snprintf(url, sizeof url, "%s", cpt_cfg_str(cfg, "queue.url"));
+    snprintf(tls_ca, sizeof tls_ca, "%s", cpt_cfg_str(cfg, "queue.tls_ca"));
     if (!url[0]) {
         char path[4200];
         snprintf(path, sizeof path, "%s/queue.json", c->run_dir);
         json_error_t je;
         json_t *j = json_load_file(path, 0, &je);
         const char *u = j ? json_string_value(json_object_get(j, "url")) : NULL;
+        const char *ca = j ? json_string_value(json_object_get(j, "tls_ca")) : NULL;
         if (u) snprintf(url, sizeof url, "%s", u);
+        if (ca && !tls_ca[0]) snprintf(tls_ca, sizeof tls_ca, "%s", ca); /* what the launcher wrote for the roles */
         json_decref(j);
         if (!u) return cpt_errf(err, "%s: no queue URL (set queue.url, or start the run with `cpt run`)", path);
     }
     cpt_queue_opts o = {
         .url = url,
         .password_file = cpt_cfg_str(cfg, "queue.password_file"),
+        .tls_ca = tls_ca[0] ? tls_ca : NULL,
         .run = c->run,
         .max_len = cpt_cfg_int(cfg, "queue.max_len"),
         .claim_idle_ms = (int)cpt_cfg_int(cfg, "queue.claim_idle_ms"),
@@ -256,7 +261,7 @@ static int open_queue(online_ctx *c, cpt_err *err) {
     };
     c->q = cpt_queue_open(&o, err);
     if (!c->q) return -1;
-    if (take_lease(c, url, err)) return -1;
+    if (take_lease(c, url, tls_ca[0] ? tls_ca : NULL, err)) return -1;
     /* Creating the downstream groups here too means prompts issued before the first worker starts are kept. */
     if (cpt_queue_create_group(c->q, CPT_STREAM_PROMPTS, "rollout", err) ||
         cpt_queue_create_group(c->q, CPT_STREAM_ROLLOUTS, "reward", err) ||

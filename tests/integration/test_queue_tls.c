@@ -1,11 +1,14 @@
 /* TLS on the private redis-server's TCP port (queue/tls.h, queue.tls_*): a CA and a server certificate made by
  * `openssl` here; the server speaks only TLS on the port; a rediss:// client with the CA authenticates and moves a
  * 8 MB value both ways, reconnects after a server restart, and a client without the CA, with another CA, to an
- * address the certificate does not name, or a plain redis:// client fails with a clear error (no password shown). */
+ * address the certificate does not name, or a plain redis:// client fails with a clear error (no password shown);
+ * the online trainer connects with queue.tls_ca (its queue and its lease) and issues prompts there. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/config_keys.h"
@@ -145,6 +148,45 @@ int main(void) {
     sh(cmd);
     snprintf(cmd, sizeof cmd, "grep -q prompts %s/stats.txt", dir);
     sh(cmd);
+
+    /* the online trainer (cpt train) on a rediss:// queue with queue.tls_ca: its queue and its lease (a connection
+     * of its own) connect, and it issues the first prompts there; then it waits for workers and is stopped */
+    {
+        char run_dir[160], a_url[200], a_pw[200], a_ca[200], a_dir[200], logf[200], exe[600];
+        snprintf(run_dir, sizeof run_dir, "%s/trun", dir);
+        snprintf(a_url, sizeof a_url, "queue.url=%s", url);
+        snprintf(a_pw, sizeof a_pw, "queue.password_file=%s", pw);
+        snprintf(a_ca, sizeof a_ca, "queue.tls_ca=%s", ca);
+        snprintf(a_dir, sizeof a_dir, "run.dir=%s", run_dir);
+        snprintf(logf, sizeof logf, "%s/train.log", dir);
+        snprintf(exe, sizeof exe, "%s/cpt", getenv("CPT_BUILD") ? getenv("CPT_BUILD") : "build");
+        pid_t pid = fork();
+        if (pid == 0) {
+            int lf = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (lf >= 0) dup2(lf, 1), dup2(lf, 2);
+            execl(exe, "cpt", "train", "examples/grpo_arithmetic.toml", a_url, a_pw, a_ca, a_dir, "run.name=tlsrun2",
+                  "train.steps=2", "train.threads=1", (char *)NULL);
+            _exit(127);
+        }
+        cpt_queue_opts to = {.url = url, .password_file = pw, .tls_ca = ca, .run = "tlsrun2", .reconnect_ms = 3000};
+        cpt_queue *tq = cpt_queue_open(&to, &err);
+        CHECK_MSG(tq != NULL, "%s", err.msg);
+        long long issued = 0;
+        int status = 0, exited = 0;
+        for (int i = 0; tq && i < 300 && issued <= 0 && !exited; i++) {
+            usleep(100 * 1000);
+            issued = test_xlen(tq, CPT_STREAM_PROMPTS);
+            exited = waitpid(pid, &status, WNOHANG) == pid;
+        }
+        if (!exited) {
+            kill(pid, SIGTERM);
+            waitpid(pid, &status, 0);
+        }
+        char *log = cpt_read_file(logf, NULL, &err);
+        CHECK_MSG(issued > 0, "the trainer issued no prompt on the TLS queue; its log:\n%s", log ? log : "(none)");
+        free(log);
+        if (tq) cpt_queue_close(tq);
+    }
 
     /* a hostname the certificate names works too */
     char url_name[96];

@@ -1,6 +1,6 @@
 /* The trainer lease against a real redis-server: two holders, expiry, renewal, a stale token refused by the
- * fenced writes (prompt add, weights announcement), the renewal thread, a bounded wait; and the error text of a
- * command sent on a connection whose reconnect failed. */
+ * fenced writes (prompt add, weights announcement, the ack and dead letter of scored groups), the renewal thread, a
+ * bounded wait; and the error text of a command sent on a connection whose reconnect failed. */
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +184,49 @@ static void error_text_after_failed_reconnect(void) {
     cpt_redis_close(r);
 }
 
+
+/* A fenced-off trainer can neither ack nor dead-letter the scored groups it read (the one that took over has them
+ * to train); the current holder can. A dead letter only counts when it acks: an entry acked before is not put in
+ * dead again. */
+static void stale_token_ack_dead(const test_redis *t) {
+    cpt_err err = {{0}};
+    cpt_queue *old = test_queue_open(t, "runG", 64, 60000), *cur = test_queue_open(t, "runG", 64, 60000);
+    CHECK_EQ_INT(cpt_queue_create_group(cur, CPT_STREAM_SCORED, "trainer", &err), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_MSG(cpt_queue_add(cur, CPT_STREAM_SCORED, "x", 1, NULL, &err) == 0, "%s", err.msg);
+    int64_t a = 0, b = 0;
+    CHECK_EQ_INT(cpt_lease_try(old->redis, "runG", "old", 300, &a, NULL, 0, NULL, &err), 1);
+    cpt_queue_set_fence(old, a);
+    cpt_queue_msg m[2];
+    memset(m, 0, sizeof m);
+    CHECK_EQ_INT(cpt_queue_read(old, CPT_STREAM_SCORED, "trainer", "trainer", 2, 0, m, &err), 2);
+    CHECK_EQ_INT(test_pending(old, CPT_STREAM_SCORED, "trainer"), 2);
+    usleep(450 * 1000); /* the old holder stalls past its ttl; a new trainer takes over */
+    CHECK_EQ_INT(cpt_lease_try(cur->redis, "runG", "new", 300, &b, NULL, 0, NULL, &err), 1);
+    cpt_queue_set_fence(cur, b);
+    CHECK_EQ_INT(cpt_queue_ack(old, CPT_STREAM_SCORED, "trainer", m[0].id, &err), -1);
+    CHECK_MSG(strstr(err.msg, "FENCED") != NULL, "%s", err.msg);
+    CHECK_EQ_INT(cpt_queue_dead_letter(old, CPT_STREAM_SCORED, "trainer", &m[1], "test", &err), -1);
+    CHECK_MSG(strstr(err.msg, "FENCED") != NULL, "%s", err.msg);
+    CHECK_EQ_INT(test_pending(cur, CPT_STREAM_SCORED, "trainer"), 2);
+    CHECK_EQ_INT(test_xlen(cur, CPT_STREAM_DEAD), 0);
+    /* the holder dead-letters one, twice: one dead entry; and acks the other */
+    CHECK_MSG(cpt_queue_dead_letter(cur, CPT_STREAM_SCORED, "trainer", &m[1], "test", &err) == 0, "%s", err.msg);
+    CHECK_MSG(cpt_queue_dead_letter(cur, CPT_STREAM_SCORED, "trainer", &m[1], "test", &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(test_xlen(cur, CPT_STREAM_DEAD), 1);
+    CHECK_MSG(cpt_queue_ack(cur, CPT_STREAM_SCORED, "trainer", m[0].id, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(test_pending(cur, CPT_STREAM_SCORED, "trainer"), 0);
+    /* the same for an unfenced queue (a worker's): an entry acked before is not dead-lettered */
+    cpt_queue *w = test_queue_open(t, "runG", 64, 60000);
+    CHECK_MSG(cpt_queue_dead_letter(w, CPT_STREAM_SCORED, "trainer", &m[0], "test", &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(test_xlen(w, CPT_STREAM_DEAD), 1);
+    cpt_queue_msg_free(&m[0]);
+    cpt_queue_msg_free(&m[1]);
+    cpt_queue_close(w);
+    cpt_queue_close(old);
+    cpt_queue_close(cur);
+}
+
 int main(void) {
     test_redis t;
     test_redis_start(&t, "everysec");
@@ -191,6 +234,7 @@ int main(void) {
     two_holders_expiry_renewal(q);
     cpt_queue_close(q);
     stale_token_refused(&t);
+    stale_token_ack_dead(&t);
     held_lease_thread(&t);
     dead_holder_taken_over(&t);
     test_redis_stop(&t);
