@@ -5,13 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Objects a message may hold (every string, number, array and map counts one): far above any schema's (the
+ * completions of a group, stop strings, a record's extra fields), far below what would exhaust a role's memory. */
+#define CPT_MSG_MAX_OBJECTS (1u << 20)
+#define CPT_MSG_MAX_OBJECTS_TEXT "1048576"
+
 /* Walks the raw bytes before msgpack-c sees them: every length inside the buffer, every container's element
- * count no larger than the bytes left (each element takes at least one), nesting <= 16. msgpack-c allocates a
- * container's elements up front, so without this a 5-byte header claiming 4 billion elements would ask for
- * ~100 GB. Returns the offset after one object, or 0 on failure. */
-static size_t prescan(const uint8_t *p, size_t len, size_t off, int depth, const char **why) {
+ * count no larger than the bytes left (each element takes at least one), nesting <= 16, and at most
+ * CPT_MSG_MAX_OBJECTS objects in all. msgpack-c allocates a container's elements up front, so without this a 5-byte
+ * header claiming 4 billion elements would ask for ~100 GB; and it takes 24 bytes an object, so a large message of
+ * one-byte elements would ask for 24 times its size (the schemas' token arrays are bins: one object each).
+ * *budget counts down the objects left. Returns the offset after one object, or 0 on failure. */
+static size_t prescan(const uint8_t *p, size_t len, size_t off, int depth, size_t *budget, const char **why) {
     if (depth > 16) { *why = "nesting deeper than 16"; return 0; }
     if (off >= len) { *why = "truncated"; return 0; }
+    if (*budget == 0) { *why = "more than " CPT_MSG_MAX_OBJECTS_TEXT " objects"; return 0; }
+    (*budget)--;
     uint8_t b = p[off++];
     uint64_t n = 0; /* payload bytes, or container elements */
     int container = 0; /* 1 array, 2 map */
@@ -54,7 +63,7 @@ static size_t prescan(const uint8_t *p, size_t len, size_t off, int depth, const
     uint64_t items = container == 2 ? 2 * n : n;
     if (items > avail) { *why = "a container claims more elements than bytes left"; return 0; }
     for (uint64_t i = 0; i < items; i++) {
-        off = prescan(p, len, off, depth + 1, why);
+        off = prescan(p, len, off, depth + 1, budget, why);
         if (!off) return 0;
     }
     return off;
@@ -68,7 +77,8 @@ int cpt_mp_dec_open(cpt_mp_dec *d, const void *data, size_t len, size_t max_len,
     if (len == 0) return cpt_errf(err, "empty message");
     if (len > max_len) return cpt_errf(err, "message is %zu bytes, max %zu", len, max_len);
     const char *why = "malformed";
-    size_t end = prescan(data, len, 0, 0, &why);
+    size_t budget = CPT_MSG_MAX_OBJECTS;
+    size_t end = prescan(data, len, 0, 0, &budget, &why);
     if (!end) return cpt_errf(err, "malformed msgpack: %s", why);
     if (end != len) return cpt_errf(err, "malformed message: %zu trailing bytes after the map", len - end);
     size_t off = 0;

@@ -1,7 +1,7 @@
 /* The strict msgpack reading and writing shared by the queue's message codecs (queue/schema.c, queue/env_msg.c).
  *
- * A decoder opens the whole buffer with cpt_mp_dec_open (a pre-scan bounds every length and element count before
- * msgpack-c allocates anything; exactly one map, nothing after it), checks the map's keys with cpt_mp_check_keys
+ * A decoder opens the whole buffer with cpt_mp_dec_open (a pre-scan bounds every length and element count, and the
+ * objects in all, before msgpack-c allocates anything; exactly one map, nothing after it), checks the map's keys with cpt_mp_check_keys
  * (no unknown, duplicate or missing key) and reads each field with a cpt_mp_get_* that names the field in its
  * error. Encoders pack into a msgpack_sbuffer and hand it over with cpt_mp_finish_buf. */
 #ifndef CPT_QUEUE_MSG_CODEC_H

@@ -466,6 +466,27 @@ static void test_small_messages(void) {
     save_seed("control", "deep", "\x81\xa1k\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x90", 22);
     save_seed("heartbeat", "ext", "\x81\xa4type\xd4\x01\x02", 8);
     save_seed("prompt", "float_top_k", "\x81\xa5top_k\xcb\x7f\xf0\0\0\0\0\0\0", 16);
+
+    /* A map whose one array holds about 2^20 one-byte elements (1 MB): msgpack-c would take 24 bytes each; 2^20 + 1
+     * objects with the map, its key and the array are refused before anything is unpacked; 2^20 pass the scan
+     * (and fail on the missing keys). */
+    for (int k = 0; k < 2; k++) {
+        const size_t n = (1u << 20) - 2 - (size_t)k;
+        size_t len = 1 + 2 + 5 + n;
+        unsigned char *big = malloc(len);
+        CHECK(big != NULL);
+        if (!big) break;
+        big[0] = 0x81, big[1] = 0xa1, big[2] = 'x', big[3] = 0xdd;
+        big[4] = (unsigned char)(n >> 24), big[5] = (unsigned char)(n >> 16), big[6] = (unsigned char)(n >> 8);
+        big[7] = (unsigned char)n;
+        memset(big + 8, 0x01, n);
+        CHECK_EQ_INT(cpt_heartbeat_decode(big, len, &h2, &err), -1);
+        if (k == 0)
+            CHECK_MSG(strstr(err.msg, "more than 1048576 objects") != NULL, "%s", err.msg);
+        else
+            CHECK_MSG(!strstr(err.msg, "objects") && strstr(err.msg, "missing key"), "%s", err.msg);
+        free(big);
+    }
 }
 
 static void test_seen(void) {
