@@ -43,6 +43,7 @@ typedef struct worker {
     int on_gpu;          /* rollout.device = cuda: the model is placed for inference before its engine is made */
     cpt_weights_rx *rx;  /* cuda_ipc / nccl versions (weights/weights_rx.h) */
     uint64_t version;
+    char held_checksum[sizeof(((cpt_weights_msg *)0)->checksum)]; /* of the weights loaded last; "": the start's */
     cpt_weights_msg want; /* a newer version to load once nothing is generating */
     int has_want;
     cpt_weights_msg bad;  /* the announcement that last failed to load (has_bad): retried only after a pause */
@@ -257,6 +258,7 @@ static int load_wanted(worker *w, cpt_err *err) {
         return 0;
     }
     w->version = wm->version;
+    snprintf(w->held_checksum, sizeof w->held_checksum, "%s", wm->checksum);
     w->has_bad = 0, w->bad_tries = 0; /* a failure after a success starts its pauses over */
     w->st->weight_loads++;
     w->st->version = w->version;
@@ -278,8 +280,10 @@ static void poll_weights(worker *w) {
     w->announced = wm.version;
     w->has_announced = 1;
     /* Any version other than the one held is the trainer's current one: after a trainer resume from a checkpoint
-     * the announced version can go down, and the weights of the lost steps must not be kept. */
-    int other = !w->m || wm.version != w->version;
+     * the announced version can go down, and the weights of the lost steps must not be kept. Nor when it comes back
+     * up to the number held: the same version with other weights (another checksum) is loaded too. */
+    int other = !w->m || wm.version != w->version ||
+                (wm.checksum[0] && w->held_checksum[0] && strcmp(wm.checksum, w->held_checksum));
     /* A failed announcement is tried again after a pause (a file that was being replaced), and at once when the
      * same version is announced anew: a trainer restarted by a requeue announces its resumed version again, with
      * its own cuda_ipc handle, while the one its predecessor left behind can no longer be opened. */

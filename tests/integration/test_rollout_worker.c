@@ -274,6 +274,18 @@ static int log_has(const char *id, const char *text) {
     return has;
 }
 
+/* Lines of a worker's log holding text. */
+static int log_count(const char *id, const char *text) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s.log", T.dir, id);
+    cpt_err err;
+    char *log = cpt_read_file(path, NULL, &err);
+    int n = 0;
+    for (const char *p = log; p && (p = strstr(p, text)); p += strlen(text)) n++;
+    free(log);
+    return n;
+}
+
 /* Announcements naming a file outside RUN_DIR/weights (a path elsewhere, a symlink out of the folder) are refused:
  * logged, the worker keeps its weights and lives on, and the next good version loads. */
 static void foreign_weights(cpt_queue *q) {
@@ -390,10 +402,23 @@ static void restarted_trainer(cpt_queue *q) {
     CHECK_EQ_INT(it.rollout.weight_version, 10);
     CHECK(logprob_gap(m10, &it.rollout) < 1e-4);
     cpt_queue_item_free(&it);
+    /* a trainer resumed from an older checkpoint trains to step 10 again and announces v10 with other weights (its
+     * checksum differs): the worker loads them, not keeping the lost attempt's v10 under the same number */
+    cpt_model *m10b = cpt_model_new_random(&c, 210, &err);
+    CHECK_MSG(cpt_weights_write(m10b, T.dir, RUN, 10, &w, &err) == 0, "%s", err.msg);
+    CHECK_MSG(cpt_queue_publish_weights(q, &w, &err) == 0, "%s", err.msg);
+    for (double t0 = cpt_now(); log_count("w7", "weights v10 loaded") < 2 && cpt_now() - t0 < 30;) usleep(20000);
+    CHECK_EQ_INT(log_count("w7", "weights v10 loaded"), 2);
+    add_group(q, 92, 10, 2, 6, 4);
+    CHECK(next_rollout(q, &it, 30));
+    CHECK_EQ_INT(it.rollout.id.index, 92);
+    CHECK(logprob_gap(m10b, &it.rollout) < 1e-4);
+    CHECK(logprob_gap(m10, &it.rollout) > 1e-3);
+    cpt_queue_item_free(&it);
     kill(pid, SIGTERM);
     int status;
     CHECK(wait_exit(pid, 30, &status) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    cpt_model_free(m9), cpt_model_free(m10);
+    cpt_model_free(m9), cpt_model_free(m10), cpt_model_free(m10b);
 }
 
 
