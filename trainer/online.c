@@ -502,8 +502,16 @@ static int issue(online_ctx *c, cpt_err *err) {
         if (cpt_book_add_new(&c->book, id, err)) return -1;
     }
     cpt_book_entry *e;
-    while ((e = cpt_book_next_to_issue(&c->book)))
+    while ((e = cpt_book_next_to_issue(&c->book))) {
+        cpt_group_id id = e->id;
+        if (cpt_book_skip_if_exhausted(&c->book, e)) {
+            cpt_warn("online: group (%llu, %llu) issued %u times since this trainer started, its groups stale or "
+                     "failed each time (generation slower than async.max_staleness allows?): skipped",
+                     (unsigned long long)id.epoch, (unsigned long long)id.index, CPT_ONLINE_ATTEMPTS_PER_START);
+            continue;
+        }
         if (issue_one(c, e, err)) return -1;
+    }
     return 0;
 }
 

@@ -118,6 +118,16 @@ cpt_group_id cpt_book_mark_issued(cpt_online_book *b, cpt_book_entry *e, int64_t
     return cpt_online_wire_id(e->id, e->attempt);
 }
 
+static void remove_at(cpt_online_book *b, size_t i);
+
+int cpt_book_skip_if_exhausted(cpt_online_book *b, cpt_book_entry *e) {
+    uint32_t next = e->issued_version >= 0 ? e->attempt + 1 : e->attempt;
+    if (next - b->attempt_base < CPT_ONLINE_ATTEMPTS_PER_START) return 0;
+    b->skipped++;
+    remove_at(b, (size_t)(e - b->e));
+    return 1;
+}
+
 size_t cpt_book_count(const cpt_online_book *b, cpt_book_state s) {
     size_t k = 0;
     for (size_t i = 0; i < b->n; i++) k += b->e[i].state == s;

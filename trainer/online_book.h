@@ -72,6 +72,11 @@ int cpt_book_outstanding(const cpt_online_book *b, cpt_group_id **out, size_t *n
  * issued before, marks it IN_FLIGHT and returns its wire id. */
 cpt_book_entry *cpt_book_next_to_issue(cpt_online_book *b);
 cpt_group_id cpt_book_mark_issued(cpt_online_book *b, cpt_book_entry *e, int64_t version);
+/* Before issuing e: when its next attempt would leave this start's range of attempt numbers (issued
+ * CPT_ONLINE_ATTEMPTS_PER_START times since the start, its groups stale or failed each time), it would reach
+ * numbers the next start hands out and that workers may already have seen, whose duplicate filter would then drop
+ * that issue: the entry is no longer outstanding, counted in skipped; returns 1 (e is gone). Else 0. */
+int cpt_book_skip_if_exhausted(cpt_online_book *b, cpt_book_entry *e);
 
 size_t cpt_book_count(const cpt_online_book *b, cpt_book_state s);
 cpt_book_entry *cpt_book_find(cpt_online_book *b, cpt_group_id base);

@@ -183,9 +183,35 @@ static void test_failures(void) {
     cpt_book_free(&b);
 }
 
+/* A group that goes stale at every issue is issued at most CPT_ONLINE_ATTEMPTS_PER_START times in one trainer
+ * start, then skipped: its attempt numbers never reach the next start's range. */
+static void test_exhausted(void) {
+    cpt_err err;
+    cpt_online_book b;
+    cpt_book_init(&b, 0, 0);
+    b.attempt_base = 2 * CPT_ONLINE_ATTEMPTS_PER_START; /* the third start */
+    CHECK_EQ_INT(cpt_book_add_new(&b, gid(0, 0), &err), 0);
+    uint32_t issues = 0, last = 0;
+    cpt_book_entry *e;
+    while ((e = cpt_book_next_to_issue(&b)) && !cpt_book_skip_if_exhausted(&b, e)) {
+        cpt_group_id w = cpt_book_mark_issued(&b, e, (int64_t)issues);
+        last = cpt_online_attempt(w);
+        issues++;
+        /* made by version 0, received at the issue's version + 5: stale with max_staleness 1 */
+        CHECK_EQ_INT(cpt_book_receive(&b, w, 0, (int64_t)issues + 5, 1), CPT_BOOK_STALE);
+        if (issues > 1000) break;
+    }
+    CHECK_EQ_INT(issues, CPT_ONLINE_ATTEMPTS_PER_START);
+    CHECK_EQ_INT(last, 3 * CPT_ONLINE_ATTEMPTS_PER_START - 1); /* the start's last number */
+    CHECK_EQ_INT(b.skipped, 1);
+    CHECK_EQ_INT(b.n, 0);
+    cpt_book_free(&b);
+}
+
 int main(void) {
     test_wire_ids();
     test_flow();
     test_failures();
+    test_exhausted();
     return check_summary("test_online_book");
 }
