@@ -319,8 +319,8 @@ static int equiv_step(const char *algo, int shuffle, int permute, equiv_run *out
     cpt_rl_batch b, pb;
     make_batch(&f, pol, &b);
     memset(&pb, 0, sizeof pb);
-    /* token-dependent teacher logprobs (OPD) and rewards that differ by sequence (PPO's returns) */
-    b.teacher_logprobs = calloc((size_t)b.n_tokens, sizeof(float));
+    /* token-dependent teacher logprobs (OPD; the batch holds the array) and rewards that differ by sequence (PPO's
+     * returns) */
     for (int t = 0; b.teacher_logprobs && t < b.n_tokens; t++)
         b.teacher_logprobs[t] = b.mask[t] != 0 ? -0.1f * (float)(t % 7) - 0.5f : 0;
     b.has_teacher = 1;
