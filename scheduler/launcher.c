@@ -842,7 +842,11 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
     /* A requeued job continues with the counts cpt-scale asked for (the control hash lives in the AOF). */
     if (control) read_control(L, control);
     if (L->resume_step > 0) report_resume(L);
-    if (apply_scale(L, err) != 0) goto done;
+    if (apply_scale(L, err) != 0) {
+        /* what did start (the trainer, workers, submitted satellites) stops in order, as after a failure */
+        status = 1;
+        goto stop_all;
+    }
     fprintf(stderr, "cpt: run %s in %s (logs in %s/logs)\n", cpt_cfg_str(L->cfg, "run.name"), L->run_dir, L->run_dir);
     double progress_every = cpt_cfg_float(L->cfg, "run.progress_every_s");
     for (;;) {
@@ -902,6 +906,7 @@ int cpt_launcher_run(cpt_launcher *L, cpt_err *err) {
         }
     }
     print_progress(L, started);
+stop_all:
     /* Satellites get their drain signal first so they drain while the steps do. */
     drain_satellites(L, grace);
     for (int i = 0; i < L->sup.n; i++) cpt_sup_request_stop(&L->sup, i, grace);
