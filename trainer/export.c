@@ -33,7 +33,21 @@ int cpt_export_hf(const char *checkpoint, const char *out_dir, int bf16, uint64_
     size_t ol = strlen(out_dir);
     while (ol > 1 && out_dir[ol - 1] == '/') ol--;
     snprintf(tmp, sizeof tmp, "%.*s.tmp-%ld", (int)ol, out_dir, (long)getpid());
+    /* The first missing folder above OUT_DIR: the save creates it (mkdir -p), a failed export removes it again. */
+    char made[CPT_CKPT_PATH_MAX + 32] = "", up[CPT_CKPT_PATH_MAX + 32];
+    snprintf(up, sizeof up, "%.*s", (int)ol, out_dir);
+    for (char *slash; (slash = strrchr(up, '/')) && slash != up;) {
+        *slash = '\0';
+        if (cpt_path_exists(up)) break;
+        snprintf(made, sizeof made, "%s", up);
+    }
     int rc = -1;
+    /* A folder of that name is a crashed export's (the same pid again, as in containers): its files would be
+     * shipped with this export's (a stale model.safetensors beside new shards is what a loader opens first). */
+    if (cpt_path_exists(tmp) && cpt_remove_tree(tmp, err)) {
+        cpt_err_prefix(err, "removing %s, left by an interrupted export", tmp);
+        goto out;
+    }
     if (cpt_model_save_hf_sharded(m, tmp, bf16, max_shard_bytes, err)) goto out;
     char tok[CPT_CKPT_PATH_MAX + 32];
     snprintf(tok, sizeof tok, "%s/tokenizer.json", model_dir);
@@ -47,6 +61,7 @@ out:
     if (rc) {
         cpt_err e2;
         cpt_remove_tree(tmp, &e2);
+        if (made[0]) cpt_remove_tree(made, &e2);
         return cpt_err_prefix(err, "export");
     }
     return 0;

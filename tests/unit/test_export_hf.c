@@ -139,6 +139,32 @@ static void check_export_command(void) {
     /* OUT_DIR with content: refused */
     CHECK_EQ_INT(cpt_export_hf(ck, out, 0, 0, &err), -1);
     CHECK(strstr(err.msg, "not an empty folder") != NULL);
+    /* a temporary folder a crashed export of the same pid left, holding a stale whole-model file: cleared, so the
+     * sharded export holds only its own files */
+    char stale[400], hf3[300];
+    snprintf(hf3, sizeof hf3, "%s/hf3", run);
+    snprintf(stale, sizeof stale, "%s.tmp-%ld", hf3, (long)getpid());
+    CHECK_EQ_INT(cpt_mkdir_p(stale, 0700, &err), 0);
+    snprintf(p, sizeof p, "%s/model.safetensors", stale);
+    CHECK_EQ_INT(cpt_write_file_atomic(p, "stale", 5, &err), 0);
+    CHECK_MSG(cpt_export_hf(ck, hf3, 0, 600, &err) == 0, "%s", err.msg);
+    snprintf(p, sizeof p, "%s/model.safetensors", hf3);
+    CHECK_MSG(!cpt_path_exists(p), "a crashed export's model.safetensors was shipped with the new export");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", hf3);
+    CHECK(cpt_path_exists(p));
+    cpt_model *e3 = cpt_model_load(hf3, &err);
+    CHECK_MSG(e3 && !memcmp(cpt_model_data(e3), cpt_model_data(m), cpt_model_numel(m) * 4), "%s", err.msg);
+    cpt_model_free(e3);
+    /* an export that fails after it began writing (a tokenizer file it cannot copy: a folder in its place) leaves
+     * neither its temporary folder nor the parent folders it made */
+    char bad[400], deep[400], np[300];
+    snprintf(bad, sizeof bad, "%s/model/merges.txt", ck);
+    CHECK_EQ_INT(cpt_mkdir_p(bad, 0700, &err), 0);
+    snprintf(np, sizeof np, "%s/np", run);
+    snprintf(deep, sizeof deep, "%s/a/b/out", np);
+    CHECK_EQ_INT(cpt_export_hf(ck, deep, 0, 0, &err), -1);
+    CHECK_MSG(!cpt_path_exists(np), "a failed export left %s (%s)", np, err.msg);
+    CHECK_EQ_INT(rmdir(bad), 0);
     /* a corrupt checkpoint: refused, nothing written */
     snprintf(p, sizeof p, "%s/model/model.safetensors", ck);
     FILE *f = fopen(p, "r+b");
