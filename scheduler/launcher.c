@@ -222,7 +222,8 @@ static int check_history(cpt_launcher *L, cpt_executor exec, cpt_err *err) {
     const char *rc = getenv("SLURM_RESTART_COUNT");
     int requeue = exec == CPT_EXEC_SLURM && rc && strtol(rc, NULL, 10) > 0;
     int fresh = cpt_cfg_bool(L->cfg, "run.fresh");
-    if (!cpt_cfg_bool(L->cfg, "train.resume") && !fresh) return 0; /* the trainer starts at step 0 by itself */
+    if (!cpt_cfg_bool(L->cfg, "train.resume") && !fresh) /* the trainer starts at step 0 by itself */
+        return requeue ? 0 : cpt_ckpt_refuse_restart(L->run_dir, err);
     char moved[4300];
     int64_t step;
     int h = cpt_run_history_check(L->run_dir, cpt_cfg_int(L->cfg, "train.steps"), requeue, fresh, &step, moved,

@@ -76,6 +76,8 @@ int cpt_offline_resume(cpt_offline *o, char *ckpt, size_t ckpt_cap, cpt_err *err
         o->have_ckpt_lock = 1;
     }
     uint64_t hash = cpt_config_hash(o->cfg);
+    if (!cpt_cfg_bool(o->cfg, "train.resume") && cpt_ckpt_refuse_restart(cpt_cfg_str(o->cfg, "run.dir"), err))
+        return -1;
     int found = cpt_cfg_bool(o->cfg, "train.resume")
                     ? cpt_ckpt_find_latest(cpt_cfg_str(o->cfg, "run.dir"), ckpt, ckpt_cap, err)
                     : 0;

@@ -392,6 +392,7 @@ static int resume(online_ctx *c, cpt_err *err) {
     c->last_saved_step = -1;
     uint64_t hash = cpt_config_hash(c->cfg);
     char ckpt[CPT_CKPT_PATH_MAX];
+    if (!cpt_cfg_bool(c->cfg, "train.resume") && cpt_ckpt_refuse_restart(c->run_dir, err)) return -1;
     int found = cpt_cfg_bool(c->cfg, "train.resume") ? cpt_ckpt_find_latest(c->run_dir, ckpt, sizeof ckpt, err) : 0;
     if (found < 0) return cpt_err_prefix(err, "resume");
     if (found) {

@@ -196,6 +196,17 @@ int64_t cpt_ckpt_read_latest(const char *ckdir) {
     return s;
 }
 
+int cpt_ckpt_refuse_restart(const char *run_dir, cpt_err *err) {
+    char ckdir[CPT_CKPT_PATH_MAX];
+    if (snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir) >= (int)sizeof ckdir)
+        return cpt_errf(err, "%s: path too long", run_dir);
+    int64_t latest = cpt_ckpt_read_latest(ckdir);
+    if (latest < 0) return 0;
+    return cpt_errf(err, "train.resume = false, but %s holds checkpoints up to step %" PRId64 " (latest): a run from "
+                    "step 0 would overwrite them; use another run.dir, pass run.fresh=true to `cpt run` (the earlier "
+                    "run is moved aside, nothing deleted), or leave train.resume = true to continue it", ckdir, latest);
+}
+
 int cpt_ckpt_find_latest(const char *run_dir, char *out, size_t out_cap, cpt_err *err) {
     char ckdir[CPT_CKPT_PATH_MAX];
     if (snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir) >= (int)sizeof ckdir)

@@ -31,6 +31,11 @@ int64_t cpt_ckpt_read_latest(const char *ckdir);
  * run has no checkpoint at all, -1 when checkpoints exist but none verifies (err says why). */
 int cpt_ckpt_find_latest(const char *run_dir, char *out, size_t out_cap, cpt_err *err);
 
+/* train.resume = false on a folder that holds a committed checkpoint: a run from step 0 would reach that step and be
+ * refused at the save (after all its training), or replace newer checkpoints with older steps. -1 with the error
+ * (naming the latest step and the ways out) when RUN_DIR/checkpoints/latest names a step, else 0. */
+int cpt_ckpt_refuse_restart(const char *run_dir, cpt_err *err);
+
 /* Resolves a CHECKPOINT argument: a step folder, a run's checkpoints/ folder or a run folder (-> newest good). */
 int cpt_ckpt_resolve(const char *arg, char *out, size_t out_cap, cpt_err *err);
 

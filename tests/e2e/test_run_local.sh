@@ -73,5 +73,14 @@ if "$CPT" run "${args[@]}" run.dir="$T/d" data.train="$T/missing.jsonl" 2> "$T/d
 grep -q "FAIL  data .*missing.jsonl" "$T/d.log" || fail "preflight did not name the missing file"
 test ! -e "$T/d" || fail "a run directory was created for a config that failed preflight"
 
+# 5. train.resume=false into a finished run's folder: refused before anything starts (it would overwrite its
+#    checkpoints), the folder as it was
+cp "$T/a/metrics.jsonl" "$T/a-metrics.before"
+if "$CPT" run "${args[@]}" run.dir="$T/a" train.resume=false 2> "$T/e.log"; then fail "train.resume=false ran"; fi
+grep -q "train.resume = false, but .*checkpoints holds checkpoints up to step $STEPS (latest)" "$T/e.log" ||
+  { cat "$T/e.log"; fail "no refusal naming the latest step"; }
+! grep -q "cpt: started" "$T/e.log" || fail "train.resume=false into a used folder started roles"
+cmp -s "$T/a/metrics.jsonl" "$T/a-metrics.before" || fail "the refused run touched metrics.jsonl"
+
 echo "test_run_local: ok (straight $STEPS steps in ${ta}s; SIGINT stopped at step $stopped, resumed and equal;" \
      "kill -9 of the trainer at step >= 22, $resumed, equal)"

@@ -61,6 +61,15 @@ for f in model/model.safetensors optimizer.safetensors; do
   cmp "$T/a/checkpoints/step-20/$f" "$T/b/checkpoints/step-20/$f" ||
     { echo "FAIL: $f differs between the straight run and the resumed run"; exit 1; }
 done
+# train.resume=false on a folder with checkpoints: refused before any training, its metrics untouched (it would
+# reach step 20 again and be refused at the save, after all its training)
+cp "$T/a/metrics.jsonl" "$T/a-metrics.before"
+rc=0; "$TRAIN" "$T/job.toml" run.dir="$T/a" train.resume=false 2> "$T/a-restart.log" || rc=$?
+[ "$rc" -ne 0 ] || { echo "FAIL: train.resume=false on a used folder ran"; cat "$T/a-restart.log"; exit 1; }
+grep -q "train.resume = false, but .*checkpoints holds checkpoints up to step 20 (latest)" "$T/a-restart.log" ||
+  { echo "FAIL: no refusal naming the latest step"; cat "$T/a-restart.log"; exit 1; }
+! grep -q "sft step" "$T/a-restart.log" || { echo "FAIL: it trained before refusing"; exit 1; }
+cmp -s "$T/a/metrics.jsonl" "$T/a-metrics.before" || { echo "FAIL: the refused run rewrote metrics.jsonl"; exit 1; }
 # the straight run learned something (the test would be vacuous on a model that does not move)
 first=$(grep -m1 -o 'loss [0-9.]*' "$T/a.log" | awk '{print $2}')
 last=$(grep 'sft step 20/20 |' "$T/a.log" | grep -o 'loss [0-9.]*' | awk '{print $2}')
