@@ -78,6 +78,13 @@ static int setup_data(sft_ctx *c, cpt_err *err) {
     if (*ev) {
         o.max_examples = (size_t)cpt_cfg_int(cfg, "train.eval_max_examples");
         if (cpt_sft_dataset_load(ev, &o, &c->eval, err)) return -1;
+        /* the examples greedy decoding will start from (train.eval_generate, after training): checked now */
+        size_t ng = (size_t)cpt_cfg_int(cfg, "train.eval_generate");
+        for (size_t i = 0; i < ng && i < c->eval.n; i++)
+            if (c->eval.ex[i].n_prompt < 1)
+                return cpt_errf(err, "data.eval %s: example %zu (of those kept) has an empty prompt: "
+                                "train.eval_generate = %zu decodes from it; give it a prompt or lower "
+                                "train.eval_generate", ev, i + 1, ng);
     }
     cpt_info("sft: %zu train examples (%zu truncated, %zu skipped), %zu eval examples", c->train.n,
              c->train.n_truncated, c->train.n_skipped, c->eval.n);

@@ -70,6 +70,12 @@ grep -q "train.resume = false, but .*checkpoints holds checkpoints up to step 20
   { echo "FAIL: no refusal naming the latest step"; cat "$T/a-restart.log"; exit 1; }
 ! grep -q "sft step" "$T/a-restart.log" || { echo "FAIL: it trained before refusing"; exit 1; }
 cmp -s "$T/a/metrics.jsonl" "$T/a-metrics.before" || { echo "FAIL: the refused run rewrote metrics.jsonl"; exit 1; }
+# an eval example with an empty prompt that train.eval_generate would decode from: refused at load, before training
+{ head -1 "$T/eval.jsonl"; echo '{"prompt": "", "completion": "5"}'; } > "$T/eval_empty.jsonl"
+rc=0; "$TRAIN" "$T/job.toml" run.dir="$T/e" data.eval="$T/eval_empty.jsonl" train.eval_generate=2 2> "$T/e.log" || rc=$?
+[ "$rc" -ne 0 ] && grep -q "eval_empty.jsonl: example 2 (of those kept) has an empty prompt" "$T/e.log" ||
+  { echo "FAIL: an empty eval prompt was not refused at load (rc $rc)"; cat "$T/e.log"; exit 1; }
+! grep -q "sft step" "$T/e.log" || { echo "FAIL: it trained before refusing the eval data"; exit 1; }
 # the straight run learned something (the test would be vacuous on a model that does not move)
 first=$(grep -m1 -o 'loss [0-9.]*' "$T/a.log" | awk '{print $2}')
 last=$(grep 'sft step 20/20 |' "$T/a.log" | grep -o 'loss [0-9.]*' | awk '{print $2}')
