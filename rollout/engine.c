@@ -1,5 +1,6 @@
 /* The generation engine (rollout/engine.h): slots, the KV pool's blocks (free stack, reference counts, shared
  * prompt blocks, copy-on-write), admission, chunked prefill and decode steps, over model/decoder.h. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,7 +142,8 @@ static void fill_row(cpt_sample_row *row, const gen_req *r, int logits_row, int 
     row->seed = r->seed;
     row->logits_row = logits_row;
     row->top_k = r->sp.top_k;
-    row->temperature = r->sp.temperature;
+    /* a temperature so small that 1/T overflows samples as its limit, greedy (both devices' samplers) */
+    row->temperature = isinf(1.0f / r->sp.temperature) ? 0.0f : r->sp.temperature;
     row->top_p = r->sp.top_p;
     row->min_p = r->sp.min_p;
     row->sample = (uint32_t)sample;

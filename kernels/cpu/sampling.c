@@ -52,7 +52,12 @@ static void sort_desc(int32_t *idx, int n, const float *prob) {
 }
 
 static uint64_t fixq(float p) { return (uint64_t)(p * 1099511627776.0f); } /* p in units of 2^-40, truncated */
-static float u01(uint32_t x) { return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+/* (0, 1): the top 24 bits, centred. The largest rounds to 1.0 in float (16777215.5 is not representable), which
+ * would make -log(-log u) infinite and force that token whatever its probability: it takes the float below 1. */
+static float u01(uint32_t x) {
+    float u = ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    return u < 1.0f ? u : 0x1.fffffep-1f;
+}
 
 #define RUN_QUADS 8 /* quads drawn together (cpt_philox4x32_run) */
 
@@ -94,7 +99,8 @@ int32_t cpt_k_sample(const float *logits, const cpt_sample_params *sp, uint64_t 
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
     const float mx = logits[best];
-    if (!(sp->temperature > 0.0f)) {
+    /* greedy, also at a temperature so small that 1/T overflows (its limit; (l - mx) / T would be 0 * inf) */
+    if (!(sp->temperature > 0.0f) || isinf(1.0f / sp->temperature)) {
         double sum = 0;
         for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
         if (logprob) *logprob = (float)(-log(sum));

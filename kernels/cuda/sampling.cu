@@ -32,7 +32,12 @@ static __host__ __device__ inline uint4 philox4x32(uint4 c, uint2 k) {
 }
 
 /* Uniform in (0, 1) from 24 bits. */
-static __device__ inline float u01(uint32_t x) { return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+/* (0, 1): the top 24 bits, centred. The largest rounds to 1.0 in float (16777215.5 is not representable), which
+ * would make -log(-log u) infinite and force that token whatever its probability: it takes the float below 1. */
+static __device__ inline float u01(uint32_t x) {
+    float u = ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    return u < 1.0f ? u : 0x1.fffffep-1f;
+}
 
 static __device__ inline uint4 draw4(const cpt_cuda_sample_row &r, int64_t quad) {
     return philox4x32(make_uint4((uint32_t)quad, r.step, r.sample, (uint32_t)(quad >> 32)),

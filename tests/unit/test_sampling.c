@@ -26,10 +26,60 @@ static int gumbel_reference(const float *l, int n, float t, uint64_t seed, uint3
         uint32_t w[4];
         cpt_philox4x32(w, seed, sample, step, (uint64_t)(i / 4));
         float u = ((float)(w[i % 4] >> 8) + 0.5f) * (1.0f / 16777216.0f);
+        if (u >= 1.0f) u = 0x1.fffffep-1f; /* the top word: below 1 */
         float g = (l[i] - mx) * inv_t - logf(-logf(u));
         if (g > best) best = g, pick = i;
     }
     return pick;
+}
+
+/* The top uniform word (its 24 bits all ones) does not force its token. Token 0 leads; token t, whose draw at some
+ * step of seed 1234 is that word, is set just above the level below which no draw could make it win (so it is
+ * drawn), and no other token can win: t may not be picked there, as before (u rounded to 1.0, an infinite draw). */
+static void top_word_not_forced(void) {
+    enum { BIG = 151936 };
+    float *l = malloc(sizeof(float) * BIG);
+    cpt_sampler_work w;
+    CHECK(l && cpt_sampler_work_init(&w, BIG) == 0);
+    if (!l) return;
+    for (int i = 0; i < BIG; i++) l[i] = i == 0 ? 0.0f : -1e9f;
+    cpt_sample_params sp = {1.0f, 0, 1.0f, 0.0f};
+    int tested = 0;
+    for (uint32_t step = 0; step < 4000 && !tested; step++)
+        for (int q = 0; q < BIG / 4 && !tested; q++) {
+            uint32_t wd[4];
+            cpt_philox4x32(wd, 1234, 0, step, (uint64_t)q);
+            for (int k = 0; k < 4 && !tested; k++) {
+                int t = 4 * q + k;
+                if ((wd[k] >> 8) != 0xFFFFFFu || t == 0) continue;
+                uint32_t w0[4];
+                cpt_philox4x32(w0, 1234, 0, step, 0);
+                float u0 = ((float)(w0[0] >> 8) + 0.5f) * (1.0f / 16777216.0f);
+                float g0 = -logf(-logf(u0)); /* token 0's draw */
+                l[t] = g0 + logf(2.5e-8f) + 0.5f; /* above the sampler's noise floor relative to token 0 */
+                float lp;
+                int32_t got = cpt_k_sample(l, &sp, 1234, 0, step, &w, &lp);
+                CHECK_MSG(got == 0, "step %u: token %d picked on the top uniform word (logit %.2f against the leader's "
+                          "draw %.2f)", step, t, (double)l[t], (double)g0);
+                CHECK(isfinite(lp));
+                tested = 1;
+            }
+        }
+    CHECK_MSG(tested, "no top uniform word in 4000 steps of seed 1234");
+    cpt_sampler_work_free(&w);
+    free(l);
+}
+
+/* A temperature so small that 1/T overflows is greedy (the limit), not token 0 with a NaN logprob. */
+static void tiny_temperature_is_greedy(void) {
+    float l[4] = {0.5f, 1.0f, 3.0f, 2.0f};
+    cpt_sampler_work w;
+    CHECK(cpt_sampler_work_init(&w, 4) == 0);
+    cpt_sample_params sp = {2e-39f, 0, 1.0f, 0.0f};
+    float lp = 0;
+    CHECK_EQ_INT(cpt_k_sample(l, &sp, 7, 0, 0, &w, &lp), 2);
+    CHECK(isfinite(lp) && lp <= 0.0f);
+    cpt_sampler_work_free(&w);
 }
 
 int main(void) {
@@ -129,5 +179,7 @@ int main(void) {
     }
     CHECK(agree);
     cpt_sampler_work_free(&wb);
+    top_word_not_forced();
+    tiny_temperature_is_greedy();
     return check_summary("test_sampling");
 }
