@@ -21,18 +21,23 @@ static void test_math_provider(void) {
     cpt_reward *r = cpt_reward_builtin("math", &o, &err);
     CHECK_MSG(r != NULL, "%s", err.msg);
     if (!r) return;
-    cpt_reward_item items[4] = {
+    cpt_reward_item items[7] = {
         {"What is 6*7?", "6*7 = 42, so \\boxed{42}", "{\"answer\": \"42\"}"},
         {"What is 6*7?", "#### 41", "{\"answer\": 42}"},              /* number gold */
         {"Half?", "\\boxed{\\frac12}", "{\"answer\": 0.5}"},
         {"Sum?", "no idea", "{\"answer\": \"#### 3\"}"},
+        /* golds that are not binary fractions: graded as the number the file wrote */
+        {"A tenth?", "\\boxed{0.1}", "{\"answer\": 0.1}"},
+        {"2.3?", "#### 2.3", "{\"answer\": 2.3}"},
+        {"Small?", "\\boxed{0.0000001}", "{\"answer\": 1e-7}"},
     };
-    cpt_reward_result res[4];
-    CHECK(cpt_reward_score_batch(r, 4, items, res, &err) == 0);
+    cpt_reward_result res[7];
+    CHECK(cpt_reward_score_batch(r, 7, items, res, &err) == 0);
     CHECK_NEAR(res[0].value, 1.0, 0);
     CHECK_NEAR(res[1].value, 0.0, 0);
     CHECK_NEAR(res[2].value, 1.0, 0);
     CHECK_NEAR(res[3].value, 0.0, 0);
+    for (int i = 4; i < 7; i++) CHECK_MSG(res[i].value == 1.0, "numeric gold %s: reward %g", items[i].extra, res[i].value);
     CHECK_NEAR(part(&res[3], "math/answer_found"), 0.0, 0);
     CHECK_NEAR(part(&res[1], "math/answer_found"), 1.0, 0);
     /* a record without the gold answer is an error naming the item and the field */
