@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -204,6 +205,7 @@ static void describe_exit(cpt_plugin *p, char *out, size_t len) {
         snprintf(out, len, "exited with status %d", WEXITSTATUS(st));
     else
         snprintf(out, len, "ended");
+    kill(-p->pid, SIGKILL); /* what it started, if anything of its group is left */
     p->pid = 0;
     close(p->fd);
     p->fd = -1;
@@ -211,6 +213,7 @@ static void describe_exit(cpt_plugin *p, char *out, size_t len) {
 
 static void kill_child(cpt_plugin *p) {
     if (!p->pid) return;
+    kill(-p->pid, SIGKILL); /* its process group: what the plugin started too */
     kill(p->pid, SIGKILL);
     waitpid(p->pid, NULL, 0);
     p->pid = 0;
@@ -234,6 +237,7 @@ static int start_child(cpt_plugin *p, cpt_err *err) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) return cpt_errno(err, "reward plugin: socketpair");
     fflush(NULL); /* nothing buffered is written twice */
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(sv[0]);
@@ -242,6 +246,10 @@ static int start_child(cpt_plugin *p, cpt_err *err) {
     }
     if (pid == 0) {
         close(sv[0]);
+        /* A group of its own, so a timeout's kill reaches what the plugin started; dies with the worker (a worker
+         * killed with -9 leaves no plugin spinning). */
+        setpgid(0, 0);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(1);
         /* the child needs none of the parent's descriptors (Redis connections would otherwise stay open) */
         for (int fd = 3; fd < 1024; fd++)
             if (fd != sv[1]) close(fd);
@@ -256,6 +264,7 @@ static int start_child(cpt_plugin *p, cpt_err *err) {
         _exit(0);
     }
     close(sv[1]);
+    setpgid(pid, pid); /* also here: the group exists before any kill of it, whichever side runs first */
     p->pid = pid;
     p->fd = sv[0];
     p->starts++;

@@ -5,7 +5,8 @@
  *   "nan"       returns NaN for the second item  "inf"     returns +inf for the first item
  *   "count"     returns one score fewer          "error"   returns -1 with a message
  *   "initfail"  refuses to start                 "inithang" hangs in init
- *   "crash_after:N" works for N batches, then segfaults (restart test) */
+ *   "crash_after:N" works for N batches, then segfaults (restart test)
+ *   "spawnhang:FILE" starts a process of its own (its pid written to FILE), then hangs while scoring */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,6 +51,14 @@ int cpt_reward_plugin_score_batch(void *state, int n, const char *const *prompts
     if (!strcmp(m, "exit")) _exit(7);
     if (!strcmp(m, "hang"))
         for (;;) pause();
+    if (!strncmp(m, "spawnhang:", 10)) {
+        pid_t kid = fork();
+        if (kid == 0)
+            for (;;) pause();
+        FILE *f = fopen(m + 10, "w");
+        if (f) fprintf(f, "%d\n", (int)kid), fclose(f);
+        for (;;) pause();
+    }
     if (!strcmp(m, "error")) {
         snprintf(err, err_len, "the judge is unavailable");
         return -1;

@@ -2,6 +2,7 @@
  * exits, hangs, returns NaN / inf / the wrong count / an error, or fails init gives an error with the reason while
  * this process lives on; a crashed plugin is restarted on the next batch. A plugin file is checked without being
  * loaded (ELF of this machine, the four functions), and a bare name resolves in the plugins folder. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -160,6 +161,30 @@ static void test_crashes(void) {
     expect_failure("abort", "process", 5000);
     expect_failure("exit", "exited with status 7", 5000);
     expect_failure("hang", "timed out after 300 ms", 300);
+    /* a plugin that started a process of its own and hangs: the timeout's kill takes that process too */
+    char pidfile[64], mode[128];
+    snprintf(pidfile, sizeof pidfile, "/tmp/cpt-plugin-spawn-%ld", (long)getpid());
+    unlink(pidfile);
+    snprintf(mode, sizeof mode, "spawnhang:%s", pidfile);
+    expect_failure(mode, "timed out after 300 ms", 300);
+    cpt_err perr;
+    char *txt = cpt_read_file(pidfile, NULL, &perr);
+    int kid = txt ? atoi(txt) : 0;
+    free(txt);
+    unlink(pidfile);
+    CHECK_MSG(kid > 0, "the plugin wrote no pid");
+    int gone = 0;
+    for (int i = 0; kid > 0 && i < 200 && !gone; i++) { /* gone, or a zombie waiting for init */
+        char stat[64], *st;
+        snprintf(stat, sizeof stat, "/proc/%d/stat", kid);
+        st = cpt_read_file(stat, NULL, &perr);
+        const char *close_paren = st ? strrchr(st, ')') : NULL;
+        gone = !st || (close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
+        free(st);
+        if (!gone) usleep(10000);
+    }
+    CHECK_MSG(gone, "the plugin's own process %d still runs after the timeout", kid);
+    if (!gone && kid > 0) kill(kid, 9);
     expect_failure("nan", "score 1 of 2 is nan", 5000);
     expect_failure("inf", "score 0 of 2 is inf", 5000);
     expect_failure("count", "returned 1 scores for 2 completions", 5000);
