@@ -15,15 +15,17 @@
 
 /* ---------------- scoring one group ---------------- */
 
-/* extra with "n_tokens" set (extra NULL or not an object: a fresh object). */
+/* extra with "n_tokens" set (NULL: a fresh object). An extra that is not a JSON object with distinct keys goes to
+ * the reward as it came, so the reward refuses it with its own reason (read as {} it would lose the record's fields
+ * without a word). */
 static char *extra_with_tokens(const char *extra, uint32_t n_tokens) {
     json_t *o = NULL;
     if (extra) {
         json_error_t je;
-        o = json_loads(extra, 0, &je);
-        if (o && !json_is_object(o)) {
+        o = json_loads(extra, JSON_REJECT_DUPLICATES, &je);
+        if (!o || !json_is_object(o)) {
             json_decref(o);
-            o = NULL;
+            return strdup(extra);
         }
     }
     if (!o) o = json_object();
@@ -32,6 +34,26 @@ static char *extra_with_tokens(const char *extra, uint32_t n_tokens) {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
+}
+
+/* A decoded text (len bytes) with every NUL byte (a byte-level vocabulary's token for 0x00) replaced by U+FFFD: the
+ * rewards read C strings, so a NUL would hide what follows it from them (a length or format rule dodged). */
+static char *without_nul(char *text, size_t len) {
+    size_t nuls = 0;
+    for (size_t i = 0; i < len; i++) nuls += text[i] == '\0';
+    if (!nuls) return text;
+    char *out = malloc(len + 2 * nuls + 1), *o = out;
+    if (!out) {
+        free(text);
+        return NULL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i]) *o++ = text[i];
+        else memcpy(o, "\xEF\xBF\xBD", 3), o += 3;
+    }
+    *o = '\0';
+    free(text);
+    return out;
 }
 
 static int part_index(char names[][CPT_REWARD_NAME_MAX], int n, const char *name) {
@@ -61,11 +83,19 @@ int cpt_reward_score_group(const cpt_reward_scorer *s, cpt_rollout_group *g, cpt
         cpt_err_prefix(err, "decoding the prompt");
         goto done;
     }
+    if (!(prompt = without_nul(prompt, len))) {
+        cpt_errf(err, "out of memory");
+        goto done;
+    }
     for (int c = 0; c < n; c++) {
         const cpt_completion *k = &g->completions[c];
         texts[c] = cpt_tokenizer_decode(s->tok, k->tokens, k->n_tokens, 1, &len, err);
         if (!texts[c]) {
             cpt_err_prefix(err, "decoding completions[%d]", c);
+            goto done;
+        }
+        if (!(texts[c] = without_nul(texts[c], len))) {
+            cpt_errf(err, "out of memory");
             goto done;
         }
         extras[c] = extra_with_tokens(g->extra, k->n_tokens);

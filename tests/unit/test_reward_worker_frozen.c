@@ -52,6 +52,58 @@ static int32_t *enc(const cpt_tokenizer *tok, const char *s, int *n) {
     return ids;
 }
 
+
+/* What the rewards see of a group: a NUL byte in a completion (the byte-level token for 0x00) does not hide the rest
+ * of it (a length rule is not dodged), and an extra that is not a JSON object with distinct keys reaches the reward
+ * as it came, refused with the reward's own reason instead of being read as {}. */
+static void nul_and_bad_extra(const cpt_tokenizer *tok) {
+    cpt_err err;
+    int nul = -1;
+    size_t nb;
+    for (int i = 0; i < cpt_tokenizer_vocab_size(tok) && nul < 0; i++) {
+        const char *b = cpt_tokenizer_id_bytes(tok, i, &nb);
+        if (b && nb == 1 && b[0] == 0) nul = i;
+    }
+    CHECK_MSG(nul >= 0, "the tiny tokenizer has no token for byte 0x00");
+    if (nul < 0) return;
+    int na;
+    int32_t *ids = enc(tok, "hello world ", &na);
+    int nc = 1 + 20 * na;
+    int32_t *comp = malloc(sizeof(int32_t) * (size_t)nc);
+    comp[0] = nul;
+    for (int r = 0; r < 20; r++) memcpy(comp + 1 + r * na, ids, sizeof(int32_t) * (size_t)na);
+    cpt_reward_options o;
+    cpt_reward_options_default(&o);
+    o.length_target = 100, o.length_penalty = 0.01, o.length_max_penalty = 1.0;
+    cpt_reward *len = cpt_reward_builtin("length", &o, &err);
+    cpt_reward *math = cpt_reward_builtin("math", &o, &err);
+    CHECK(len && math);
+    cpt_completion c = {.n_tokens = (uint32_t)nc, .tokens = comp};
+    cpt_rollout_group g;
+    memset(&g, 0, sizeof g);
+    g.n_prompt = 1, g.prompt = ids, g.n_completions = 1, g.completions = &c;
+    cpt_reward_scorer sc = {.reward = len, .tok = tok};
+    CHECK_MSG(len && cpt_reward_score_group(&sc, &g, &err) == 0, "%s", err.msg);
+    /* 241 characters against a target of 100: the penalty, capped at 1 */
+    CHECK_MSG(g.has_rewards && g.rewards[0] < -0.5, "a NUL first: length reward %g", g.has_rewards ? g.rewards[0] : 0);
+    free(g.rewards);
+    for (uint32_t k = 0; k < g.n_parts; k++) free(g.part_names[k]);
+    free(g.part_names), free(g.part_values);
+    const char *bad[] = {"{\"answer\": \"72\"", "{\"answer\": 72, \"answer\": 5}", "[1, 2]"};
+    for (int k = 0; k < 3; k++) {
+        memset(&g, 0, sizeof g);
+        g.n_prompt = 1, g.prompt = ids, g.n_completions = 1, g.completions = &c;
+        g.extra = (char *)bad[k];
+        sc.reward = math;
+        CHECK_EQ_INT(math ? cpt_reward_score_group(&sc, &g, &err) : 0, -1);
+        CHECK_MSG(!strstr(err.msg, "has no 'answer'"), "extra %s: read as another object: %s", bad[k], err.msg);
+    }
+    cpt_reward_free(len);
+    cpt_reward_free(math);
+    free(comp);
+    free(ids);
+}
+
 int main(void) {
     cpt_err err;
     cpt_tokenizer *tok = cpt_tokenizer_load("examples/tiny-tokenizer", &err);
@@ -179,6 +231,7 @@ int main(void) {
 
     cpt_rollout_group_free(&g);
     cpt_reward_free(math);
+    nul_and_bad_extra(tok);
     for (int i = 0; i < 3; i++) {
         free(tl[i]);
         free(c[i]);
