@@ -70,13 +70,16 @@ static int setup_data(sft_ctx *c, cpt_err *err) {
         .max_seq_len = (int)cpt_cfg_int(cfg, "train.max_seq_len"),
         .skip_bad_lines = cpt_cfg_bool(cfg, "data.skip_bad_lines"),
         .eos_id = eos,
+        .max_examples = (size_t)cpt_cfg_int(cfg, "data.max_records"), /* 0: all */
     };
+    const size_t max_records = o.max_examples;
     const char *train = cpt_cfg_str(cfg, "data.train");
     if (!*train) return cpt_errf(err, "data.train is empty");
     if (cpt_sft_dataset_load(train, &o, &c->train, err)) return -1;
     const char *ev = cpt_cfg_str(cfg, "data.eval");
     if (*ev) {
         o.max_examples = (size_t)cpt_cfg_int(cfg, "train.eval_max_examples");
+        if (max_records && max_records < o.max_examples) o.max_examples = max_records;
         if (cpt_sft_dataset_load(ev, &o, &c->eval, err)) return -1;
         /* the examples greedy decoding will start from (train.eval_generate, after training): checked now */
         size_t ng = (size_t)cpt_cfg_int(cfg, "train.eval_generate");

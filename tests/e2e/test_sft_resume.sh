@@ -76,6 +76,11 @@ rc=0; "$TRAIN" "$T/job.toml" run.dir="$T/e" data.eval="$T/eval_empty.jsonl" trai
 [ "$rc" -ne 0 ] && grep -q "eval_empty.jsonl: example 2 (of those kept) has an empty prompt" "$T/e.log" ||
   { echo "FAIL: an empty eval prompt was not refused at load (rc $rc)"; cat "$T/e.log"; exit 1; }
 ! grep -q "sft step" "$T/e.log" || { echo "FAIL: it trained before refusing the eval data"; exit 1; }
+# data.max_records reads at most that many records of each data file
+"$TRAIN" "$T/job.toml" run.dir="$T/m" data.max_records=5 train.steps=1 2> "$T/m.log" ||
+  { echo "FAIL: data.max_records=5"; cat "$T/m.log"; exit 1; }
+grep -q "sft: 5 train examples (.*), 5 eval examples" "$T/m.log" ||
+  { echo "FAIL: data.max_records=5 not applied: $(grep 'sft: ' "$T/m.log")"; exit 1; }
 # the straight run learned something (the test would be vacuous on a model that does not move)
 first=$(grep -m1 -o 'loss [0-9.]*' "$T/a.log" | awk '{print $2}')
 last=$(grep 'sft step 20/20 |' "$T/a.log" | grep -o 'loss [0-9.]*' | awk '{print $2}')
