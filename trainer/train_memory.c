@@ -33,7 +33,10 @@ cpt_mem_verdict cpt_train_memory_check(const cpt_train_memory *m, uint64_t gpu_b
     cpt_train_memory_estimate(m->params, 1, 1, &off);
     int off_fits = (!gpu_bytes || off.gpu_total <= gpu_bytes * 0.85) && (!host_bytes || off.host_total <= host_bytes * 0.9);
     char hint[256];
-    if (m->offload || !off_fits)
+    if (m->zero_world > 1) /* offload and train.zero = 1 do not go together (preflight and the trainer refuse it) */
+        snprintf(hint, sizeof hint, "more trainer ranks share the moments (train.zero = 1, slurm.trainer_tasks), or, "
+                 "at train.zero = 0, train.optimizer_offload = true%s", off_fits ? "" : " (which does not fit either)");
+    else if (m->offload || !off_fits)
         snprintf(hint, sizeof hint, "no option here makes it fit (a smaller model, or a GPU with more memory)");
     else
         snprintf(hint, sizeof hint, "set train.optimizer_offload = true (GPU %.1f GiB, pinned host %.1f GiB)",

@@ -84,6 +84,10 @@ int main(void) {
     printf("7B offloaded, 64 GiB host: %s\n", msg);
     v = cpt_train_memory_check(&p3, H200, 128 * GIB, msg, sizeof msg);
     CHECK_MSG(v == CPT_MEM_FITS, "3B plain on an H200: %d %s", v, msg);
+    /* ZeRO over 4 ranks of 80 GiB: 7B does not fit; the hint is more ranks, not offload with ZeRO (refused) */
+    v = cpt_train_memory_check(&z7, 80 * GIB, 128 * GIB, msg, sizeof msg);
+    CHECK_MSG(v == CPT_MEM_NO_FIT && strstr(msg, "more trainer ranks") && strstr(msg, "at train.zero = 0"),
+              "7B, ZeRO over 4 ranks, on 80 GiB: %d %s", v, msg);
     v = cpt_train_memory_check(&p7, 0, 0, msg, sizeof msg);
     CHECK_MSG(v == CPT_MEM_FITS && strstr(msg, "needs: GPU 127.7 GiB (the GPU's memory not read here)") &&
                   strstr(msg, "(the host's memory not read here)"),
