@@ -261,7 +261,9 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
     res->eval_margin_start = res->eval_margin = res->eval_accuracy = res->eval_loss = res->eval_logp_margin = NAN;
     res->last_loss = NAN;
     dpo_sums es;
-    if (evals) {
+    /* Each evaluated step once across resumes: the start at step 0 only (a resumed run does not evaluate its first
+     * step again), every eval_every, the end when the run is done. */
+    if (evals && c->o.st.step == 0) {
         if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
         res->eval_margin_start = es.margin / es.pairs;
     }
@@ -297,7 +299,8 @@ static int run(dpo_ctx *c, cpt_dpo_result *res, cpt_err *err) {
     res->interrupted = cpt_offline_stopping(&c->o, *c->stop);
     if (res->interrupted) cpt_warn("dpo: stopping at step %" PRId64 " on signal %d", c->o.st.step, (int)*c->stop);
     if (c->o.last_saved_step != c->o.st.step && cpt_offline_save(&c->o, err)) return -1;
-    if (evals) {
+    /* the end's evaluation only at the end: a stop (preemption's short warning) or a partial run leaves at once */
+    if (evals && c->o.st.step >= total) {
         if (eval_pairs(c, &es, err) || log_eval(c, &es, err)) return -1;
         res->eval_loss = es.loss / es.pairs;
         res->eval_margin = es.margin / es.pairs;
