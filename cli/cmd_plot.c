@@ -54,6 +54,22 @@ static void key_file_name(const char *key, char *out, size_t cap) {
     out[j] = '\0';
 }
 
+/* Series i's file name: its key's, with "-2", "-3", ... when an earlier series' key maps to the same name ("a/b" and
+ * "a_b"), so no series' data or picture replaces another's. */
+static void series_file_name(const plot_series *series, int i, char *out, size_t cap) {
+    key_file_name(series[i].key, out, cap);
+    int same = 0;
+    char other[256];
+    for (int j = 0; j < i; j++) {
+        key_file_name(series[j].key, other, sizeof other);
+        same += !strcmp(other, out);
+    }
+    if (same) {
+        size_t len = strlen(out);
+        snprintf(out + len, cap > len ? cap - len : 0, "-%d", same + 1);
+    }
+}
+
 /* A gnuplot single-quoted string: a quote is doubled, and control characters are dropped. */
 static void put_quoted(FILE *f, const char *s) {
     fputc('\'', f);
@@ -269,7 +285,7 @@ int cmd_plot(int argc, char **argv) {
     }
     for (int i = 0; i < n && !status; i++) {
         char fname[256];
-        key_file_name(series[i].key, fname, sizeof fname);
+        series_file_name(series, i, fname, sizeof fname);
         snprintf(series[i].data_path, sizeof series[i].data_path, "%s/%s.dat", tmp_dir, fname);
         if (write_series(metrics, series[i].key, series[i].smooth, series[i].data_path, &series[i].n, &err) != 0)
             status = 1;
@@ -286,7 +302,7 @@ int cmd_plot(int argc, char **argv) {
         if (!status) printf("%s\n", png);
         for (int i = 0; i < n && !status; i++) {
             char fname[256];
-            key_file_name(series[i].key, fname, sizeof fname);
+            series_file_name(series, i, fname, sizeof fname);
             snprintf(png, sizeof png, "%s/%s.png", plots, fname);
             if (render(tmp_dir, png, &series[i], 1, run_dir, &err) != 0) status = 1;
             else printf("%s\n", png);

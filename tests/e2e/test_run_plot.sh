@@ -69,4 +69,10 @@ grep -q "name some with --keys" "$T/err" || fail "unclear no-default-key error"
 echo '{"step":1,"kl":null,"reward/mean":0.5}' > "$T/other/metrics.jsonl"
 if "$CPT" plot "$T/other" --keys kl 2> "$T/err"; then fail "an all-null key: should fail"; fi
 grep -q "kl: no numeric values" "$T/err" || { cat "$T/err"; fail "unclear all-null error"; }
+# two keys that map to one file name (a/b, a_b): each keeps its own picture and numbers
+mkdir -p "$T/coll"
+for i in 1 2 3; do echo "{\"step\":$i,\"a/b\":$i,\"a_b\":$((i * 100))}"; done > "$T/coll/metrics.jsonl"
+"$CPT" plot "$T/coll" --keys a/b,a_b > /dev/null 2> "$T/err" || { cat "$T/err"; fail "colliding key names"; }
+grep -q "^1	1	" "$T/coll/plots/a_b.tsv" && grep -q "^1	100	" "$T/coll/plots/a_b-2.tsv" &&
+  [ -s "$T/coll/plots/a_b-2.png" ] || { ls "$T/coll/plots"; fail "a/b and a_b share a file"; }
 echo "test_run_plot: ok (overview $(stat -c %s "$T/run/plots/overview.png") bytes)"
