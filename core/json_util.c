@@ -93,13 +93,17 @@ void cpt_json_buf_string(cpt_json_buf *b, const char *s) {
     cpt_json_buf_append(b, "\"", 1);
 }
 
+void cpt_json_number_text(double v, char *out, size_t cap) {
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) break;
+    }
+}
+
 void cpt_json_buf_number(cpt_json_buf *b, double v) {
     if (!isfinite(v)) { cpt_json_buf_puts(b, "null"); return; }
     char tmp[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v) break;
-    }
+    cpt_json_number_text(v, tmp, sizeof tmp);
     /* "%g" never writes a bare "inf"/"nan" here, and "1e+20" is valid JSON; a locale comma would not be, but the
      * C locale is the only one cpt runs in. */
     cpt_json_buf_puts(b, tmp);

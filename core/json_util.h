@@ -33,5 +33,7 @@ void cpt_json_buf_printf(cpt_json_buf *b, const char *fmt, ...) __attribute__((f
 void cpt_json_buf_string(cpt_json_buf *b, const char *s);
 /* The shortest decimal that reads back to the same double; NaN and infinities are written as null. */
 void cpt_json_buf_number(cpt_json_buf *b, double v);
+/* The same decimal as text (a finite v): 0.1 as "0.1", where a 17-digit dump writes 0.10000000000000001. */
+void cpt_json_number_text(double v, char *out, size_t cap);
 
 #endif

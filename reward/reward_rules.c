@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_util.h"
 #include "reward/countdown.h"
 #include "reward/math_answer.h"
 #include "reward/plugin.h"
@@ -40,14 +41,6 @@ static void math_free(void *s) {
     free(m);
 }
 
-/* The shortest decimal that reads back as x: the number a data file wrote (0.1, not 0.10000000000000001, which the
- * exact grader would hold against a completion's 0.1). */
-static void shortest_decimal(double x, char *out, size_t cap) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, cap, "%.*g", prec, x);
-        if (strtod(out, NULL) == x) return;
-    }
-}
 
 static int math_score(void *state, int n, const cpt_reward_item *items, cpt_reward_result *out, cpt_err *err) {
     math_state *m = state;
@@ -59,7 +52,8 @@ static int math_score(void *state, int n, const cpt_reward_item *items, cpt_rewa
         const char *g = NULL;
         if (json_is_string(a)) g = json_string_value(a);
         else if (json_is_integer(a)) snprintf(gold, sizeof gold, "%lld", (long long)json_integer_value(a)), g = gold;
-        else if (json_is_real(a)) shortest_decimal(json_real_value(a), gold, sizeof gold), g = gold;
+        /* the number the data file wrote: 0.1, not 0.10000000000000001, which the exact grader holds against 0.1 */
+        else if (json_is_real(a)) cpt_json_number_text(json_real_value(a), gold, sizeof gold), g = gold;
         if (!g || !*g) {
             json_decref(x);
             return cpt_errf(err, "item %d: extra has no '%s' (a non-empty string or a number) to grade against", i,

@@ -65,10 +65,15 @@ static void test_formats(void) {
     /* rl_prompt: extra fields kept as JSON in file order; numeric answers kept as text */
     ds = load("{\"prompt\": \"Make 24\", \"answer\": \"24\", \"numbers\": [3, 8], \"target\": 24, \"note\": \"x\"}\n"
               "{\"prompt\": \"What is 1/2?\", \"answer\": 0.5}\n"
-              "{\"prompt\": \"n\", \"answer\": -17}\n",
+              "{\"prompt\": \"n\", \"answer\": -17}\n"
+              "{\"prompt\": \"0.3 - 0.2?\", \"answer\": 0.1}\n"
+              "{\"prompt\": \"1.1?\", \"answer\": 1.10}\n",
               CPT_DATA_AUTO, 0, &err);
     CHECK_MSG(ds != NULL, "%s", err.msg);
     if (ds) {
+        /* decimals as the file wrote them, not a 17-digit dump (0.10000000000000001) */
+        CHECK_EQ_STR(cpt_dataset_get(ds, 3)->answer, "0.1");
+        CHECK_EQ_STR(cpt_dataset_get(ds, 4)->answer, "1.1");
         CHECK_EQ_INT(cpt_dataset_format(ds), CPT_DATA_RL_PROMPT);
         CHECK_EQ_STR(cpt_dataset_get(ds, 0)->answer, "24");
         CHECK_EQ_STR(cpt_dataset_get(ds, 0)->extra, "{\"numbers\":[3,8],\"target\":24,\"note\":\"x\"}");
