@@ -182,9 +182,14 @@ static int eval_chunk(cpt_engine *e, cpt_turns *turns, const cpt_tokenizer *tok,
     for (int i = 0; i < count; i++) {
         const cpt_record *r = cpt_dataset_get(ds, first + (size_t)i);
         int np = 0;
-        if (render_prompt(r, tok, o->tpl, &pids[i], &np, &ptext[i], err)) goto done;
+        if (render_prompt(r, tok, o->tpl, &pids[i], &np, &ptext[i], err)) {
+            cpt_err_prefix(err, "%s", cpt_dataset_path(ds)); /* "PATH: line N: ..." */
+            goto done;
+        }
         if (np < 1) {
-            cpt_errf(err, "line %d: the prompt renders to no tokens", r->line);
+            char where[600];
+            cpt_dataset_where(ds, r, where, sizeof where);
+            cpt_errf(err, "%s: the prompt renders to no tokens", where);
             goto done;
         }
         reqs[i] = (cpt_gen_request){.prompt = pids[i], .n_prompt = np, .n_samples = K,
@@ -201,7 +206,9 @@ static int eval_chunk(cpt_engine *e, cpt_turns *turns, const cpt_tokenizer *tok,
         const cpt_record *r = cpt_dataset_get(ds, first + (size_t)i);
         int got = turns ? touts[i].n_samples : outs[i].n_samples;
         if (got != K) {
-            cpt_errf(err, "line %d: the engine returned %d samples, want %d", r->line, got, K);
+            char where[600];
+            cpt_dataset_where(ds, r, where, sizeof where);
+            cpt_errf(err, "%s: the engine returned %d samples, want %d", where, got, K);
             goto done;
         }
         for (int j = 0; j < K; j++) {

@@ -25,4 +25,14 @@ awk -v u="$use" 'BEGIN { exit !(u >= 0.25 && u <= 0.75) }' || fail "tool_use $us
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.25) }' || fail "accuracy with the tool $acc < 0.25"
 awk -v a="$acc0" 'BEGIN { exit !(a <= 0.05) }' || fail "accuracy without the tool $acc0 > 0.05"
 [ "$use0" = absent ] || fail "tool_use reported without tools: $use0"
+# a record cpt eval cannot render: the error names the file and the line
+T=$(mktemp -d /tmp/cpt-eval-tools-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+bad_eval="$T/bad_eval.jsonl"
+printf '{"prompt": "1+1=", "answer": "2"}\n{"prompt": [{"role": "user", "content": "hi"}], "answer": "1"}\n' \
+  > "$bad_eval"
+if "$BUILD/cpt" eval --model examples/models/tiny-arith-sft --data "$bad_eval" --reward math --max-new-tokens 2 \
+  --chat-template none 2> "$T/bad_eval.err" > /dev/null; then fail "an unrenderable record was evaluated"; fi
+grep -q "$bad_eval: line 2: a messages prompt needs a chat template" "$T/bad_eval.err" ||
+  fail "the error does not name the file and line: $(cat "$T/bad_eval.err")"
 echo "test_eval_tools: ok (accuracy $acc0 without the tool, $acc with it; tool use $use)"
