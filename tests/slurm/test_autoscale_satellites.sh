@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The rollout autoscaler under cpt-sched grows into satellite jobs: a GRPO job whose allocation holds its trainer, one
-# rollout and one reward step, rollouts made deliberately slow (one sequence at a time, long completions, the trainer
-# sees 16 tokens of each), roles.rollout_auto between 1 and 3. The trainer starves, so the autoscaler asks for 2, then
+# rollout and one reward step, rollouts made deliberately slow (one sequence at a time, 220-token completions, the
+# trainer sees 16 tokens of each: two workers still starve it when the machine is loaded, as in the full suite on
+# 2 cores, where 110 tokens were once enough for two), roles.rollout_auto between 1 and 3. The trainer starves, so the autoscaler asks for 2, then
 # 3 workers, which cpt-sched places as satellite jobs; `cpt-scale` shows the mode and the satellites. Stopped with
 # scancel (a checkpoint first): every group below the data cursor trained once or outstanding, none twice.
 set -euo pipefail
@@ -15,7 +16,7 @@ job=$(sbatch --parsable --gres=none --ntasks=3 --cpus-per-task=1 --output="$T/jo
       "${GRPO_ARGS[@]}" roles.rollout=1 roles.reward=1 slurm.trainer_gpus=0 slurm.rollout_gpus=0 \
       slurm.trainer_cpus=1 slurm.rollout_cpus=1 slurm.reward_cpus=1 slurm.satellite_check_s=2 \
       async.mode=async async.max_staleness=2 train.groups_per_step=$G rollout.group_size=16 rollout.slots=1 \
-      sampling.max_new_tokens=110 train.max_seq_len=16 rollout.stop_on_eos=false roles.rollout_auto=true \
+      sampling.max_new_tokens=220 train.max_seq_len=16 rollout.stop_on_eos=false roles.rollout_auto=true \
       roles.rollout_min=1 roles.rollout_max=3 roles.autoscale_period_s=1 roles.autoscale_periods=2 \
       roles.autoscale_cooldown_s=1 checkpoint.every=100000 train.steps=100000 run.dir="$R")
 wait_run_step "$R" 1 120
