@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "core/metrics.h"
 #include "core/tokenizer.h"
+#include "queue/conn.h"
 #include "queue/lease.h"
 #include "queue/stream.h"
 #include "reward/eval.h"
@@ -64,6 +65,7 @@ typedef struct online_ctx {
     cpt_model *policy, *ref, *critic;
     cpt_online_learner L;
     cpt_queue *q;
+    cpt_queue_conn conn; /* where q lives (the queue's and the lease's connections read it) */
     cpt_weights_tx *tx; /* weights.transport (weights/weights_tx.h) */
     cpt_online_book book;
     cpt_dead_reader dead; /* failed groups: bounded re-issue, then skip */
@@ -207,7 +209,7 @@ static int setup_models(online_ctx *c, cpt_err *err) {
 static int take_lease(online_ctx *c, const char *url, const char *tls_ca, cpt_err *err) {
     cpt_lease_opts lo = {
         .url = url,
-        .password_file = cpt_cfg_str(c->cfg, "queue.password_file"),
+        .password_file = c->conn.password_file[0] ? c->conn.password_file : NULL,
         .tls_ca = tls_ca,
         .run = c->run,
         .ttl_ms = (int)(cpt_cfg_float(c->cfg, "online.lease_ttl_s") * 1000.0),
@@ -232,36 +234,24 @@ static int check_fence(void *arg, cpt_err *err) {
 
 static int open_queue(online_ctx *c, cpt_err *err) {
     const cpt_config *cfg = c->cfg;
-    char url[1024], tls_ca[1024];
-    snprintf(url, sizeof url, "%s", cpt_cfg_str(cfg, "queue.url"));
-    snprintf(tls_ca, sizeof tls_ca, "%s", cpt_cfg_str(cfg, "queue.tls_ca"));
-    if (!url[0]) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/queue.json", c->run_dir);
-        json_error_t je;
-        json_t *j = json_load_file(path, 0, &je);
-        const char *u = j ? json_string_value(json_object_get(j, "url")) : NULL;
-        const char *ca = j ? json_string_value(json_object_get(j, "tls_ca")) : NULL;
-        if (u) snprintf(url, sizeof url, "%s", u);
-        if (ca && !tls_ca[0]) snprintf(tls_ca, sizeof tls_ca, "%s", ca); /* what the launcher wrote for the roles */
-        json_decref(j);
-        if (!u) return cpt_errf(err, "%s: no queue URL (set queue.url, or start the run with `cpt run`)", path);
-    }
-    cpt_queue_opts o = {
-        .url = url,
-        .password_file = cpt_cfg_str(cfg, "queue.password_file"),
-        .tls_ca = tls_ca[0] ? tls_ca : NULL,
-        .run = c->run,
-        .max_len = cpt_cfg_int(cfg, "queue.max_len"),
-        .claim_idle_ms = (int)cpt_cfg_int(cfg, "queue.claim_idle_ms"),
-        .block_ms = (int)cpt_cfg_int(cfg, "queue.block_ms"),
-        .max_deliveries = (int)cpt_cfg_int(cfg, "queue.max_deliveries"),
-        .read_count = 16,
-        .stop = c->stop,
-    };
+    /* queue.url, else RUN_DIR/queue.json as the launcher wrote it for every role (url, password file, TLS CA) */
+    cpt_queue_conn *conn = &c->conn;
+    if (*cpt_cfg_str(cfg, "queue.url") ? cpt_queue_conn_from_config(cfg, conn, err)
+                                       : cpt_queue_conn_from_run_dir(c->run_dir, conn, err))
+        return cpt_err_prefix(err, "the run's queue (set queue.url, or start the run with `cpt run`)");
+    /* a password file or CA the config names wins over the folder's */
+    if (*cpt_cfg_str(cfg, "queue.password_file"))
+        snprintf(conn->password_file, sizeof conn->password_file, "%s", cpt_cfg_str(cfg, "queue.password_file"));
+    if (*cpt_cfg_str(cfg, "queue.tls_ca"))
+        snprintf(conn->tls_ca, sizeof conn->tls_ca, "%s", cpt_cfg_str(cfg, "queue.tls_ca"));
+    cpt_queue_opts o;
+    cpt_queue_opts_from_config(cfg, conn, &o);
+    o.run = c->run;
+    o.read_count = 16;
+    o.stop = c->stop;
     c->q = cpt_queue_open(&o, err);
     if (!c->q) return -1;
-    if (take_lease(c, url, tls_ca[0] ? tls_ca : NULL, err)) return -1;
+    if (take_lease(c, conn->url, o.tls_ca, err)) return -1;
     /* Creating the downstream groups here too means prompts issued before the first worker starts are kept. */
     if (cpt_queue_create_group(c->q, CPT_STREAM_PROMPTS, "rollout", err) ||
         cpt_queue_create_group(c->q, CPT_STREAM_ROLLOUTS, "reward", err) ||
